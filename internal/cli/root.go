@@ -1,0 +1,85 @@
+// Package cli holds the budgetgen command tree. One file per subcommand, each a
+// newXCmd(*env) constructor; flags parse into plain option structs.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// env is what every subcommand may use instead of process globals, so tests can
+// run commands in-process with their own streams and clock.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Run executes budgetgen with args and returns the process exit status.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		// Errors that reach here without a code come from cobra itself:
+		// unknown flags, wrong argument counts, unknown subcommands.
+		if isCobraUsage(err) {
+			ee = &ExitError{Code: ExitUsage, Err: err}
+		} else {
+			ee = &ExitError{Code: ExitFailure, Err: err}
+		}
+	}
+	if !ee.Silent && ee.Err != nil {
+		fmt.Fprintf(stderr, "budgetgen: %v\n", ee.Err)
+	}
+	return ee.Code
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "budgetgen",
+		Short: "Daily token budgets for LLM traffic through Envoy Gateway",
+		Long: `budgetgen turns a BudgetSet spec into Envoy Gateway BackendTrafficPolicy rules
+that cap each principal's daily LLM tokens, checks committed manifests against the
+budget invariants, reports shadow measurements, and promotes budgets to enforce.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Err: err}
+	})
+	for _, add := range subcommands {
+		root.AddCommand(add(e))
+	}
+	return root
+}
+
+// subcommands lists the constructors of budgetgen's subcommands; each file adds
+// its own in an init-free way by appearing here.
+var subcommands = []func(*env) *cobra.Command{
+	newVersionCmd,
+}
+
+// isCobraUsage reports whether err is one of cobra's argument or command errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "requires at most", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
