@@ -1,0 +1,242 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestParseKeepsPositionsAcrossDocuments(t *testing.T) {
+	src := `# leading comment
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a, namespace: ns}
+---
+---
+# empty documents above are skipped
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata:
+  name: b
+  namespace: ns
+spec:
+  rateLimit:
+    global:
+      rules:
+        - limit: {requests: 5, unit: Day}
+`
+	objs, err := Parse("f.yaml", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("got %d objects, want 2", len(objs))
+	}
+	if objs[0].Line() != 2 || objs[0].String() != "ConfigMap ns/a" {
+		t.Errorf("first object: line %d %s", objs[0].Line(), objs[0])
+	}
+	if objs[1].Line() != 8 || objs[1].Document != 2 || objs[1].Group() != "gateway.envoyproxy.io" {
+		t.Errorf("second object: line %d doc %d group %s", objs[1].Line(), objs[1].Document, objs[1].Group())
+	}
+	rule := Items(Get(objs[1].Node, "spec", "rateLimit", "global", "rules"))[0]
+	unit := Get(rule, "limit", "unit")
+	if unit.Line != 17 || unit.Column != 38 || Str(unit) != "Day" {
+		t.Errorf("unit at %d:%d %q, want 17:38 Day", unit.Line, unit.Column, Str(unit))
+	}
+}
+
+func TestParseExpandsLists(t *testing.T) {
+	src := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"x"}},{"apiVersion":"v1","kind":"Service","metadata":{"name":"y"}}]}`
+	objs, err := Parse("l.json", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 || objs[1].Name != "y" {
+		t.Fatalf("got %v", objs)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      error
+		line      int
+		contains  string
+	}{
+		{"not yaml", "apiVersion: v1\nkind: [unclosed\n", ErrInvalidYAML, 0, "f.yaml"},
+		{"bad indentation", "a: b\n  c: d\n", ErrInvalidYAML, 2, "f.yaml:2"},
+		{"scalar document", "just text\n", ErrNotAnObject, 1, "scalar"},
+		{"no kind", "apiVersion: v1\nmetadata: {}\n", ErrNotAnObject, 1, "no apiVersion or kind"},
+		{"second document broken", "apiVersion: v1\nkind: A\n---\napiVersion: v1\nkind: B\n  x: y\n", ErrInvalidYAML, 6, "f.yaml:6"},
+		{"unknown anchor", "apiVersion: v1\nkind: *nope\n", ErrInvalidYAML, 0, "unknown anchor"},
+		{"alias cycle", "apiVersion: v1\nkind: A\nspec: &a [*a]\n", ErrAliasCycle, 1, "refers to itself"},
+		{"deep", "apiVersion: v1\nkind: A\nspec: " + strings.Repeat("[", 300) + strings.Repeat("]", 300) + "\n", ErrTooDeep, 1, "nested too deeply"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Parse("f.yaml", []byte(tc.src), Options{})
+			if err == nil {
+				t.Fatalf("no error, got %d objects", len(objs))
+			}
+			if !errors.Is(err, tc.want) {
+				t.Errorf("error %v, want %v", err, tc.want)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.File != "f.yaml" {
+				t.Errorf("error %v does not name the file", err)
+			}
+			if tc.line != 0 && e.Line != tc.line {
+				t.Errorf("line %d, want %d (%v)", e.Line, tc.line, err)
+			}
+			if !strings.Contains(err.Error(), tc.contains) {
+				t.Errorf("error %q does not contain %q", err, tc.contains)
+			}
+		})
+	}
+}
+
+// billionLaughs is the classic alias bomb: 9^9 leaves from ~1 KB of YAML.
+func billionLaughs() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n  a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n")
+	prev := "a"
+	for _, n := range []string{"b", "c", "d", "e", "f", "g", "h", "i"} {
+		b.WriteString("  " + n + ": &" + n + " [")
+		for j := 0; j < 9; j++ {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("*" + prev)
+		}
+		b.WriteString("]\n")
+		prev = n
+	}
+	return b.String()
+}
+
+func TestParseRefusesAliasBomb(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Parse("bomb.yaml", []byte(billionLaughs()), Options{})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrAliasBomb) {
+		t.Fatalf("error %v, want ErrAliasBomb", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Errorf("allocated %d bytes refusing a 1 KB bomb", got)
+	}
+	// Aliases that stay small are fine.
+	ok := "apiVersion: v1\nkind: A\nmetadata: {name: x}\nx: &x {a: 1}\ny: *x\n"
+	objs, err := Parse("ok.yaml", []byte(ok), Options{})
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("small aliases refused: %v", err)
+	}
+	v, err := objs[0].Decode()
+	if err != nil || v["y"].(map[string]any)["a"] != 1 {
+		t.Fatalf("decode %v %v", v, err)
+	}
+}
+
+func TestReadRefusesLargeInputWithBoundedMemory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "big.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("# padding padding padding padding padding padding padding padding\n"), 1<<14)
+	for written := 0; written < 50<<20; written += len(chunk) {
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = ReadPaths(context.Background(), []string{path}, nil, Options{})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "big.yaml") {
+		t.Fatalf("error %v, want ErrTooLarge naming the file", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("allocated %d bytes refusing a 50 MB file by its size", got)
+	}
+	// The same stream on stdin is cut at the limit, never read whole.
+	in, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	runtime.ReadMemStats(&before)
+	_, err = ReadPaths(context.Background(), []string{Stdin}, in, Options{MaxFileBytes: 4 << 20})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "<stdin>") {
+		t.Fatalf("stdin error %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+		t.Errorf("allocated %d bytes reading a 4 MiB-limited stdin", got)
+	}
+}
+
+func TestFilesWalksDirectories(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"b.yaml", "a/x.yml", "a/y.json", "a/z.txt", ".github/w.yaml", "c/.hidden/q.yaml"} {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("apiVersion: v1\nkind: A\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Files([]string{dir, "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "a/x.yml"), filepath.Join(dir, "a/y.json"), filepath.Join(dir, "b.yaml"), "-"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	_, err = Files([]string{filepath.Join(dir, "missing.yaml")})
+	if err == nil || !strings.Contains(err.Error(), "missing.yaml: no such file or directory") {
+		t.Errorf("missing path error %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: A\nmetadata: {name: a}\n---\napiVersion: v1\nkind: B\n"))
+	f.Add([]byte(billionLaughs()))
+	f.Add([]byte("apiVersion: v1\nkind: A\nspec: &a [*a]\n"))
+	f.Add([]byte("{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[{\"apiVersion\":\"v1\",\"kind\":\"X\"}]}"))
+	f.Add([]byte("a: b\n  c: d\n"))
+	f.Add([]byte("- [\n"))
+	f.Add([]byte("apiVersion: v1\nkind: A\n<<: {x: 1}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, err := Parse("fuzz.yaml", data, Options{MaxNodes: 10_000})
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.File != "fuzz.yaml" {
+				t.Fatalf("error without position: %v", err)
+			}
+			return
+		}
+		for _, o := range objs {
+			if o.Kind == "" || o.APIVersion == "" || o.Node == nil {
+				t.Fatalf("object without identity: %+v", o)
+			}
+			if _, err := o.Decode(); err != nil {
+				var e *Error
+				if !errors.As(err, &e) {
+					t.Fatalf("decode error without position: %v", err)
+				}
+			}
+		}
+	})
+}
