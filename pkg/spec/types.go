@@ -1,0 +1,214 @@
+// Package spec holds the BudgetSet spec: its Go types (the source of the JSON
+// Schema), loading from YAML with file:line:field errors, validation and
+// defaults, and lookups used by render, assert, promote and report.
+package spec
+
+// APIVersion and Kind identify a BudgetSet document.
+const (
+	APIVersion = "budgetgen.dev/v1alpha1"
+	Kind       = "BudgetSet"
+)
+
+// Defaults applied by Default (and therefore by Load).
+const (
+	// DefaultTokenMetadataNamespace is where Envoy AI Gateway's llmRequestCosts
+	// writes the token count of a response.
+	DefaultTokenMetadataNamespace = "io.envoy.ai_gateway"
+	// DefaultTokenMetadataKey is the metadata key holding the total token count.
+	DefaultTokenMetadataKey = "llm_total_token"
+	// DefaultModelHeader is the header Envoy AI Gateway sets from the request's model.
+	DefaultModelHeader = "x-ai-eg-model"
+	// DefaultMode is the mode of a budget that does not say: measured, not enforced.
+	DefaultMode = ModeShadow
+)
+
+// FrontierName is the budget name the frontier cap answers to in lookups
+// (promote frontier, report rows). No budget in spec.budgets may use it.
+const FrontierName = "frontier"
+
+// MaxTokensPerDay is the largest daily cap Envoy Gateway can express:
+// limit.requests is a uint32.
+const MaxTokensPerDay = 1<<32 - 1
+
+// Mode says whether a budget's rules deny traffic or only measure it.
+type Mode string
+
+// Modes of a budget.
+const (
+	// ModeShadow renders shadowMode: true: the rate limit service counts and
+	// reports, Envoy never denies.
+	ModeShadow Mode = "shadow"
+	// ModeEnforce renders shadowMode: false: over-cap requests get 429.
+	ModeEnforce Mode = "enforce"
+)
+
+// BudgetSet is the whole spec file.
+type BudgetSet struct {
+	APIVersion string   `json:"apiVersion" jsonschema:"enum=budgetgen.dev/v1alpha1"`
+	Kind       string   `json:"kind" jsonschema:"enum=BudgetSet"`
+	Metadata   Metadata `json:"metadata"`
+	Spec       Spec     `json:"spec"`
+
+	// pos maps field paths (spec.budgets[3].tokensPerDay) to source lines;
+	// filled by Load, empty for a BudgetSet built in Go.
+	pos  map[string]int
+	file string
+}
+
+// Metadata names the spec; the name prefixes every rendered object.
+type Metadata struct {
+	// Name is a DNS-1123 label; rendered policies are named <name>-<gateway>.
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=63,pattern=^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"`
+}
+
+// Spec is what a BudgetSet asks for.
+type Spec struct {
+	// Gateways are the Gateways whose traffic the budgets cap. Each gets exactly
+	// one BackendTrafficPolicy holding all the budgets.
+	Gateways []GatewayRef `json:"gateways" jsonschema:"minItems=1"`
+	// TokenSource is the dynamic metadata holding a response's token count.
+	// Default: io.envoy.ai_gateway / llm_total_token.
+	TokenSource TokenSource `json:"tokenSource,omitempty"`
+	// Identities are the headers the gateway sets from a verified credential,
+	// keyed by lowercase header name. Budgets may only key on these.
+	Identities map[string]Identity `json:"identities"`
+	// HeaderHygiene controls the ClientTrafficPolicy that strips client-sent
+	// copies of the identity headers.
+	HeaderHygiene HeaderHygiene `json:"headerHygiene,omitempty"`
+	// Budgets are the per-principal and group budgets, in rule order.
+	Budgets []Budget `json:"budgets,omitempty"`
+	// Frontier is the spend cap on frontier models, addressable as budget "frontier".
+	Frontier *Frontier `json:"frontier,omitempty"`
+}
+
+// GatewayRef names a target Gateway.
+type GatewayRef struct {
+	Namespace string `json:"namespace" jsonschema:"minLength=1,maxLength=63"`
+	Name      string `json:"name" jsonschema:"minLength=1,maxLength=253"`
+	// SectionName optionally narrows the policy to one listener.
+	SectionName string `json:"sectionName,omitempty" jsonschema:"maxLength=253"`
+}
+
+// TokenSource is where the token count of a response is read from.
+type TokenSource struct {
+	// Namespace of the dynamic metadata. Default: io.envoy.ai_gateway.
+	Namespace string `json:"namespace,omitempty"`
+	// Key in that namespace. Default: llm_total_token.
+	Key string `json:"key,omitempty"`
+}
+
+// Identity says which verified credential sets a header. Exactly one field is set.
+type Identity struct {
+	// JWTClaim: a SecurityPolicy JWT provider copies this claim (claimToHeaders).
+	JWTClaim string `json:"jwtClaim,omitempty"`
+	// APIKeyClientID: API key auth forwards the client id (forwardClientIDHeader).
+	APIKeyClientID bool `json:"apiKeyClientID,omitempty"`
+	// ExtAuth: an external authorization service sets it (headersToBackend).
+	ExtAuth bool `json:"extAuth,omitempty"`
+}
+
+// HeaderHygiene controls the rendered ClientTrafficPolicy.
+type HeaderHygiene struct {
+	// UserOwned means the user maintains a ClientTrafficPolicy that removes the
+	// identity headers early; budgetgen then renders none (EG accepts one per Gateway).
+	UserOwned bool `json:"userOwned,omitempty"`
+}
+
+// Rollout is the shadow/enforce state shared by budgets and the frontier cap.
+// promote and demote edit these fields.
+type Rollout struct {
+	// Mode: shadow (default) or enforce.
+	Mode Mode `json:"mode,omitempty" jsonschema:"enum=shadow,enum=enforce"`
+	// ShadowSince is the UTC date (YYYY-MM-DD) shadow measurement started.
+	ShadowSince string `json:"shadowSince,omitempty" jsonschema:"pattern=^[0-9]{4}-[0-9]{2}-[0-9]{2}$"`
+	// EnforcedSince is the UTC date (YYYY-MM-DD) the budget was promoted; set by promote.
+	EnforcedSince string `json:"enforcedSince,omitempty" jsonschema:"pattern=^[0-9]{4}-[0-9]{2}-[0-9]{2}$"`
+	// PromotionReason records why a promotion was forced past its checks; set by promote --force.
+	PromotionReason string `json:"promotionReason,omitempty"`
+}
+
+// Budget is a per-principal or group daily token cap.
+type Budget struct {
+	// Name is unique in the spec (a DNS-1123 label, not "frontier").
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=63,pattern=^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"`
+	// PerPrincipal is an identity header: one bucket per distinct value.
+	// Exactly one of PerPrincipal and Group is set.
+	PerPrincipal string `json:"perPrincipal,omitempty"`
+	// Group is one shared bucket for requests whose header equals a value.
+	Group *Group `json:"group,omitempty"`
+	// TokensPerDay is the daily cap (per principal, or for the whole group).
+	TokensPerDay int64 `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+	Rollout
+	// Overrides give named principals their own cap; per-principal budgets only.
+	Overrides []Override `json:"overrides,omitempty"`
+}
+
+// Group selects the requests sharing one bucket.
+type Group struct {
+	// Header is an identity header.
+	Header string `json:"header"`
+	// Equals is the exact header value of the group's members.
+	Equals string `json:"equals" jsonschema:"minLength=1,maxLength=1024"`
+}
+
+// Override replaces a budget's cap for one principal.
+type Override struct {
+	Principal    string `json:"principal" jsonschema:"minLength=1,maxLength=1024"`
+	TokensPerDay int64  `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+}
+
+// Frontier caps the tokens spent on frontier models, shared by everyone.
+type Frontier struct {
+	// Models are RE2 regular expressions matched (fully) against Header.
+	Models []string `json:"models" jsonschema:"minItems=1"`
+	// Header carrying the model name. Default: x-ai-eg-model.
+	Header string `json:"header,omitempty"`
+	// TokensPerDay is the daily cap over all frontier models together.
+	TokensPerDay int64 `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+	Rollout
+	// KillSwitch denies every frontier-model request (a request-count rule with
+	// requests: 0, always enforced), whatever the mode.
+	KillSwitch bool `json:"killSwitch,omitempty"`
+}
+
+// BudgetKind tells the kinds of budget apart.
+type BudgetKind string
+
+// Budget kinds.
+const (
+	KindPerPrincipal BudgetKind = "perPrincipal"
+	KindGroup        BudgetKind = "group"
+	KindFrontier     BudgetKind = "frontier"
+)
+
+// Kind reports whether b is a per-principal or group budget.
+func (b *Budget) Kind() BudgetKind {
+	if b.Group != nil {
+		return KindGroup
+	}
+	return KindPerPrincipal
+}
+
+// Header is the identity header the budget keys on.
+func (b *Budget) Header() string {
+	if b.Group != nil {
+		return b.Group.Header
+	}
+	return b.PerPrincipal
+}
+
+// Enforced reports whether rules of this rollout deny traffic.
+func (r *Rollout) Enforced() bool { return r.Mode == ModeEnforce }
+
+// Source describes the credential behind an identity header, e.g. "jwtClaim:email".
+func (id Identity) Source() string {
+	switch {
+	case id.JWTClaim != "":
+		return "jwtClaim:" + id.JWTClaim
+	case id.APIKeyClientID:
+		return "apiKeyClientID"
+	case id.ExtAuth:
+		return "extAuth"
+	}
+	return ""
+}
