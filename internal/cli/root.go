@@ -71,6 +71,8 @@ budget invariants, reports shadow measurements, and promotes budgets to enforce.
 // its own in an init-free way by appearing here.
 var subcommands = []func(*env) *cobra.Command{
 	newVersionCmd,
+	newPromoteCmd,
+	newDemoteCmd,
 }
 
 // isCobraUsage reports whether err is one of cobra's argument or command errors.

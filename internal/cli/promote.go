@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/pkg/promote"
+	"github.com/budgetgen/budgetgen/pkg/report"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// promoteOptions are the flags of promote and demote.
+type promoteOptions struct {
+	specFile        string
+	evidence        string
+	maxLimitedShare float64
+	force           bool
+	reason          string
+	now             string // hidden: RFC 3339 time standing in for the clock (tests, dry runs)
+}
+
+func (o *promoteOptions) clock() (time.Time, error) {
+	if o.now == "" {
+		return time.Now().UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339, o.now)
+	if err != nil {
+		return time.Time{}, usageError("--now: want an RFC 3339 time: %v", err)
+	}
+	return t.UTC(), nil
+}
+
+func newPromoteCmd(e *env) *cobra.Command {
+	o := &promoteOptions{}
+	cmd := &cobra.Command{
+		Use:   "promote BUDGET --spec FILE [--evidence report.json]",
+		Short: "Switch a budget from shadow to enforce in the spec file",
+		Long: `promote flips one budget to mode: enforce in the spec file and records the date
+(enforcedSince), editing the file in place: comments, order and formatting are kept.
+
+It refuses unless the budget has been in shadow for 7 full UTC days: with
+shadowSince D, the days D+1..D+7 must be over, so promotion opens at D+8 00:00 UTC.
+With --evidence (the JSON of budgetgen report), the report must cover those days
+and show a share of principal-days over the cap under --max-limited-share.
+--force --reason "..." overrides every refusal and records the reason.`,
+		Example: `  budgetgen report --valkey valkey:6379 --spec budgets.yaml --format json > week.json
+  budgetgen promote per-run --spec budgets.yaml --evidence week.json
+  budgetgen promote per-run --spec budgets.yaml --force --reason "incident 42: runaway agent"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRollout(e, o, args[0], true)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.specFile, "spec", "", "BudgetSet spec file to edit (required)")
+	f.StringVar(&o.evidence, "evidence", "", "JSON report (budgetgen report --format json) to check before promoting")
+	f.Float64Var(&o.maxLimitedShare, "max-limited-share", promote.DefaultMaxLimitedShare, "largest share of principal-days over the cap the evidence may show (strictly under)")
+	f.BoolVar(&o.force, "force", false, "promote despite refusals (needs --reason)")
+	f.StringVar(&o.reason, "reason", "", "why the promotion is forced; recorded as promotionReason")
+	f.StringVar(&o.now, "now", "", "RFC 3339 time used as the current time")
+	_ = f.MarkHidden("now")
+	return cmd
+}
+
+// runRollout is promote (up) or demote (!up): read, edit, validate, write atomically.
+func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
+	if o.specFile == "" {
+		return usageError("--spec FILE is required")
+	}
+	if o.reason != "" && !o.force {
+		return usageError("--reason goes with --force")
+	}
+	if o.maxLimitedShare <= 0 || o.maxLimitedShare > 1 {
+		return usageError("--max-limited-share must be in (0, 1], got %v", o.maxLimitedShare)
+	}
+	now, err := o.clock()
+	if err != nil {
+		return err
+	}
+	src, err := os.ReadFile(o.specFile)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
+	}
+	// The spec must be valid before the edit too: a broken file is not ours to fix.
+	if _, err := spec.Load(src, o.specFile); err != nil {
+		return failure(err)
+	}
+	opts := promote.Options{
+		Now: now, File: o.specFile, Force: o.force, Reason: o.reason, MaxLimitedShare: o.maxLimitedShare,
+		Validate: func(file string, b []byte) error { _, err := spec.Load(b, file); return err },
+	}
+	if up && o.evidence != "" {
+		ev, err := readEvidence(o.evidence)
+		if err != nil {
+			return &ExitError{Code: ExitUsage, Err: err}
+		}
+		opts.Evidence = ev
+	}
+	var out []byte
+	var res promote.Result
+	if up {
+		out, res, err = promote.Promote(src, budget, opts)
+	} else {
+		out, res, err = promote.Demote(src, budget, opts)
+	}
+	if err != nil {
+		// Refusals, unknown budgets and invalid edits alike: nothing was written.
+		return failure(err)
+	}
+	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
+		return failure(err)
+	}
+	switch {
+	case !up:
+		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", o.specFile, budget, res.Date)
+	case res.Forced && len(res.Overridden) > 0:
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", o.specFile, budget, res.Date, res.Reason, res.Overridden)
+	default:
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", o.specFile, budget, res.Date, res.FullDays)
+	}
+	fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
+	return nil
+}
+
+func readEvidence(path string) (*report.Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read evidence: %w", err)
+	}
+	var r report.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("evidence %s: not a budgetgen report JSON: %w", path, err)
+	}
+	return &r, nil
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func copyExample(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/budgets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "budgets.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPromoteDemoteCLI(t *testing.T) {
+	p := copyExample(t)
+	before, _ := os.ReadFile(p)
+
+	// Day 6 of shadow (shadowSince 2026-10-16): refused, exit 1, file untouched.
+	code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-22T12:00:00Z")
+	if code != ExitFailure || !strings.Contains(stderr, "refused") || !strings.Contains(stderr, "5 of 7 full UTC days") {
+		t.Fatalf("day 6: code %d stderr %s", code, stderr)
+	}
+	if now, _ := os.ReadFile(p); !bytes.Equal(now, before) {
+		t.Fatal("refused promotion changed the file")
+	}
+	// Usage errors.
+	if code, _, _ := runCLI(t, "promote", "per-run"); code != ExitUsage {
+		t.Errorf("missing --spec: code %d", code)
+	}
+	if code, _, _ := runCLI(t, "promote", "per-run", "--spec", p, "--reason", "x"); code != ExitUsage {
+		t.Errorf("--reason without --force: code %d", code)
+	}
+	if code, _, stderr := runCLI(t, "promote", "nope", "--spec", p, "--now", "2026-10-24T00:00:00Z"); code != ExitFailure || !strings.Contains(stderr, "unknown budget") {
+		t.Errorf("unknown budget: code %d %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--evidence", filepath.Join(t.TempDir(), "none.json"), "--now", "2026-10-24T00:00:00Z"); code != ExitUsage || !strings.Contains(stderr, "read evidence") {
+		t.Errorf("missing evidence: code %d %s", code, stderr)
+	}
+
+	// Day 8: accepted; only per-run's mode line changes and the date is recorded under it.
+	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
+	if code != ExitOK {
+		t.Fatalf("day 8: code %d %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "promoted to enforce on 2026-10-24 after 7 full days") {
+		t.Errorf("stdout %s", stdout)
+	}
+	after, _ := os.ReadFile(p)
+	want := strings.Replace(string(before),
+		"      tokensPerDay: 5000000\n      mode: shadow\n",
+		"      tokensPerDay: 5000000\n      mode: enforce\n      enforcedSince: 2026-10-24\n", 1)
+	if string(after) != want {
+		t.Fatalf("promoted spec:\n%s", after)
+	}
+	// Demote: back at once.
+	code, _, stderr = runCLI(t, "demote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z")
+	if code != ExitOK {
+		t.Fatalf("demote: %d %s", code, stderr)
+	}
+	back, _ := os.ReadFile(p)
+	wantBack := strings.Replace(string(before), "      mode: shadow\n      shadowSince: 2026-10-16\n", "      mode: shadow\n      shadowSince: 2026-10-25\n", 1)
+	if string(back) != wantBack {
+		t.Fatalf("demoted spec:\n%s", back)
+	}
+	// Forced promotion of the frontier cap records the reason; the spec still loads.
+	code, _, stderr = runCLI(t, "promote", "frontier", "--spec", p, "--now", "2026-10-20T08:00:00Z", "--force", "--reason", "incident 42")
+	if code != ExitOK {
+		t.Fatalf("forced: %d %s", code, stderr)
+	}
+	fr, _ := os.ReadFile(p)
+	if !strings.Contains(string(fr), "    shadowSince: 2026-10-16\n    mode: enforce\n    enforcedSince: 2026-10-20\n    promotionReason: \"incident 42\"\n    killSwitch: false\n") {
+		t.Fatalf("forced frontier:\n%s", fr)
+	}
+}
