@@ -1,0 +1,206 @@
+// Package config holds the rate limit service's configuration: the reference
+// service's (envoyproxy/ratelimit) YAML format, its runtime-directory layout,
+// the xDS RateLimitConfig protos, and descriptor matching that behaves exactly
+// like the reference's (src/config/config_impl.go).
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// Unit is a rate limit window unit; its values are the RLS proto's.
+type Unit = rlpb.RateLimitResponse_RateLimit_Unit
+
+// Divider returns the window length in seconds of a unit, exactly as the
+// reference's utils.UnitToDivider (MONTH is 30 days, YEAR 365 days, windows are
+// aligned on the Unix epoch so a DAY starts at 00:00 UTC and a WEEK on
+// Thursday). It returns 0 for UNKNOWN or an out-of-range unit.
+func Divider(u Unit) int64 {
+	switch u {
+	case rlpb.RateLimitResponse_RateLimit_SECOND:
+		return 1
+	case rlpb.RateLimitResponse_RateLimit_MINUTE:
+		return 60
+	case rlpb.RateLimitResponse_RateLimit_HOUR:
+		return 3600
+	case rlpb.RateLimitResponse_RateLimit_DAY:
+		return 86400
+	case rlpb.RateLimitResponse_RateLimit_WEEK:
+		return 86400 * 7
+	case rlpb.RateLimitResponse_RateLimit_MONTH:
+		return 86400 * 30
+	case rlpb.RateLimitResponse_RateLimit_YEAR:
+		return 86400 * 365
+	}
+	return 0
+}
+
+// RateLimit is one configured limit. It is immutable once a Config is built and
+// shared by every request that matches it.
+type RateLimit struct {
+	// Index is the limit's position in Config.Limits(), for per-rule state.
+	Index int
+	// Domain is the domain that holds the limit.
+	Domain string
+	// Rule is the limit's stable identity for metrics and logs: the domain and
+	// the config path (domain.key_value.key ...), as the reference's stats key
+	// without detailed_metric. It never contains request values that the config
+	// does not name, so it is safe as a metric label.
+	Rule            string
+	Unit            Unit
+	Divider         int64
+	RequestsPerUnit uint32
+	Unlimited       bool
+	ShadowMode      bool
+	QuotaMode       bool
+	DetailedMetric  bool
+	Name            string
+	Replaces        []string
+	// Proto is the response's current_limit; shared, never mutate it.
+	Proto *rlpb.RateLimitResponse_RateLimit
+}
+
+type node struct {
+	children map[string]*node
+	// wildcards are the children's map keys ending in '*', in config order.
+	wildcards       []string
+	limit           *RateLimit
+	shareThreshold  bool
+	wildcardPattern string
+}
+
+// Config is a loaded set of domains. It is immutable and safe for concurrent use.
+type Config struct {
+	domains map[string]*node
+	limits  []*RateLimit
+	// Sources names the files or resources the config came from, sorted.
+	sources []string
+}
+
+// Empty reports whether the config has no domain.
+func (c *Config) Empty() bool { return c == nil || len(c.domains) == 0 }
+
+// Domains returns the domain names, sorted.
+func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Limits returns every configured limit; RateLimit.Index indexes it.
+func (c *Config) Limits() []*RateLimit {
+	if c == nil {
+		return nil
+	}
+	return c.limits
+}
+
+// Sources returns the names of the files or resources the config was built from.
+func (c *Config) Sources() []string {
+	if c == nil {
+		return nil
+	}
+	return c.sources
+}
+
+// Dump renders the config for the debug endpoint, one limit per line, sorted.
+func (c *Config) Dump() string {
+	if c == nil {
+		return ""
+	}
+	lines := make([]string, 0, len(c.limits))
+	for _, l := range c.limits {
+		lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, unlimited: %t, shadow_mode: %t, quota_mode: %t, name: %q, replaces: %q",
+			l.Rule, l.Unit, l.RequestsPerUnit, l.Unlimited, l.ShadowMode, l.QuotaMode, l.Name, l.Replaces))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// Match is the result of looking up one request descriptor.
+type Match struct {
+	// Limit is nil when no limit applies (unknown domain, no match, or a
+	// depth mismatch).
+	Limit *RateLimit
+	// SharePatterns, when non-nil, has one entry per request entry: a non-empty
+	// string replaces that entry's value in the counter key (share_threshold).
+	SharePatterns []string
+	// Override is true when the limit came from the request descriptor's own
+	// limit override rather than the config.
+	Override bool
+}
+
+// Lookup finds the limit for one request descriptor exactly like the
+// reference: per level, "key_value" first, then the parent's wildcard keys in
+// config order ("key_prefix*"), then the bare "key"; a limit applies only when
+// it sits at the request's last entry. scratch is reused to build map keys
+// without allocating; the grown slice is returned.
+func (c *Config) Lookup(domain string, d *rlcommon.RateLimitDescriptor, scratch []byte) (Match, []byte) {
+	if c == nil {
+		return Match{}, scratch
+	}
+	root := c.domains[domain]
+	if root == nil {
+		return Match{}, scratch
+	}
+	if o := d.GetLimit(); o != nil {
+		// The reference applies a request's override whenever the domain is
+		// known, before matching, with no shadow mode and no name.
+		u := Unit(o.GetUnit())
+		return Match{Override: true, Limit: &RateLimit{
+			Index: -1, Domain: domain, Rule: domain + ".override", Unit: u, Divider: Divider(u),
+			RequestsPerUnit: o.GetRequestsPerUnit(),
+			Proto:           &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u},
+		}}, scratch
+	}
+	var m Match
+	cur := root
+	entries := d.GetEntries()
+	for i, e := range entries {
+		scratch = append(scratch[:0], e.GetKey()...)
+		scratch = append(scratch, '_')
+		scratch = append(scratch, e.GetValue()...)
+		next := cur.children[string(scratch)]
+		matchedWildcard := ""
+		if next == nil {
+			for _, wk := range cur.wildcards {
+				if strings.HasPrefix(string(scratch), wk[:len(wk)-1]) {
+					next = cur.children[wk]
+					matchedWildcard = wk
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = cur.children[e.GetKey()]
+		}
+		if matchedWildcard != "" && next != nil && next.shareThreshold && next.wildcardPattern != "" {
+			if m.SharePatterns == nil {
+				m.SharePatterns = make([]string, len(entries))
+			}
+			m.SharePatterns[i] = strings.TrimPrefix(next.wildcardPattern, e.GetKey()+"_")
+		}
+		if next != nil && next.limit != nil && i == len(entries)-1 {
+			m.Limit = next.limit
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		cur = next
+	}
+	if m.Limit == nil {
+		m.SharePatterns = nil
+	}
+	return m, scratch
+}
