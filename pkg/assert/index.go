@@ -1,0 +1,403 @@
+package assert
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/pkg/manifest"
+)
+
+// API groups the gate reads.
+const (
+	GroupEG      = "gateway.envoyproxy.io"
+	GroupGateway = "gateway.networking.k8s.io"
+)
+
+// Index is the objects of a run, sorted into what the rules look at.
+// Non-EG kinds are kept only where a rule needs them.
+type Index struct {
+	Objects          []*manifest.Object
+	Policies         []*Policy // every BackendTrafficPolicy
+	Gateways         []*manifest.Object
+	Routes           []*manifest.Object // HTTPRoutes (and GRPCRoutes)
+	SecurityPolicies []*manifest.Object
+	ClientPolicies   []*manifest.Object // ClientTrafficPolicies
+	Namespaces       map[string]*manifest.Object
+}
+
+// RuleKind says what a global rate-limit rule is for.
+type RuleKind int
+
+// Kinds of rules.
+const (
+	// OtherRule is a plain request rate limit.
+	OtherRule RuleKind = iota
+	// TokenRule charges tokens from response metadata: a token budget.
+	TokenRule
+	// KillSwitchRule is a request-count rule with limit 0 on the model header.
+	KillSwitchRule
+)
+
+func (k RuleKind) String() string {
+	switch k {
+	case TokenRule:
+		return "token rule"
+	case KillSwitchRule:
+		return "kill switch"
+	}
+	return "rule"
+}
+
+// Policy is a BackendTrafficPolicy with its global rules classified.
+type Policy struct {
+	Obj   *manifest.Object
+	Rules []*RateRule
+	// Budget is true for a budget policy: it carries the rule-budgets
+	// annotation, or at least one token rule or kill switch.
+	Budget bool
+	// Created is metadata.creationTimestamp (zero when absent, as in most
+	// committed manifests).
+	Created time.Time
+}
+
+// RateRule is one entry of spec.rateLimit.global.rules.
+type RateRule struct {
+	Policy *Policy
+	// Index is the rule's position (EG's rule/<i>).
+	Index int
+	Node  *yaml.Node
+	Kind  RuleKind
+	// Budget and Principal come from the rule-budgets annotation ("" when absent).
+	Budget    string
+	Principal string
+}
+
+// Path is the rule's field path.
+func (r *RateRule) Path() string { return fmt.Sprintf("spec.rateLimit.global.rules[%d]", r.Index) }
+
+// ID is EG's descriptor name of the rule when shared: <ns>/<policy>/rule/<i>.
+func (r *RateRule) ID() string {
+	return fmt.Sprintf("%s/%s/rule/%d", r.Policy.Obj.Namespace, r.Policy.Obj.Name, r.Index)
+}
+
+// HeaderMatch is one clientSelectors[s].headers[h] entry.
+type HeaderMatch struct {
+	Node     *yaml.Node
+	Path     string
+	Selector int
+	Name     string // lowercased
+	Type     string // Exact (default), RegularExpression, Distinct
+	Value    string
+	HasValue bool
+	Invert   bool
+}
+
+// Headers lists the rule's header matches across its selectors.
+func (r *RateRule) Headers() []HeaderMatch {
+	var out []HeaderMatch
+	for s, sel := range manifest.Items(manifest.Get(r.Node, "clientSelectors")) {
+		for h, hm := range manifest.Items(manifest.Get(sel, "headers")) {
+			m := HeaderMatch{
+				Node:     hm,
+				Path:     fmt.Sprintf("%s.clientSelectors[%d].headers[%d]", r.Path(), s, h),
+				Selector: s,
+				Name:     strings.ToLower(manifest.Str(manifest.Get(hm, "name"))),
+				Type:     manifest.Str(manifest.Get(hm, "type")),
+			}
+			if m.Type == "" {
+				m.Type = "Exact"
+			}
+			if v := manifest.Get(hm, "value"); v != nil {
+				m.Value, m.HasValue = manifest.Str(v), true
+			}
+			m.Invert, _ = manifest.Bool(manifest.Get(hm, "invert"))
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+type ruleBudget struct {
+	Rule      int    `json:"rule"`
+	Budget    string `json:"budget"`
+	Kind      string `json:"kind"`
+	Principal string `json:"principal"`
+}
+
+// NewIndex sorts objs into an Index and classifies every BTP's rules.
+func NewIndex(objs []*manifest.Object) *Index {
+	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}}
+	for _, o := range objs {
+		switch {
+		case o.Group() == GroupEG && o.Kind == "BackendTrafficPolicy":
+			ix.Policies = append(ix.Policies, newPolicy(o))
+		case o.Group() == GroupEG && o.Kind == "SecurityPolicy":
+			ix.SecurityPolicies = append(ix.SecurityPolicies, o)
+		case o.Group() == GroupEG && o.Kind == "ClientTrafficPolicy":
+			ix.ClientPolicies = append(ix.ClientPolicies, o)
+		case o.Group() == GroupGateway && o.Kind == "Gateway":
+			ix.Gateways = append(ix.Gateways, o)
+		case o.Group() == GroupGateway && (o.Kind == "HTTPRoute" || o.Kind == "GRPCRoute"):
+			ix.Routes = append(ix.Routes, o)
+		case o.Group() == "" && o.Kind == "Namespace":
+			ix.Namespaces[o.Name] = o
+		}
+	}
+	return ix
+}
+
+func newPolicy(o *manifest.Object) *Policy {
+	p := &Policy{Obj: o}
+	if ts := manifest.Str(manifest.Get(o.Node, "metadata", "creationTimestamp")); ts != "" {
+		p.Created, _ = time.Parse(time.RFC3339, ts)
+	}
+	byRule := map[int]ruleBudget{}
+	if a := manifest.Get(o.Node, "metadata", "annotations", RuleBudgetsAnnotation); a != nil {
+		var rbs []ruleBudget
+		if json.Unmarshal([]byte(manifest.Str(a)), &rbs) == nil {
+			p.Budget = true
+			for _, rb := range rbs {
+				byRule[rb.Rule] = rb
+			}
+		}
+	}
+	for i, n := range manifest.Items(manifest.Get(o.Node, "spec", "rateLimit", "global", "rules")) {
+		r := &RateRule{Policy: p, Index: i, Node: n, Kind: classify(n)}
+		if rb, ok := byRule[i]; ok {
+			r.Budget, r.Principal = rb.Budget, rb.Principal
+			switch rb.Kind {
+			case "tokens":
+				r.Kind = TokenRule
+			case "killswitch":
+				r.Kind = KillSwitchRule
+			}
+		}
+		if r.Kind != OtherRule {
+			p.Budget = true
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	return p
+}
+
+// classify recognises hand-written budget rules (docs/assert.md):
+//   - a token rule charges cost.response from Metadata (any namespace/key:
+//     BG003 then checks they are the expected ones);
+//   - a kill switch has limit.requests 0, no response cost, and a header
+//     match on the model header (x-ai-eg-model).
+func classify(n *yaml.Node) RuleKind {
+	if manifest.Str(manifest.Get(n, "cost", "response", "from")) == "Metadata" {
+		return TokenRule
+	}
+	if req, ok := manifest.Int(manifest.Get(n, "limit", "requests")); ok && req == 0 && manifest.Get(n, "cost", "response") == nil {
+		for _, sel := range manifest.Items(manifest.Get(n, "clientSelectors")) {
+			for _, hm := range manifest.Items(manifest.Get(sel, "headers")) {
+				if strings.EqualFold(manifest.Str(manifest.Get(hm, "name")), DefaultModelHeader) {
+					return KillSwitchRule
+				}
+			}
+		}
+	}
+	return OtherRule
+}
+
+// GatewayKey names a Gateway, optionally one listener.
+type GatewayKey struct {
+	Namespace, Name, Section string
+}
+
+func (k GatewayKey) String() string {
+	s := "Gateway " + k.Namespace + "/" + k.Name
+	if k.Section != "" {
+		s += " section " + k.Section
+	}
+	return s
+}
+
+// Target is a resolved Gateway target of a policy and the node that selects it.
+type Target struct {
+	Gateway GatewayKey
+	Node    *yaml.Node
+	Path    string
+	// Via is the HTTPRoute through which a route-level policy reaches the Gateway ("" when direct).
+	Via string
+}
+
+// Targets resolves obj's targetRef, targetRefs and targetSelectors of kind
+// Gateway (directly) and HTTPRoute/GRPCRoute (through the routes' parentRefs)
+// against the objects in the index. Sorted, without duplicates.
+func (ix *Index) Targets(obj *manifest.Object) []Target {
+	var out []Target
+	add := func(t Target) {
+		for _, o := range out {
+			if o.Gateway == t.Gateway && o.Via == t.Via {
+				return
+			}
+		}
+		out = append(out, t)
+	}
+	spec := manifest.Get(obj.Node, "spec")
+	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
+	paths := make([]string, len(refs))
+	for i := range refs {
+		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
+	}
+	if r := manifest.Get(spec, "targetRef"); r != nil {
+		refs = append([]*yaml.Node{r}, refs...)
+		paths = append([]string{"spec.targetRef"}, paths...)
+	}
+	for i, ref := range refs {
+		group := manifest.Str(manifest.Get(ref, "group"))
+		if group != "" && group != GroupGateway {
+			continue
+		}
+		name := manifest.Str(manifest.Get(ref, "name"))
+		switch manifest.Str(manifest.Get(ref, "kind")) {
+		case "Gateway":
+			add(Target{Gateway: GatewayKey{obj.Namespace, name, manifest.Str(manifest.Get(ref, "sectionName"))}, Node: ref, Path: paths[i]})
+		case "HTTPRoute", "GRPCRoute":
+			for _, rt := range ix.Routes {
+				if rt.Namespace == obj.Namespace && rt.Name == name {
+					for _, gk := range routeParents(rt) {
+						add(Target{Gateway: gk, Node: ref, Path: paths[i], Via: rt.Namespace + "/" + rt.Name})
+					}
+				}
+			}
+		}
+	}
+	for i, sel := range manifest.Items(manifest.Get(spec, "targetSelectors")) {
+		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
+		group := manifest.Str(manifest.Get(sel, "group"))
+		if group != "" && group != GroupGateway {
+			continue
+		}
+		switch manifest.Str(manifest.Get(sel, "kind")) {
+		case "Gateway":
+			for _, gw := range ix.Gateways {
+				if ix.selects(obj, sel, gw) {
+					add(Target{Gateway: GatewayKey{gw.Namespace, gw.Name, ""}, Node: sel, Path: path})
+				}
+			}
+		case "HTTPRoute", "GRPCRoute":
+			for _, rt := range ix.Routes {
+				if ix.selects(obj, sel, rt) {
+					for _, gk := range routeParents(rt) {
+						add(Target{Gateway: gk, Node: sel, Path: path, Via: rt.Namespace + "/" + rt.Name})
+					}
+				}
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Gateway, out[j].Gateway
+		if a != b {
+			return a.Namespace+"/"+a.Name+"/"+a.Section < b.Namespace+"/"+b.Name+"/"+b.Section
+		}
+		return out[i].Via < out[j].Via
+	})
+	return out
+}
+
+// routeParents lists the Gateways a route attaches to (parentRefs of kind
+// Gateway, the default kind; namespace defaults to the route's).
+func routeParents(rt *manifest.Object) []GatewayKey {
+	var out []GatewayKey
+	for _, pr := range manifest.Items(manifest.Get(rt.Node, "spec", "parentRefs")) {
+		if k := manifest.Str(manifest.Get(pr, "kind")); k != "" && k != "Gateway" {
+			continue
+		}
+		ns := manifest.Str(manifest.Get(pr, "namespace"))
+		if ns == "" {
+			ns = rt.Namespace
+		}
+		out = append(out, GatewayKey{Namespace: ns, Name: manifest.Str(manifest.Get(pr, "name"))})
+	}
+	return out
+}
+
+// selects applies a targetSelector (namespaces, matchLabels, matchExpressions)
+// of policy obj to a candidate target.
+func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, target *manifest.Object) bool {
+	switch from := manifest.Str(manifest.Get(sel, "namespaces", "from")); from {
+	case "", "Same":
+		if target.Namespace != obj.Namespace {
+			return false
+		}
+	case "All":
+	case "Selector":
+		ns, ok := ix.Namespaces[target.Namespace]
+		if !ok || !matchSelector(manifest.Get(sel, "namespaces", "selector"), labels(ns)) {
+			return false
+		}
+	default:
+		return false
+	}
+	return matchSelector(sel, labels(target))
+}
+
+func labels(o *manifest.Object) map[string]string {
+	out := map[string]string{}
+	keys, vals := manifest.Pairs(manifest.Get(o.Node, "metadata", "labels"))
+	for i := range keys {
+		out[keys[i].Value] = manifest.Str(vals[i])
+	}
+	return out
+}
+
+// matchSelector evaluates matchLabels and matchExpressions (ANDed) like a
+// Kubernetes LabelSelector. A selector with neither matches everything.
+func matchSelector(sel *yaml.Node, l map[string]string) bool {
+	keys, vals := manifest.Pairs(manifest.Get(sel, "matchLabels"))
+	for i := range keys {
+		if v, ok := l[keys[i].Value]; !ok || v != manifest.Str(vals[i]) {
+			return false
+		}
+	}
+	for _, e := range manifest.Items(manifest.Get(sel, "matchExpressions")) {
+		key := manifest.Str(manifest.Get(e, "key"))
+		v, has := l[key]
+		in := false
+		for _, want := range manifest.Items(manifest.Get(e, "values")) {
+			if has && v == manifest.Str(want) {
+				in = true
+			}
+		}
+		switch manifest.Str(manifest.Get(e, "operator")) {
+		case "In":
+			if !in {
+				return false
+			}
+		case "NotIn":
+			if in {
+				return false
+			}
+		case "Exists":
+			if !has {
+				return false
+			}
+		case "DoesNotExist":
+			if has {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// BudgetPolicies returns the budget policies.
+func (ix *Index) BudgetPolicies() []*Policy {
+	var out []*Policy
+	for _, p := range ix.Policies {
+		if p.Budget {
+			out = append(out, p)
+		}
+	}
+	return out
+}
