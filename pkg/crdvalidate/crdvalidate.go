@@ -1,0 +1,142 @@
+// Package crdvalidate checks Kubernetes objects offline against Envoy Gateway's
+// own CRDs (and the Gateway API CRDs EG embeds), evaluating both the OpenAPI
+// schema and the x-kubernetes-validations CEL rules, the way EG itself does in
+// internal/gatewayapi/resource/validator.go.
+//
+// Building the validator parses every CRD and is slow (seconds); build one
+// with New and reuse it, or use Shared.
+package crdvalidate
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing/fstest"
+
+	envoygateway "github.com/envoyproxy/gateway"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/kubectl-validate/pkg/cmd"
+	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
+	"sigs.k8s.io/kubectl-validate/pkg/validator"
+	"sigs.k8s.io/yaml"
+)
+
+// Validator validates documents against a fixed set of CRDs. It is safe for
+// concurrent use (calls are serialized: kubectl-validate caches per GVK in a
+// plain map).
+type Validator struct {
+	mu sync.Mutex
+	v  *validator.Validator
+}
+
+// New builds a validator over Envoy Gateway's embedded CRDs
+// (envoygateway.GatewayCRDs: Gateway API and gateway.envoyproxy.io).
+func New() (*Validator, error) {
+	return NewFromCRDs(envoygateway.GatewayCRDs)
+}
+
+// NewFromCRDs builds a validator over a YAML stream of CustomResourceDefinitions.
+func NewFromCRDs(crds []byte) (*Validator, error) {
+	fsys := fstest.MapFS{"crds.yaml": &fstest.MapFile{Data: crds, Mode: 0o444}}
+	v, err := validator.New(openapiclient.NewLocalCRDFiles(fsys))
+	if err != nil {
+		return nil, fmt.Errorf("load CRDs: %w", err)
+	}
+	return &Validator{v: v}, nil
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Validator
+	sharedErr  error
+)
+
+// Shared returns one process-wide validator over EG's embedded CRDs, built on
+// first use. The CRDs are compiled into the binary, so there is nothing to configure.
+func Shared() (*Validator, error) {
+	sharedOnce.Do(func() { shared, sharedErr = New() })
+	return shared, sharedErr
+}
+
+// Cause is one field-level problem.
+type Cause struct {
+	Field   string // e.g. "spec.rateLimit.global.rules[0].cost"
+	Message string
+}
+
+// Error is a document that does not validate. Causes lists field-level
+// problems when the validator reported them (schema and CEL failures).
+type Error struct {
+	APIVersion, Kind, Namespace, Name string
+	Causes                            []Cause
+	Err                               error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", e.Kind, e.Name)
+	if e.Namespace != "" {
+		b.Reset()
+		fmt.Fprintf(&b, "%s %s/%s", e.Kind, e.Namespace, e.Name)
+	}
+	if len(e.Causes) == 0 {
+		fmt.Fprintf(&b, ": %v", e.Err)
+		return b.String()
+	}
+	for i, c := range e.Causes {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		if c.Field != "" {
+			b.WriteString(c.Field)
+			b.WriteString(": ")
+		}
+		b.WriteString(c.Message)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Validate checks one YAML or JSON document (an object with apiVersion and
+// kind). Unknown kinds, unknown fields, schema violations and failed CEL rules
+// are errors; the error is an *Error with field-level Causes where known.
+func (v *Validator) Validate(doc []byte) error {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return &Error{Err: fmt.Errorf("parse document: %w", err)}
+	}
+	v.mu.Lock()
+	err := cmd.ValidateDocument(doc, v.v)
+	v.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	e := &Error{APIVersion: meta.APIVersion, Kind: meta.Kind, Namespace: meta.Metadata.Namespace, Name: meta.Metadata.Name, Err: err}
+	var se *apierrors.StatusError
+	if errors.As(err, &se) && se.ErrStatus.Details != nil {
+		for _, c := range se.ErrStatus.Details.Causes {
+			e.Causes = append(e.Causes, Cause{Field: c.Field, Message: c.Message})
+		}
+	}
+	return e
+}
+
+// ValidateObject marshals obj (a typed API object or map) and validates it.
+func (v *Validator) ValidateObject(obj any) error {
+	doc, err := yaml.Marshal(obj)
+	if err != nil {
+		return &Error{Err: fmt.Errorf("marshal object: %w", err)}
+	}
+	return v.Validate(doc)
+}

@@ -1,0 +1,87 @@
+package crdvalidate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const validBTP = `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: budgets, namespace: ai-gateway}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: agent-router}]
+  rateLimit:
+    global:
+      rules:
+        - clientSelectors:
+            - headers:
+                - {name: x-ar-run, type: Distinct}
+          limit: {requests: 5000000, unit: Day}
+          cost:
+            request: {from: Number, number: 0}
+            response: {from: Metadata, metadata: {namespace: io.envoy.ai_gateway, key: llm_total_token}}
+          shared: true
+          shadowMode: true
+`
+
+func TestValidate(t *testing.T) {
+	v, err := Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Validate([]byte(validBTP)); err != nil {
+		t.Fatalf("valid BTP rejected: %v", err)
+	}
+	tests := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"unknown field", strings.Replace(validBTP, "shared: true", "shared: true\n          sharedd: true", 1), []string{"spec.rateLimit.global.rules[0].sharedd", "unknown field"}},
+		{"cel cost both", strings.Replace(validBTP, "{from: Number, number: 0}", "{from: Number, number: 0, metadata: {namespace: a, key: b}}", 1),
+			[]string{"spec.rateLimit.global.rules[0].cost.request", "only one of number or metadata can be specified"}},
+		{"enum unit", strings.Replace(validBTP, "unit: Day", "unit: Fortnight", 1), []string{"spec.rateLimit.global.rules[0].limit.unit", "Unsupported value"}},
+		{"unknown kind", strings.Replace(validBTP, "BackendTrafficPolicy", "BackendTrafficPolice", 1), []string{"BackendTrafficPolice"}},
+		{"gateway api", "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {gatewayClassName: eg, listeners: []}\n", []string{"spec.listeners"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := v.Validate([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("invalid document accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Errorf("error is %T, want *Error", err)
+			}
+		})
+	}
+}
+
+func TestValidateObject(t *testing.T) {
+	v, err := Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]any{
+		"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "ClientTrafficPolicy",
+		"metadata": map[string]any{"name": "c", "namespace": "n"},
+		"spec": map[string]any{
+			"targetRefs": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "g"}},
+			"headers":    map[string]any{"earlyRequestHeaders": map[string]any{"remove": []any{"x-ar-run"}}},
+		},
+	}
+	if err := v.ValidateObject(obj); err != nil {
+		t.Fatalf("valid CTP rejected: %v", err)
+	}
+	obj["spec"].(map[string]any)["targetRefs"] = []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "g"}}
+	err = v.ValidateObject(obj)
+	if err == nil || !strings.Contains(err.Error(), "targetRefs[*].kind of Gateway") {
+		t.Fatalf("CTP targeting an HTTPRoute: err = %v", err)
+	}
+}
