@@ -1,0 +1,61 @@
+package output
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/budgetgen/budgetgen/pkg/assert"
+)
+
+// githubWriter writes GitHub Actions workflow commands, which annotate the
+// pull request's files:
+// ::error file=F,line=L,col=C,title=BG001::message
+type githubWriter struct {
+	w    io.Writer
+	meta Meta
+}
+
+func (g *githubWriter) Write(f assert.Finding) error {
+	level := "error"
+	if f.Severity == assert.Warning {
+		level = "warning"
+	}
+	props := []string{"file=" + escapeProperty(f.File)}
+	if f.Line > 0 {
+		props = append(props, fmt.Sprintf("line=%d", f.Line))
+	}
+	if f.Column > 0 {
+		props = append(props, fmt.Sprintf("col=%d", f.Column))
+	}
+	props = append(props, "title="+escapeProperty(f.Rule+" "+ruleName(g.meta, f.Rule)))
+	msg := f.Message
+	if f.Object != "" {
+		msg += " (" + f.Object + ")"
+	}
+	if f.Detail != "" {
+		msg += "\n" + f.Detail
+	}
+	_, err := fmt.Fprintf(g.w, "::%s %s::%s\n", level, strings.Join(props, ","), escapeData(msg))
+	return err
+}
+
+func (g *githubWriter) Flush() error { return nil }
+
+// escapeData and escapeProperty follow the Actions toolkit's command escaping.
+func escapeData(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+func escapeProperty(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+func ruleName(m Meta, id string) string {
+	for _, r := range m.Rules {
+		if r.ID == id {
+			return r.Name
+		}
+	}
+	return ""
+}
