@@ -1,0 +1,190 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestEncodePrincipalInjective(t *testing.T) {
+	cases := [][]string{nil, {""}, {"", ""}, {"a"}, {"a", "b"}, {"a,b"}, {`a\`, "b"}, {`a`, `\b`}, {"a", ""}, {"", "a"}, {`\e`}, {"e"}, {`,`}, {`\`}}
+	seen := map[string][]string{}
+	for _, p := range cases {
+		f := EncodePrincipal(p)
+		if prev, dup := seen[f]; dup {
+			t.Fatalf("%q and %q share field %q", prev, p, f)
+		}
+		seen[f] = p
+		back, err := DecodePrincipal(f)
+		if err != nil || !reflect.DeepEqual(back, p) && !(len(back) == 0 && len(p) == 0) {
+			t.Fatalf("decode(encode(%q)) = %q, %v (field %q)", p, back, err, f)
+		}
+	}
+	if got := EncodePrincipal([]string{"alice@example.com"}); got != "alice@example.com" {
+		t.Errorf("a plain principal is stored as itself, got %q", got)
+	}
+	if got := PrincipalName(EncodePrincipal([]string{"a,b", "c"})); got != "a,b, c" {
+		t.Errorf("name %q", got)
+	}
+}
+
+func FuzzPrincipalRoundTrip(f *testing.F) {
+	f.Add("a", "b", 2)
+	f.Add("", "x,y", 1)
+	f.Add(`\e`, `\\`, 2)
+	f.Fuzz(func(t *testing.T, a, b string, n int) {
+		var parts []string
+		switch ((n % 3) + 3) % 3 {
+		case 1:
+			parts = []string{a}
+		case 2:
+			parts = []string{a, b}
+		}
+		fld := EncodePrincipal(parts)
+		back, err := DecodePrincipal(fld)
+		if err != nil || len(back) != len(parts) {
+			t.Fatalf("round trip %q -> %q -> %q %v", parts, fld, back, err)
+		}
+		for i := range back {
+			if back[i] != parts[i] {
+				t.Fatalf("round trip %q -> %q -> %q", parts, fld, back)
+			}
+		}
+		// Any decodable field re-encodes to itself: one field per principal.
+		if p2, err := DecodePrincipal(a); err == nil && EncodePrincipal(p2) != a {
+			t.Fatalf("field %q decodes to %q which encodes to %q", a, p2, EncodePrincipal(p2))
+		}
+	})
+}
+
+func TestKeysRoundTripAndNeverCollide(t *testing.T) {
+	d := DayOf(time.Date(2026, 10, 17, 13, 0, 0, 0, time.UTC))
+	rules := []RuleID{
+		{"ai-gateway/ai-budgets-agent-router", "ai-gateway/ai-budgets-agent-router/rule/0"},
+		{"a|b", "c"}, {"a", "b|c"}, {"a}:x", "y"}, {"a", "}:20261017:u"}, {"", ""}, {"%41", "A"}, {"A", "A"}, {"é", "{x}"},
+	}
+	seen := map[string]RuleID{}
+	for _, r := range rules {
+		k := UsageKey("rl_", r, d)
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("%v and %v share key %q", prev, r, k)
+		}
+		seen[k] = r
+		got, gd, kind, err := ParseKey("rl_", k)
+		if err != nil || got != r || gd != d || kind != "u" {
+			t.Fatalf("ParseKey(%q) = %v %v %q %v, want %v", k, got, gd, kind, err, r)
+		}
+		if _, _, kind, _ := ParseKey("rl_", StatsKey("rl_", r, d)); kind != "d" {
+			t.Fatalf("stats key kind %q", kind)
+		}
+	}
+	if k := UsageKey("", rules[0], d); k != "ledger:{ai-gateway/ai-budgets-agent-router|ai-gateway/ai-budgets-agent-router/rule/0}:20261017:u" {
+		t.Errorf("Envoy Gateway rule keys stay readable, got %q", k)
+	}
+	for _, bad := range []string{"x", "ledger:{a|b}:2026101:u", "ledger:{a|b}:20261017:x", "ledger:{ab}:20261017:u", "ledger:{a%zz|b}:20261017:u", "ledger:{a%41|b}:20261017:u", "ledger:{a b|c}:20261017:u"} {
+		if _, _, _, err := ParseKey("", bad); !errors.Is(err, ErrNotLedgerKey) {
+			t.Errorf("ParseKey(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzKeyRoundTrip(f *testing.F) {
+	f.Add("ns/policy", "ns/policy/rule/3", int32(20000))
+	f.Add("a|b}{", "%", int32(0))
+	f.Fuzz(func(t *testing.T, dom, rule string, day int32) {
+		if day < 0 || day > 2_000_000 {
+			return
+		}
+		r := RuleID{dom, rule}
+		k := UsageKey("p:", r, Day(day))
+		got, gd, _, err := ParseKey("p:", k)
+		if err != nil || got != r || gd != Day(day) {
+			t.Fatalf("%q: got %v %v %v", k, got, gd, err)
+		}
+	})
+}
+
+func TestRetentionBounds(t *testing.T) {
+	for _, tc := range []struct {
+		in, want int
+		ok       bool
+	}{{0, DefaultRetentionDays, true}, {8, 8, true}, {7, 0, false}, {92, 92, true}, {93, 0, false}, {-1, 0, false}} {
+		o := Options{RetentionDays: tc.in}
+		err := o.Validate()
+		if (err == nil) != tc.ok || tc.ok && o.RetentionDays != tc.want {
+			t.Errorf("retention %d: %v %d", tc.in, err, o.RetentionDays)
+		}
+	}
+}
+
+type failingSink struct{ err error }
+
+func (f failingSink) Apply(context.Context, Batch) error { return f.err }
+
+func TestRecorderWithMemory(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 10, 17, 23, 59, 59, 0, time.UTC)
+	clock := func() time.Time { return now }
+	mem := NewMemory("p_", clock)
+	rec, err := NewRecorder(Options{Prefix: "p_"}, mem, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := RuleID{"ns/pol", "ns/pol/rule/0"}
+	add := func(principal string, n uint64) {
+		u := rec.Usage(r0, principal, now, n)
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	}
+	add("alice", 100)
+	add("bob", 5)
+	add("alice", 50)
+	rec.Denied(r0, now, true)
+	rec.Denied(r0, now, true)
+	now = now.Add(time.Second) // next UTC day
+	add("alice", 7)
+	rec.Denied(r0, now, false)
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d1 := DayOf(time.Date(2026, 10, 17, 0, 0, 0, 0, time.UTC))
+	rules, _ := mem.Rules(ctx, []Day{d1})
+	if len(rules) != 1 || rules[0] != r0 {
+		t.Fatalf("rules %v", rules)
+	}
+	got, _ := mem.Read(ctx, r0, d1)
+	if got.Usage["alice"] != 150 || got.Usage["bob"] != 5 || got.ShadowDenials != 2 || got.EnforceDenials != 0 {
+		t.Fatalf("day 1: %+v", got)
+	}
+	got2, _ := mem.Read(ctx, r0, d1+1)
+	if got2.Usage["alice"] != 7 || got2.EnforceDenials != 1 || got2.ShadowDenials != 0 {
+		t.Fatalf("day 2: %+v", got2)
+	}
+	// Absolute expiry: the end of the day plus the retention.
+	if exp := mem.TTL(UsageKey("p_", r0, d1)); !exp.Equal(time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("expiry %v", exp)
+	}
+	// After the retention the day is gone, the next one not yet.
+	now = time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	if got, _ := mem.Read(ctx, r0, d1); len(got.Usage) != 0 {
+		t.Fatalf("expired day still read: %+v", got)
+	}
+	if got, _ := mem.Read(ctx, r0, d1+1); got.Usage["alice"] != 7 {
+		t.Fatalf("next day lost: %+v", got)
+	}
+
+	// A failed flush keeps the denials for the next one.
+	bad, _ := NewRecorder(Options{Prefix: "p_"}, failingSink{errors.New("down")}, clock)
+	bad.Denied(r0, now, true)
+	if err := bad.Flush(ctx); err == nil {
+		t.Fatal("want flush error")
+	}
+	bad.sink = mem
+	if err := bad.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := mem.Read(ctx, r0, DayOf(now)); got.ShadowDenials != 1 {
+		t.Fatalf("retried denial: %+v", got)
+	}
+}

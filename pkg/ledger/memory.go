@@ -1,0 +1,128 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Memory is the ledger of the embedded store: a small set of hashes with
+// absolute expiry, the same layout as in Valkey. It is both the Sink of a
+// Recorder and a Reader, and the embedded store calls HIncrBy for usage.
+type Memory struct {
+	prefix string
+	now    func() time.Time
+
+	mu     sync.Mutex
+	hashes map[string]*memHash
+}
+
+type memHash struct {
+	fields   map[string]uint64
+	expireAt time.Time // zero: none yet
+}
+
+// NewMemory returns an empty in-memory ledger using prefix (Options.Prefix)
+// and the clock now (time.Now when nil).
+func NewMemory(prefix string, now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{prefix: prefix, now: now, hashes: map[string]*memHash{}}
+}
+
+func (m *Memory) live(key string, now time.Time) *memHash {
+	h := m.hashes[key]
+	if h != nil && !h.expireAt.IsZero() && !now.Before(h.expireAt) {
+		delete(m.hashes, key)
+		return nil
+	}
+	return h
+}
+
+// HIncrBy adds n to field of hash key, creating it.
+func (m *Memory) HIncrBy(key, field string, n uint64) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.live(key, m.now())
+	if h == nil {
+		h = &memHash{fields: map[string]uint64{}}
+		m.hashes[key] = h
+	}
+	h.fields[field] += n
+	return h.fields[field]
+}
+
+// Apply implements Sink.
+func (m *Memory) Apply(_ context.Context, b Batch) error {
+	for k, fs := range b.Denials {
+		for f, n := range fs {
+			m.HIncrBy(k, f, n)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for k, t := range b.Expire {
+		if h := m.live(k, now); h != nil {
+			h.expireAt = t
+		}
+	}
+	// Expired hashes go when the flush runs, so memory stays bounded by the
+	// retention without a janitor of its own.
+	for k := range m.hashes {
+		m.live(k, now)
+	}
+	return nil
+}
+
+// Rules implements Reader.
+func (m *Memory) Rules(_ context.Context, days []Day) ([]RuleID, error) {
+	want := map[Day]bool{}
+	for _, d := range days {
+		want[d] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	found := map[RuleID]bool{}
+	for k := range m.hashes {
+		if m.live(k, now) == nil {
+			continue
+		}
+		r, d, _, err := ParseKey(m.prefix, k)
+		if err == nil && want[d] {
+			found[r] = true
+		}
+	}
+	return sortRules(found), nil
+}
+
+// Read implements Reader.
+func (m *Memory) Read(_ context.Context, rule RuleID, day Day) (DayData, error) {
+	dd := DayData{Rule: rule, Day: day, Usage: map[string]uint64{}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if h := m.live(UsageKey(m.prefix, rule, day), now); h != nil {
+		for f, v := range h.fields {
+			dd.Usage[f] = v
+		}
+	}
+	if h := m.live(StatsKey(m.prefix, rule, day), now); h != nil {
+		dd.ShadowDenials = h.fields[FieldShadowDenials]
+		dd.EnforceDenials = h.fields[FieldEnforceDenials]
+	}
+	return dd, nil
+}
+
+// TTL returns a hash's expiry (zero when it has none or does not exist), for tests.
+func (m *Memory) TTL(key string) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.live(key, m.now()); h != nil {
+		return h.expireAt
+	}
+	return time.Time{}
+}
+

@@ -1,0 +1,181 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Defaults of the Valkey reader.
+const (
+	// DefaultScanCount is the COUNT hint of SCAN and HSCAN calls.
+	DefaultScanCount = 1000
+	// DefaultMaxKeysScanned bounds the keys a Rules call walks per node.
+	DefaultMaxKeysScanned = 5_000_000
+)
+
+// Valkey is the ledger in Valkey (standalone, sentinel or cluster: keys of a
+// rule share a hash tag, and Rules scans every node). It is a Sink for the
+// service's Recorder and a Reader for reports.
+type Valkey struct {
+	client        valkey.Client
+	prefix        string
+	MaxPrincipals int // per rule-day; default DefaultMaxPrincipals
+	MaxKeys       int // scanned per node by Rules; default DefaultMaxKeysScanned
+}
+
+// NewValkey wraps a valkey-go client (not closed by Valkey).
+func NewValkey(client valkey.Client, prefix string) *Valkey {
+	return &Valkey{client: client, prefix: prefix}
+}
+
+// Apply implements Sink in one DoMulti: HINCRBY per denial field, EXPIREAT
+// per key.
+func (v *Valkey) Apply(ctx context.Context, b Batch) error {
+	cmds := make(valkey.Commands, 0, len(b.Expire)+2*len(b.Denials))
+	for _, k := range sortedKeys(b.Denials) {
+		fs := b.Denials[k]
+		for _, f := range sortedKeys(fs) {
+			cmds = append(cmds, v.client.B().Hincrby().Key(k).Field(f).Increment(int64(fs[f])).Build())
+		}
+	}
+	// Expiries after the increments so a freshly created stats hash gets one.
+	for _, k := range sortedKeys(b.Expire) {
+		cmds = append(cmds, v.client.B().Expireat().Key(k).Timestamp(b.Expire[k].Unix()).Build())
+	}
+	for i, r := range v.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("ledger write (%d of %d commands): %w", i+1, len(cmds), err)
+		}
+	}
+	return nil
+}
+
+// Rules implements Reader with a bounded SCAN of every node.
+func (v *Valkey) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
+	want := map[Day]bool{}
+	for _, d := range days {
+		want[d] = true
+	}
+	maxKeys := v.MaxKeys
+	if maxKeys == 0 {
+		maxKeys = DefaultMaxKeysScanned
+	}
+	nodes := v.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	found := map[RuleID]bool{}
+	for _, a := range addrs {
+		n := nodes[a]
+		// A replica answers SCAN too; its keys repeat the master's, and the
+		// set below removes duplicates.
+		var cursor uint64
+		seen := 0
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(v.prefix+"ledger:{*}:*").Count(DefaultScanCount).Build()).AsScanEntry()
+			if err != nil {
+				return nil, fmt.Errorf("scan ledger keys on %s: %w", a, err)
+			}
+			for _, k := range e.Elements {
+				r, d, _, err := ParseKey(v.prefix, k)
+				if err == nil && want[d] {
+					found[r] = true
+				}
+			}
+			seen += len(e.Elements)
+			if seen > maxKeys {
+				return nil, fmt.Errorf("scan ledger keys on %s: %w: more than %d keys match", a, ErrTooMany, maxKeys)
+			}
+			cursor = e.Cursor
+			if cursor == 0 {
+				break
+			}
+		}
+	}
+	return sortRules(found), nil
+}
+
+// Read implements Reader: a bounded HSCAN of the day's usage hash and an
+// HGETALL of its small stats hash.
+func (v *Valkey) Read(ctx context.Context, rule RuleID, day Day) (DayData, error) {
+	dd := DayData{Rule: rule, Day: day, Usage: map[string]uint64{}}
+	max := v.MaxPrincipals
+	if max == 0 {
+		max = DefaultMaxPrincipals
+	}
+	key := UsageKey(v.prefix, rule, day)
+	var cursor uint64
+	for {
+		e, err := v.client.Do(ctx, v.client.B().Hscan().Key(key).Cursor(cursor).Count(DefaultScanCount).Build()).AsScanEntry()
+		if err != nil {
+			return dd, fmt.Errorf("hscan %s: %w", key, err)
+		}
+		if len(e.Elements)%2 != 0 {
+			return dd, fmt.Errorf("hscan %s: odd reply", key)
+		}
+		for i := 0; i < len(e.Elements); i += 2 {
+			n, err := strconv.ParseUint(e.Elements[i+1], 10, 64)
+			if err != nil {
+				return dd, fmt.Errorf("hscan %s field %q: not a count: %q", key, e.Elements[i], e.Elements[i+1])
+			}
+			dd.Usage[e.Elements[i]] = n
+		}
+		if len(dd.Usage) > max {
+			return dd, fmt.Errorf("hscan %s: %w: more than %d principals", key, ErrTooMany, max)
+		}
+		cursor = e.Cursor
+		if cursor == 0 {
+			break
+		}
+	}
+	sk := StatsKey(v.prefix, rule, day)
+	m, err := v.client.Do(ctx, v.client.B().Hgetall().Key(sk).Build()).AsStrMap()
+	if err != nil {
+		return dd, fmt.Errorf("hgetall %s: %w", sk, err)
+	}
+	for f, p := range map[string]*uint64{FieldShadowDenials: &dd.ShadowDenials, FieldEnforceDenials: &dd.EnforceDenials} {
+		if s, ok := m[f]; ok {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return dd, fmt.Errorf("%s field %s: not a count: %q", sk, f, s)
+			}
+			*p = n
+		}
+	}
+	return dd, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// UsageCommand is the HINCRBY a store pipelines with a charge.
+func UsageCommand(c valkey.Client, u Usage) valkey.Completed {
+	return c.B().Hincrby().Key(u.Key).Field(u.Field).Increment(int64(u.Tokens)).Build()
+}
+
+// Add writes usage entries in one round trip, for callers that are not a
+// counter store (tools, tests).
+func (v *Valkey) Add(ctx context.Context, us ...Usage) error {
+	cmds := make(valkey.Commands, 0, len(us))
+	for _, u := range us {
+		cmds = append(cmds, UsageCommand(v.client, u))
+	}
+	for _, r := range v.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("ledger add: %w", err)
+		}
+	}
+	return nil
+}

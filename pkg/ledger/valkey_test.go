@@ -1,0 +1,220 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+func newClient(t *testing.T, addrs ...string) valkey.Client {
+	t.Helper()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestValkeyLedgerRoundTrip(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	exerciseValkey(t, newClient(t, srv.Addr), func(k string) string {
+		out, err := srv.Do("PEXPIRETIME", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
+}
+
+// exerciseValkey writes through a Recorder and the usage command and reads it
+// back, checking values and absolute expiries.
+func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Valkey expires keys on its own real clock, so the injected time must be
+	// in the future of it: tomorrow noon UTC.
+	now := (DayOf(time.Now()) + 1).Start().Add(12 * time.Hour)
+	clock := func() time.Time { return now }
+	v := NewValkey(c, "rl:")
+	rec, err := NewRecorder(Options{Prefix: "rl:", RetentionDays: 8}, v, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []RuleID{{"ns/p", "ns/p/rule/0"}, {"ns/p", "ns/p/rule/1"}, {"ns/q", "ns/q/rule/0"}, {"a|b", "c"}, {"a", "b|c"}}
+	var us []Usage
+	want := map[RuleID]map[string]uint64{}
+	for i, r := range rules {
+		want[r] = map[string]uint64{}
+		for j := 0; j < 20; j++ {
+			p := EncodePrincipal([]string{fmt.Sprintf("user-%d", j)})
+			n := uint64((i + 1) * (j + 1) * 1000)
+			us = append(us, rec.Usage(r, p, now, n))
+			want[r][p] += n
+		}
+	}
+	if err := v.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	rec.Denied(rules[0], now, true)
+	rec.Denied(rules[0], now, false)
+	rec.Denied(rules[0], now, false)
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := DayOf(now)
+	got, err := v.Rules(ctx, []Day{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rules) {
+		all, _ := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+		t.Fatalf("rules %v; keys %q", got, all)
+	}
+	if other, _ := v.Rules(ctx, []Day{d - 1}); len(other) != 0 {
+		t.Fatalf("rules on a day without data: %v", other)
+	}
+	for _, r := range rules {
+		dd, err := v.Read(ctx, r, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dd.Usage) != 20 {
+			t.Fatalf("%v: %d principals", r, len(dd.Usage))
+		}
+		for p, n := range want[r] {
+			if dd.Usage[p] != n {
+				t.Fatalf("%v %s: %d, want %d", r, p, dd.Usage[p], n)
+			}
+		}
+		wantExp := strconv.FormatInt((d + 9).Start().UnixMilli(), 10)
+		if e := pexpiretime(UsageKey("rl:", r, d)); e != wantExp {
+			t.Fatalf("expiry of %v: %s, want %s (day end + 8 days)", r, e, wantExp)
+		}
+	}
+	dd, _ := v.Read(ctx, rules[0], d)
+	if dd.ShadowDenials != 1 || dd.EnforceDenials != 2 {
+		t.Fatalf("denials %+v", dd)
+	}
+	all, err := ReadAll(ctx, v, []Day{d - 1, d})
+	if err != nil || len(all) != len(rules) {
+		t.Fatalf("ReadAll: %d %v", len(all), err)
+	}
+}
+
+// startCluster starts a 3-master Valkey cluster on loopback.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	cli := valkeytest.Binary(t, "valkey-cli")
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		port := valkeytest.FreePort(t)
+		s := valkeytest.Start(t, valkeytest.Options{Port: port, Args: []string{"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port), "--cluster-node-timeout", "5000"}})
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, a := range addrs {
+			out, err := valkeytest.Do(a, "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(out, "cluster_state:ok") {
+				ok = false
+			}
+		}
+		if ok {
+			return addrs
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("cluster not ok in 15s")
+	return nil
+}
+
+func TestValkeyLedgerCluster(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("cluster test skipped in -short")
+	}
+	addrs := startCluster(t)
+	c := newClient(t, addrs...)
+	exerciseValkey(t, c, func(k string) string {
+		out, err := c.Do(context.Background(), c.B().Arbitrary("PEXPIRETIME").Keys(k).Build()).ToInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatInt(out, 10)
+	})
+	// The rules' keys are spread over the nodes, and Rules found them all: check
+	// that more than one node holds ledger keys, so the scan really crossed nodes.
+	holding := 0
+	for _, a := range addrs {
+		if out, _ := valkeytest.Do(a, "DBSIZE"); out != "0" {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Fatalf("only %d node(s) hold ledger keys; the cross-node scan is not exercised", holding)
+	}
+}
+
+// TestValkeyMemoryPerPrincipalDay measures the Valkey memory of one
+// principal-day in the ledger with MEMORY USAGE and checks it stays within the
+// documented bound (docs/measurement.md).
+func TestValkeyMemoryPerPrincipalDay(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c := newClient(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v := NewValkey(c, "")
+	now := time.Now()
+	rec, _ := NewRecorder(Options{}, v, func() time.Time { return now })
+	for _, tc := range []struct {
+		n        int
+		maxBytes float64
+	}{
+		{100, 60},     // listpack encoding (<= 128 fields)
+		{10_000, 120}, // hashtable encoding
+	} {
+		r := RuleID{"ai-gateway/ai-budgets-agent-router", fmt.Sprintf("ai-gateway/ai-budgets-agent-router/rule/%d", tc.n)}
+		var us []Usage
+		for i := 0; i < tc.n; i++ {
+			// A 36-character run id, typical of UUID principals.
+			p := fmt.Sprintf("run-%08d-0000-4000-8000-%012d", i, i)
+			us = append(us, rec.Usage(r, p, now, uint64(1_000_000+i*37)))
+			if len(us) == 1000 {
+				if err := v.Add(ctx, us...); err != nil {
+					t.Fatal(err)
+				}
+				us = us[:0]
+			}
+		}
+		if err := v.Add(ctx, us...); err != nil {
+			t.Fatal(err)
+		}
+		out, err := srv.Do("MEMORY", "USAGE", UsageKey("", r, DayOf(now)), "SAMPLES", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, _ := strconv.ParseFloat(out, 64)
+		per := total / float64(tc.n)
+		t.Logf("%d principals (36-char ids): %.0f bytes, %.1f bytes per principal-day", tc.n, total, per)
+		if per > tc.maxBytes || per < 36 {
+			t.Errorf("%d principals: %.1f bytes per principal-day, documented bound %.0f", tc.n, per, tc.maxBytes)
+		}
+	}
+}
