@@ -125,4 +125,3 @@ func (m *Memory) TTL(key string) time.Time {
 	}
 	return time.Time{}
 }
-
