@@ -1,0 +1,128 @@
+package thresholds
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		limit uint64
+		p     int
+		want  uint64
+	}{{100, 80, 80}, {5, 80, 4}, {1, 80, 1}, {5000000, 90, 4500000}, {5000000, 100, 5000000}, {math.MaxUint64, 100, math.MaxUint64}, {199, 50, 100}} {
+		if got := Threshold(tc.limit, tc.p); got != tc.want {
+			t.Errorf("Threshold(%d, %d) = %d, want %d", tc.limit, tc.p, got, tc.want)
+		}
+	}
+}
+
+func TestFirstCrossingOnlyAndNoPrincipalLabel(t *testing.T) {
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	d, err := New(Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	total := uint64(0)
+	charge := func(p string, hits uint64) []int {
+		total += hits
+		return d.Observe(ctx, Charge{Domain: "ns/p", Rule: "ns/p/rule/0", Principal: p, Limit: 1000, Hits: hits, Total: total})
+	}
+	if got := charge("alice", 799); got != nil {
+		t.Fatalf("799/1000 crossed %v", got)
+	}
+	if got := charge("alice", 1); !reflect.DeepEqual(got, []int{80}) {
+		t.Fatalf("800 crossed %v", got)
+	}
+	if got := charge("alice", 0); got != nil {
+		t.Fatalf("a check crossed %v", got)
+	}
+	if got := charge("alice", 50); got != nil {
+		t.Fatalf("850 crossed %v again", got)
+	}
+	if got := charge("alice", 500); !reflect.DeepEqual(got, []int{90, 100}) {
+		t.Fatalf("one big charge should cross 90 and 100 at once, got %v", got)
+	}
+	if got := charge("alice", 500); got != nil {
+		t.Fatalf("over the cap crossed %v again", got)
+	}
+	if got := d.Observe(ctx, Charge{Limit: 0, Hits: 5, Total: 5}); got != nil {
+		t.Fatalf("kill switch crossed %v", got)
+	}
+	if n := testutil.ToFloat64(d.counter.WithLabelValues("ns/p", "ns/p/rule/0", "90")); n != 1 {
+		t.Fatalf("counter 90: %v", n)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "principal" || l.GetValue() == "alice" {
+					t.Fatalf("principal leaked into a label: %v", l)
+				}
+			}
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 events, got %d:\n%s", len(lines), logs.String())
+	}
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev["event"] != "budget_threshold" || ev["principal"] != "alice" || ev["threshold_percent"] != float64(80) || ev["cap"] != float64(1000) {
+		t.Fatalf("event %v", ev)
+	}
+}
+
+// Concurrent charges on one atomic counter: each threshold is crossed exactly
+// once, whichever goroutine (replica) does it.
+func TestExactlyOnceUnderConcurrency(t *testing.T) {
+	d, _ := New(Options{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))})
+	var mu sync.Mutex
+	var total uint64
+	var wg sync.WaitGroup
+	counts := map[int]int{}
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				mu.Lock()
+				total += 7
+				tot := total
+				mu.Unlock()
+				for _, p := range d.Observe(context.Background(), Charge{Limit: 10000, Hits: 7, Total: tot}) {
+					mu.Lock()
+					counts[p]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if !reflect.DeepEqual(counts, map[int]int{80: 1, 90: 1, 100: 1}) {
+		t.Fatalf("crossings %v", counts)
+	}
+}
+
+func TestBadPercents(t *testing.T) {
+	for _, p := range [][]int{{0}, {90, 80}, {80, 80}, {1001}} {
+		if _, err := New(Options{Percents: p}); err == nil {
+			t.Errorf("%v accepted", p)
+		}
+	}
+}
