@@ -62,7 +62,7 @@ var ruleIdentity = &Rule{
 						}
 					}
 					if len(unset) > 0 {
-						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not set from a verified credential on Gateway %s: no SecurityPolicy on it or its routes sets it (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth headersToBackend), so a client picks its own bucket", hm.Name, strings.Join(dedupe(unset), ", "))
+						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not set from a verified credential on Gateway %s: no SecurityPolicy on it or its routes sets it (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend), so a client picks its own bucket", hm.Name, strings.Join(dedupe(unset), ", "))
 					}
 					if len(kept) > 0 {
 						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not removed from client requests on Gateway %s: add it to a ClientTrafficPolicy's headers.earlyRequestHeaders.remove, or a client sends its own value where no credential overwrites it", hm.Name, strings.Join(dedupe(kept), ", "))
@@ -87,7 +87,7 @@ func credentialHeaders(sp *manifest.Object) []string {
 	if h := manifest.Str(manifest.Get(spec, "apiKeyAuth", "forwardClientIDHeader")); h != "" {
 		hs = append(hs, h)
 	}
-	for _, h := range manifest.Items(manifest.Get(spec, "extAuth", "headersToBackend")) {
+	for _, h := range manifest.Items(manifest.Get(spec, "extAuth", "http", "headersToBackend")) {
 		hs = append(hs, manifest.Str(h))
 	}
 	for i := range hs {

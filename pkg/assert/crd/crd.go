@@ -1,0 +1,74 @@
+// Package crd adapts pkg/crdvalidate (Envoy Gateway's embedded CRDs through
+// kubectl-validate, schema and CEL) to assert.Validator for rule BG007. It is
+// separate from pkg/assert so the rules build and test without the
+// Kubernetes validation stack.
+package crd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/budgetgen/budgetgen/pkg/assert"
+	"github.com/budgetgen/budgetgen/pkg/crdvalidate"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
+)
+
+var leadingPath = regexp.MustCompile(`^((?:metadata|spec)(?:\.[A-Za-z0-9_-]+|\[\d+\])*): `)
+
+// Validator returns an assert.Validator over v. A nil v uses crdvalidate.Shared.
+func Validator(v *crdvalidate.Validator) (assert.Validator, error) {
+	if v == nil {
+		var err error
+		if v, err = crdvalidate.Shared(); err != nil {
+			return nil, fmt.Errorf("load Envoy Gateway CRDs: %w", err)
+		}
+	}
+	return assert.ValidatorFunc(func(ctx context.Context, obj *manifest.Object) ([]assert.FieldError, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		doc, err := obj.Decode()
+		if err != nil {
+			return nil, err
+		}
+		verr := v.ValidateObject(doc)
+		if verr == nil {
+			return nil, nil
+		}
+		var e *crdvalidate.Error
+		if !errors.As(verr, &e) {
+			return []assert.FieldError{{Message: verr.Error()}}, nil
+		}
+		if len(e.Causes) == 0 {
+			msg := e.Err.Error()
+			fe := assert.FieldError{Message: "rejected by Envoy Gateway's CRDs: " + msg}
+			if m := leadingPath.FindStringSubmatch(msg); m != nil {
+				fe.Path = m[1]
+			}
+			return []assert.FieldError{fe}, nil
+		}
+		out := make([]assert.FieldError, 0, len(e.Causes))
+		for _, c := range e.Causes {
+			field, msg := c.Field, c.Message
+			if strings.Contains(msg, "some validation rules were not checked") {
+				continue // a consequence of the other causes, not a problem of its own
+			}
+			if field == "<nil>" {
+				field = ""
+			}
+			if field == "" {
+				// Some causes carry the path only in the message.
+				if m := leadingPath.FindStringSubmatch(msg); m != nil {
+					field = m[1]
+				}
+			} else {
+				msg = field + ": " + msg
+			}
+			out = append(out, assert.FieldError{Path: field, Message: msg})
+		}
+		return out, nil
+	}), nil
+}
