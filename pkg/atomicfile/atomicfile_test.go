@@ -1,0 +1,108 @@
+package atomicfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func list(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.yaml")
+	if err := WriteFile(p, []byte("one"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("two"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "two" {
+		t.Errorf("content = %q", b)
+	}
+	err := WriteFile(p, []byte("three"), Options{NoOverwrite: true})
+	if !errors.Is(err, fs.ErrExist) {
+		t.Errorf("NoOverwrite on existing file: err = %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "two" {
+		t.Errorf("content after refused overwrite = %q", b)
+	}
+	if got := list(t, dir); !slices.Equal(got, []string{"a.yaml"}) {
+		t.Errorf("dir holds %v (temp files left behind?)", got)
+	}
+	if err := WriteFile(filepath.Join(dir, "missing", "b.yaml"), []byte("x"), Options{}); err == nil {
+		t.Error("write into a missing directory succeeded")
+	}
+}
+
+func TestWriteDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	files := map[string][]byte{"a.yaml": []byte("gen a"), "b.yaml": []byte("gen b")}
+	if err := WriteDir(dir, files, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "old.yaml"), []byte("gen old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mine.txt"), []byte("user file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := func(_ string, content []byte) bool { return strings.HasPrefix(string(content), "gen ") }
+	if err := WriteDir(dir, map[string][]byte{"a.yaml": []byte("gen a2")}, Options{RemoveStale: stale}); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(t, dir); !slices.Equal(got, []string{"a.yaml", "mine.txt"}) {
+		t.Errorf("dir holds %v, want a.yaml and the user's file", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.yaml")); string(b) != "gen a2" {
+		t.Errorf("a.yaml = %q", b)
+	}
+}
+
+func TestWriteDirAllOrNothing(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "out")
+	// A directory where a file should go makes the write fail after other
+	// temporary files were written: nothing may be left, not even dir.
+	files := map[string][]byte{"a.yaml": []byte("a"), "b": []byte("b"), "c.yaml": []byte("c")}
+	if err := os.MkdirAll(filepath.Join(dir, "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDir(dir, files, Options{}); err == nil {
+		t.Fatal("write over a directory succeeded")
+	}
+	if got := list(t, dir); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("failed write left %v", got)
+	}
+
+	if err := WriteDir(filepath.Join(root, "x"), map[string][]byte{"../escape": nil}, Options{}); err == nil {
+		t.Error("path traversal accepted")
+	}
+	if _, err := os.Stat(filepath.Join(root, "x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("rejected write created its directory: %v", err)
+	}
+
+	if runtime.GOOS != "windows" && os.Getuid() != 0 {
+		ro := filepath.Join(root, "ro")
+		os.Mkdir(ro, 0o555)
+		if err := WriteDir(ro, map[string][]byte{"a": []byte("a")}, Options{}); err == nil {
+			t.Error("write into read-only dir succeeded")
+		}
+	}
+}
