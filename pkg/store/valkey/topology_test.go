@@ -170,4 +170,3 @@ func makeCerts(t *testing.T, dir string) (pool *x509.CertPool, certFile, keyFile
 	pool.AddCert(ca)
 	return pool, write("server.crt", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER), write("ca.crt", "CERTIFICATE", caDER)
 }
-
