@@ -61,8 +61,9 @@ type Budget struct {
 	// principal-days over it at or under TargetLimitedShare (0 without data).
 	SuggestedCap uint64 `json:"suggestedCap"`
 	// Distribution lists every principal-day usage of the window, sorted
-	// ascending; the HTML chart draws it. Principals are not named here.
-	Distribution []uint64 `json:"distribution,omitempty"`
+	// ascending; the HTML chart draws it. Not in the JSON: it grows with the
+	// number of principals.
+	Distribution []uint64 `json:"-"`
 }
 
 // Stats are the numbers reported for a set of principal-days.
