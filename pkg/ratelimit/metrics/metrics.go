@@ -32,7 +32,7 @@ type Metrics struct {
 
 	// Pre-resolved children for the hot path.
 	RequestsOK, RequestsOverLimit, CacheHits prometheus.Counter
-	ChargeLatency                             prometheus.Observer
+	ChargeLatency                            prometheus.Observer
 }
 
 // New creates the collectors and registers them with reg (nil: not registered).
