@@ -28,10 +28,10 @@ type htmlLine struct {
 }
 
 type htmlChart struct {
-	Bars           []htmlBar
-	Cap, Suggested *htmlLine
-	XTicks         []htmlLine
-	YMax           int
+	Bars                                     []htmlBar
+	Cap, Suggested                           *htmlLine
+	XTicks                                   []htmlLine
+	YMax                                     int
 	PlotTop, PlotBottom, PlotLeft, PlotRight float64
 }
 
