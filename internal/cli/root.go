@@ -73,6 +73,7 @@ var subcommands = []func(*env) *cobra.Command{
 	newVersionCmd,
 	newPromoteCmd,
 	newDemoteCmd,
+	newAssertCmd,
 }
 
 // isCobraUsage reports whether err is one of cobra's argument or command errors.
