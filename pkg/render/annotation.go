@@ -1,0 +1,54 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Kinds of rule in the rule-budgets annotation.
+const (
+	// RuleKindTokens is a daily token budget rule (cost from response metadata).
+	RuleKindTokens = "tokens"
+	// RuleKindKillSwitch is the frontier kill switch (request count, requests: 0).
+	RuleKindKillSwitch = "killswitch"
+)
+
+// RuleBudget says which budget one rule of a BackendTrafficPolicy implements.
+// The annotation budgetgen.dev/rule-budgets holds the list, in rule order, so
+// a rate limit descriptor (rule <i>) can be traced back to its budget.
+type RuleBudget struct {
+	// Rule is the index in spec.rateLimit.global.rules.
+	Rule int `json:"rule"`
+	// Budget is the budget name ("frontier" for the frontier cap).
+	Budget string `json:"budget"`
+	// Kind is RuleKindTokens or RuleKindKillSwitch.
+	Kind string `json:"kind"`
+	// Principal is set on an override's own rule only.
+	Principal string `json:"principal,omitempty"`
+}
+
+// RuleBudgets parses the budgetgen.dev/rule-budgets annotation from an
+// object's annotations. It fails when the annotation is missing or malformed,
+// or when its rule indices are not 0, 1, 2, ... in order.
+func RuleBudgets(annotations map[string]string) ([]RuleBudget, error) {
+	raw, ok := annotations[AnnotationRuleBudgets]
+	if !ok {
+		return nil, fmt.Errorf("annotation %s is missing", AnnotationRuleBudgets)
+	}
+	var rbs []RuleBudget
+	if err := json.Unmarshal([]byte(raw), &rbs); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationRuleBudgets, err)
+	}
+	for i, rb := range rbs {
+		if rb.Rule != i {
+			return nil, fmt.Errorf("annotation %s: entry %d has rule %d, want %d", AnnotationRuleBudgets, i, rb.Rule, i)
+		}
+		if rb.Budget == "" {
+			return nil, fmt.Errorf("annotation %s: entry %d has no budget", AnnotationRuleBudgets, i)
+		}
+		if rb.Kind != RuleKindTokens && rb.Kind != RuleKindKillSwitch {
+			return nil, fmt.Errorf("annotation %s: entry %d has unknown kind %q", AnnotationRuleBudgets, i, rb.Kind)
+		}
+	}
+	return rbs, nil
+}

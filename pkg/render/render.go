@@ -1,0 +1,368 @@
+// Package render turns a BudgetSet into the Envoy Gateway objects that enforce
+// it: exactly one BackendTrafficPolicy per target Gateway holding every budget
+// as a global rate limit rule, and a ClientTrafficPolicy per Gateway stripping
+// client-sent copies of the identity headers. Objects are built from Envoy
+// Gateway's typed API, never from text templates, and every list that reaches
+// the output is in a deterministic order.
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// Envoy Gateway v1.9.1 limits (api/v1alpha1/ratelimit_types.go, shared_types.go).
+const (
+	MaxRulesPerPolicy      = 256  // spec.rateLimit.global.rules maxItems
+	MaxSelectorsPerRule    = 8    // clientSelectors maxItems
+	MaxHeadersPerSelector  = 128  // clientSelectors[].headers maxItems
+	MaxHeaderValueLength   = 1024 // headers[].value maxLength
+	MaxEarlyHeadersRemoved = 64   // headers.earlyRequestHeaders.remove maxItems
+	// MaxOverridesPerBudget is how many principals one Distinct rule can exclude:
+	// all selectors of a rule are ANDed, the first one also holds the Distinct match.
+	MaxOverridesPerBudget = MaxSelectorsPerRule*MaxHeadersPerSelector - 1
+)
+
+// Labels and annotations budgetgen leaves on what it renders.
+const (
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	ManagedByValue        = "budgetgen"
+	LabelBudgetSet        = "budgetgen.dev/budget-set"
+	AnnotationRuleBudgets = "budgetgen.dev/rule-budgets"
+)
+
+// Object is one rendered Kubernetes object.
+type Object struct {
+	Kind      string
+	Namespace string
+	Name      string
+	// Object is the typed value (*egv1a1.BackendTrafficPolicy or *egv1a1.ClientTrafficPolicy).
+	Object any
+	// Manifest is the object's YAML: apiVersion/kind first-level keys sorted,
+	// no status, no empty creationTimestamp.
+	Manifest []byte
+}
+
+// Result is everything rendered from one BudgetSet, in output order: per
+// Gateway (spec order) its BackendTrafficPolicy then its ClientTrafficPolicy.
+type Result struct {
+	Objects []Object
+}
+
+// LimitError is a spec that Envoy Gateway cannot express in one policy.
+type LimitError struct {
+	Limit  string // which EG limit, e.g. "256 rules per BackendTrafficPolicy"
+	Object string // namespace/name of the policy, or the budget's field path
+	Need   int
+	Max    int
+	Hint   string // what to do instead
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s: needs %d, Envoy Gateway allows %s (max %d): %s", e.Object, e.Need, e.Limit, e.Max, e.Hint)
+}
+
+// Render builds the objects for a loaded (defaulted, validated) BudgetSet.
+// It checks Envoy Gateway's limits before building anything, so an oversized
+// spec fails fast.
+func Render(bs *spec.BudgetSet) (*Result, error) {
+	if err := checkLimits(bs); err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	for _, gw := range bs.Spec.Gateways {
+		btp, err := backendTrafficPolicy(bs, gw)
+		if err != nil {
+			return nil, err
+		}
+		o, err := newObject(egv1a1.KindBackendTrafficPolicy, btp.Namespace, btp.Name, btp)
+		if err != nil {
+			return nil, err
+		}
+		res.Objects = append(res.Objects, o)
+		if bs.Spec.HeaderHygiene.UserOwned || len(bs.Spec.Identities) == 0 {
+			continue
+		}
+		ctp := clientTrafficPolicy(bs, gw)
+		o, err = newObject(egv1a1.KindClientTrafficPolicy, ctp.Namespace, ctp.Name, ctp)
+		if err != nil {
+			return nil, err
+		}
+		res.Objects = append(res.Objects, o)
+	}
+	return res, nil
+}
+
+// PolicyName is the name of the BackendTrafficPolicy rendered for gw. It is
+// part of every shared counter's rate limit domain (<namespace>/<policy>), so
+// it must stay stable across renders.
+func PolicyName(bs *spec.BudgetSet, gw spec.GatewayRef) string {
+	return bs.Metadata.Name + "-" + gw.Name
+}
+
+// HeaderPolicyName is the name of the ClientTrafficPolicy rendered for gw.
+func HeaderPolicyName(bs *spec.BudgetSet, gw spec.GatewayRef) string {
+	return PolicyName(bs, gw) + "-headers"
+}
+
+// RuleCount is how many rate limit rules the BudgetSet needs per Gateway.
+func RuleCount(bs *spec.BudgetSet) int {
+	n := 0
+	for i := range bs.Spec.Budgets {
+		n += 1 + len(bs.Spec.Budgets[i].Overrides)
+	}
+	if f := bs.Spec.Frontier; f != nil {
+		n++
+		if f.KillSwitch {
+			n++
+		}
+	}
+	return n
+}
+
+func checkLimits(bs *spec.BudgetSet) error {
+	for i := range bs.Spec.Budgets {
+		b := &bs.Spec.Budgets[i]
+		path := fmt.Sprintf("spec.budgets[%d] (%s)", i, b.Name)
+		if n := len(b.Overrides); n > MaxOverridesPerBudget {
+			return &LimitError{
+				Limit:  fmt.Sprintf("%d header matches per selector x %d selectors per rule to exclude overridden principals from the default rule", MaxHeadersPerSelector, MaxSelectorsPerRule),
+				Object: path + " overrides", Need: n + 1, Max: MaxSelectorsPerRule * MaxHeadersPerSelector,
+				Hint: "keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap",
+			}
+		}
+		for _, o := range b.Overrides {
+			if len(o.Principal) > MaxHeaderValueLength {
+				return &LimitError{
+					Limit: "header match values of at most 1024 characters", Object: path + " override " + truncate(o.Principal, 40),
+					Need: len(o.Principal), Max: MaxHeaderValueLength,
+					Hint: "principal values are header values; use a shorter identifier (a client id, not a token)",
+				}
+			}
+		}
+	}
+	if f := bs.Spec.Frontier; f != nil {
+		if re := ModelRegex(f.Models); len(re) > MaxHeaderValueLength {
+			return &LimitError{
+				Limit: "header match values of at most 1024 characters", Object: "spec.frontier.models (joined regex)",
+				Need: len(re), Max: MaxHeaderValueLength,
+				Hint: "shorten the model patterns, e.g. one prefix pattern per vendor (\"gpt-5.*\")",
+			}
+		}
+	}
+	if n := len(bs.Spec.Identities); n > MaxEarlyHeadersRemoved && !bs.Spec.HeaderHygiene.UserOwned {
+		return &LimitError{
+			Limit: "header names removed per ClientTrafficPolicy", Object: "spec.identities", Need: n, Max: MaxEarlyHeadersRemoved,
+			Hint: "declare fewer identity headers, or set spec.headerHygiene.userOwned and strip them in your own policy",
+		}
+	}
+	if n := RuleCount(bs); n > MaxRulesPerPolicy {
+		gw := bs.Spec.Gateways[0]
+		return &LimitError{
+			Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
+			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy,
+			Hint: "every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)",
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func meta(bs *spec.BudgetSet, gw spec.GatewayRef, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:      name,
+		Namespace: gw.Namespace,
+		Labels: map[string]string{
+			LabelManagedBy: ManagedByValue,
+			LabelBudgetSet: bs.Metadata.Name,
+		},
+	}
+}
+
+func targetRefs(gw spec.GatewayRef) egv1a1.PolicyTargetReferences {
+	ref := gwapiv1.LocalPolicyTargetReferenceWithSectionName{
+		LocalPolicyTargetReference: gwapiv1.LocalPolicyTargetReference{
+			Group: gwapiv1.GroupName,
+			Kind:  "Gateway",
+			Name:  gwapiv1.ObjectName(gw.Name),
+		},
+	}
+	if gw.SectionName != "" {
+		sn := gwapiv1.SectionName(gw.SectionName)
+		ref.SectionName = &sn
+	}
+	return egv1a1.PolicyTargetReferences{TargetRefs: []gwapiv1.LocalPolicyTargetReferenceWithSectionName{ref}}
+}
+
+func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.BackendTrafficPolicy, error) {
+	name := PolicyName(bs, gw)
+	if len(name) > 253 {
+		return nil, fmt.Errorf("policy name %q is longer than 253 characters: shorten metadata.name or the Gateway name", truncate(name, 60))
+	}
+	rules, index := rules(bs)
+	ann, err := json.Marshal(index)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s annotation: %w", AnnotationRuleBudgets, err)
+	}
+	m := meta(bs, gw, name)
+	m.Annotations = map[string]string{AnnotationRuleBudgets: string(ann)}
+	btp := &egv1a1.BackendTrafficPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: egv1a1.GroupVersion.String(), Kind: egv1a1.KindBackendTrafficPolicy},
+		ObjectMeta: m,
+		Spec: egv1a1.BackendTrafficPolicySpec{
+			PolicyTargetReferences: targetRefs(gw),
+			RateLimit: &egv1a1.RateLimitSpec{
+				// Type is deprecated: Global alone selects the global rate limit.
+				Global: &egv1a1.GlobalRateLimit{Rules: rules},
+			},
+		},
+	}
+	return btp, nil
+}
+
+func clientTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) *egv1a1.ClientTrafficPolicy {
+	return &egv1a1.ClientTrafficPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: egv1a1.GroupVersion.String(), Kind: egv1a1.KindClientTrafficPolicy},
+		ObjectMeta: meta(bs, gw, HeaderPolicyName(bs, gw)),
+		Spec: egv1a1.ClientTrafficPolicySpec{
+			PolicyTargetReferences: targetRefs(gw),
+			Headers: &egv1a1.HeaderSettings{
+				// Before any filter runs, so only the gateway's own auth
+				// filters (from a verified credential) can set these headers.
+				EarlyRequestHeaders: &egv1a1.HTTPHeaderFilter{Remove: bs.IdentityHeaders()},
+			},
+		},
+	}
+}
+
+// ModelRegex joins the frontier model patterns into one RE2 alternation, each
+// pattern grouped so its own '|' cannot leak. One regex means one rule and so
+// one shared bucket over all frontier models: per-model rules would each get
+// the full cap.
+func ModelRegex(models []string) string {
+	parts := make([]string, len(models))
+	for i, m := range models {
+		parts[i] = "(?:" + m + ")"
+	}
+	return strings.Join(parts, "|")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// tokenRule is a rule charging the response's token count against limit,
+// checking only (cost 0) on the request path.
+func tokenRule(bs *spec.BudgetSet, r *spec.Rollout, limit int64, selectors []egv1a1.RateLimitSelectCondition) egv1a1.RateLimitRule {
+	return egv1a1.RateLimitRule{
+		ClientSelectors: selectors,
+		Limit:           egv1a1.RateLimitValue{Requests: uint32(limit), Unit: egv1a1.RateLimitUnitDay},
+		Cost: &egv1a1.RateLimitCost{
+			Request: &egv1a1.RateLimitCostSpecifier{From: egv1a1.RateLimitCostFromNumber, Number: ptr(uint64(0))},
+			Response: &egv1a1.RateLimitCostSpecifier{
+				From: egv1a1.RateLimitCostFromMetadata,
+				Metadata: &egv1a1.RateLimitCostMetadata{
+					Namespace: bs.Spec.TokenSource.Namespace,
+					Key:       bs.Spec.TokenSource.Key,
+				},
+			},
+		},
+		// One bucket across every route of the Gateway.
+		Shared:     ptr(true),
+		ShadowMode: ptr(!r.Enforced()),
+	}
+}
+
+func header(name string, t egv1a1.HeaderMatchType, value string, invert bool) egv1a1.HeaderMatch {
+	h := egv1a1.HeaderMatch{Type: ptr(t), Name: name}
+	if t != egv1a1.HeaderMatchDistinct {
+		h.Value = ptr(value)
+	}
+	if invert {
+		h.Invert = ptr(true)
+	}
+	return h
+}
+
+// distinctSelectors keys one bucket per value of hdr, excluding each of the
+// overridden principals with an inverted Exact match on the same header. EG
+// rejects invert on a Distinct match itself, so the exclusions are separate
+// entries; all selectors of a rule are ANDed, so they spill over into further
+// selectors past 128 entries.
+func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitSelectCondition {
+	matches := make([]egv1a1.HeaderMatch, 0, len(excluded)+1)
+	matches = append(matches, header(hdr, egv1a1.HeaderMatchDistinct, "", false))
+	for _, o := range excluded {
+		matches = append(matches, header(hdr, egv1a1.HeaderMatchExact, o.Principal, true))
+	}
+	var sel []egv1a1.RateLimitSelectCondition
+	for len(matches) > 0 {
+		n := min(len(matches), MaxHeadersPerSelector)
+		sel = append(sel, egv1a1.RateLimitSelectCondition{Headers: matches[:n:n]})
+		matches = matches[n:]
+	}
+	return sel
+}
+
+func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget) {
+	var (
+		out   []egv1a1.RateLimitRule
+		index []RuleBudget
+	)
+	add := func(r egv1a1.RateLimitRule, rb RuleBudget) {
+		rb.Rule = len(out)
+		out = append(out, r)
+		index = append(index, rb)
+	}
+	for i := range bs.Spec.Budgets {
+		b := &bs.Spec.Budgets[i]
+		switch b.Kind() {
+		case spec.KindGroup:
+			sel := []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+				header(b.Group.Header, egv1a1.HeaderMatchExact, b.Group.Equals, false),
+			}}}
+			add(tokenRule(bs, &b.Rollout, b.TokensPerDay, sel), RuleBudget{Budget: b.Name, Kind: RuleKindTokens})
+		default:
+			overrides := b.SortedOverrides()
+			add(tokenRule(bs, &b.Rollout, b.TokensPerDay, distinctSelectors(b.PerPrincipal, overrides)),
+				RuleBudget{Budget: b.Name, Kind: RuleKindTokens})
+			for _, o := range overrides {
+				sel := []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+					header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
+				}}}
+				add(tokenRule(bs, &b.Rollout, o.TokensPerDay, sel),
+					RuleBudget{Budget: b.Name, Kind: RuleKindTokens, Principal: o.Principal})
+			}
+		}
+	}
+	if f := bs.Spec.Frontier; f != nil {
+		models := func() []egv1a1.RateLimitSelectCondition {
+			return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+				header(f.Header, egv1a1.HeaderMatchRegularExpression, ModelRegex(f.Models), false),
+			}}}
+		}
+		add(tokenRule(bs, &f.Rollout, f.TokensPerDay, models()), RuleBudget{Budget: spec.FrontierName, Kind: RuleKindTokens})
+		if f.KillSwitch {
+			// A token-cost rule still admits the in-flight request; a request
+			// count rule with zero requests denies every one, whatever the mode.
+			add(egv1a1.RateLimitRule{
+				ClientSelectors: models(),
+				Limit:           egv1a1.RateLimitValue{Requests: 0, Unit: egv1a1.RateLimitUnitDay},
+				Shared:          ptr(true),
+				ShadowMode:      ptr(false),
+			}, RuleBudget{Budget: spec.FrontierName, Kind: RuleKindKillSwitch})
+		}
+	}
+	return out, index
+}

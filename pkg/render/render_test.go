@@ -1,0 +1,369 @@
+package render
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
+	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/pkg/crdvalidate"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files and examples/rendered from the current render")
+
+func load(t testing.TB, path string) *spec.BudgetSet {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := spec.Load(data, filepath.Base(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs
+}
+
+func validateAll(t *testing.T, res *Result) {
+	t.Helper()
+	v, err := crdvalidate.Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Objects {
+		if err := v.Validate(o.Manifest); err != nil {
+			t.Errorf("%s %s/%s does not validate against Envoy Gateway's CRDs: %v", o.Kind, o.Namespace, o.Name, err)
+		}
+	}
+}
+
+// TestGolden renders every testdata spec, compares with its golden stream, and
+// validates every object against EG's CRD schemas and CEL rules.
+func TestGolden(t *testing.T) {
+	specs, err := filepath.Glob("testdata/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs = slices.DeleteFunc(specs, func(p string) bool { return strings.HasSuffix(p, ".golden.yaml") })
+	if len(specs) < 5 {
+		t.Fatalf("found only %d specs in testdata", len(specs))
+	}
+	for _, path := range specs {
+		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			res, err := Render(load(t, path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := res.YAML()
+			golden := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := atomicfile.WriteFile(golden, got, atomicfile.Options{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./pkg/render -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("render differs from %s (run go test ./pkg/render -update and review the diff):\n%s", golden, got)
+			}
+			validateAll(t, res)
+		})
+	}
+}
+
+// TestExamplesRendered checks that the committed examples/rendered directory
+// is exactly what render produces from examples/budgets.yaml today.
+func TestExamplesRendered(t *testing.T) {
+	res, err := Render(load(t, "../../examples/budgets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateAll(t, res)
+	dir := "../../examples/rendered"
+	files := res.Files()
+	if *update {
+		if err := atomicfile.WriteDir(dir, files, atomicfile.Options{RemoveStale: func(_ string, b []byte) bool { return IsGenerated(b) }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/render -update)", err)
+	}
+	var onDisk []string
+	for _, e := range entries {
+		onDisk = append(onDisk, e.Name())
+		want, ok := files[e.Name()]
+		if !ok {
+			t.Errorf("%s/%s is not rendered any more", dir, e.Name())
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s/%s differs from the current render (regenerate: go run ./cmd/budgetgen render examples/budgets.yaml -o examples/rendered)", dir, e.Name())
+		}
+	}
+	if len(onDisk) != len(files) {
+		t.Errorf("%s holds %v, render produces %d files", dir, onDisk, len(files))
+	}
+}
+
+func TestRenderRules(t *testing.T) {
+	res, err := Render(load(t, "../../examples/budgets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Objects) != 2 {
+		t.Fatalf("got %d objects, want a BTP and a CTP", len(res.Objects))
+	}
+	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
+	if btp.Spec.RateLimit.Type != nil {
+		t.Error("deprecated rateLimit.type is set")
+	}
+	rules := btp.Spec.RateLimit.Global.Rules
+	for i, r := range rules {
+		if r.Shared == nil || !*r.Shared {
+			t.Errorf("rule %d is not shared", i)
+		}
+		if r.ShadowMode == nil || !*r.ShadowMode {
+			t.Errorf("rule %d of a shadow budget is not shadowMode: true", i)
+		}
+		if r.Limit.Unit != egv1a1.RateLimitUnitDay {
+			t.Errorf("rule %d unit = %s", i, r.Limit.Unit)
+		}
+		if r.Cost == nil || *r.Cost.Request.Number != 0 || r.Cost.Response.Metadata.Key != "llm_total_token" {
+			t.Errorf("rule %d cost = %+v", i, r.Cost)
+		}
+	}
+	rbs, err := RuleBudgets(btp.Annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rbs) != len(rules) {
+		t.Fatalf("annotation has %d entries for %d rules", len(rbs), len(rules))
+	}
+	// The override's own rule binds its principal with its own cap, and the
+	// default rule excludes it.
+	for i, rb := range rbs {
+		if rb.Principal != "acme-batch" {
+			continue
+		}
+		h := rules[i].ClientSelectors[0].Headers[0]
+		if *h.Value != "acme-batch" || *h.Type != egv1a1.HeaderMatchExact || rules[i].Limit.Requests != 20000000 {
+			t.Errorf("override rule %d = %+v limit %d", i, h, rules[i].Limit.Requests)
+		}
+		def := rules[i-1].ClientSelectors[0].Headers
+		if rbs[i-1].Principal != "" || *def[0].Type != egv1a1.HeaderMatchDistinct || def[0].Invert != nil || *def[1].Value != "acme-batch" || !*def[1].Invert {
+			t.Errorf("default rule does not exclude acme-batch: %+v", def)
+		}
+	}
+	ctp := res.Objects[1].Object.(*egv1a1.ClientTrafficPolicy)
+	if got := ctp.Spec.Headers.EarlyRequestHeaders.Remove; !slices.Equal(got, []string{"x-api-key-client", "x-ar-human", "x-ar-kind", "x-ar-run"}) {
+		t.Errorf("CTP removes %v", got)
+	}
+}
+
+func TestKillSwitchAndEnforce(t *testing.T) {
+	res, err := Render(load(t, "testdata/frontier_killswitch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
+	rules := btp.Spec.RateLimit.Global.Rules
+	if len(rules) != 2 {
+		t.Fatalf("got %d rules", len(rules))
+	}
+	if *rules[0].ShadowMode {
+		t.Error("enforced frontier cap rendered in shadow mode")
+	}
+	ks := rules[1]
+	if ks.Cost != nil || ks.Limit.Requests != 0 || *ks.ShadowMode || !*ks.Shared {
+		t.Errorf("kill switch rule = %+v", ks)
+	}
+	if got := *ks.ClientSelectors[0].Headers[0].Value; got != "(?:gpt-5.*)|(?:claude-opus-.*)|(?:o3|o4)" {
+		t.Errorf("kill switch regex = %s", got)
+	}
+	rbs, _ := RuleBudgets(btp.Annotations)
+	if rbs[1].Kind != RuleKindKillSwitch || rbs[1].Budget != "frontier" {
+		t.Errorf("annotation = %+v", rbs)
+	}
+	if len(res.Objects) != 1 {
+		t.Errorf("no identity headers, yet %d objects rendered", len(res.Objects))
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	bs := load(t, "../../examples/budgets.yaml")
+	first, err := Render(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		again, err := Render(load(t, "../../examples/budgets.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(first.YAML(), again.YAML()) {
+			t.Fatal("two renders of the same spec differ")
+		}
+	}
+}
+
+// manyOverrides builds a spec with one per-principal budget and n overrides.
+func manyOverrides(n int) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetSet
+metadata: {name: big}
+spec:
+  gateways: [{namespace: ai-gateway, name: agent-router}]
+  identities: {x-api-key-client: {apiKeyClientID: true}}
+  budgets:
+    - name: per-api-key
+      perPrincipal: x-api-key-client
+      tokensPerDay: 1000000
+      overrides:
+`)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "        - {principal: client-%05d, tokensPerDay: %d}\n", i, 2000000+i)
+	}
+	return b.String()
+}
+
+func TestManyOverridesSpillIntoSelectors(t *testing.T) {
+	bs, err := spec.Load([]byte(manyOverrides(249)), "big.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Render(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
+	rules := btp.Spec.RateLimit.Global.Rules
+	if len(rules) != 250 {
+		t.Fatalf("got %d rules, want 250", len(rules))
+	}
+	sel := rules[0].ClientSelectors
+	if len(sel) != 2 || len(sel[0].Headers) != 128 || len(sel[1].Headers) != 122 {
+		t.Fatalf("default rule selectors: %d (sizes %d, %d)", len(sel), len(sel[0].Headers), len(sel[1].Headers))
+	}
+	validateAll(t, res)
+}
+
+func TestLimits(t *testing.T) {
+	long := strings.Repeat("p", 1025)
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"rules per policy", manyOverrides(256),
+			"BackendTrafficPolicy ai-gateway/big-agent-router: needs 257, Envoy Gateway allows rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy (max 256): every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)"},
+		{"exclusions per rule", manyOverrides(1100),
+			"spec.budgets[0] (per-api-key) overrides: needs 1101, Envoy Gateway allows 128 header matches per selector x 8 selectors per rule to exclude overridden principals from the default rule (max 1024): keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap"},
+		{"principal length", strings.Replace(manyOverrides(1), "client-00000", long, 1),
+			"spec.budgets[0] (per-api-key) override " + strings.Repeat("p", 40) + "...: needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): principal values are header values; use a shorter identifier (a client id, not a token)"},
+		{"model regex length", strings.Replace(manyOverrides(0), "      overrides:\n", "", 1) + "  frontier: {models: [\"" + strings.Repeat("m", 1021) + "\"], tokensPerDay: 5}\n",
+			"spec.frontier.models (joined regex): needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): shorten the model patterns, e.g. one prefix pattern per vendor (\"gpt-5.*\")"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bs, err := spec.Load([]byte(tc.doc), "big.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Render(bs)
+			if err == nil {
+				t.Fatalf("rendered %d objects past a limit", len(res.Objects))
+			}
+			var le *LimitError
+			if !errors.As(err, &le) {
+				t.Fatalf("error %T is not a *LimitError: %v", err, err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRuleBudgetsParser(t *testing.T) {
+	ok := map[string]string{AnnotationRuleBudgets: `[{"rule":0,"budget":"a","kind":"tokens"},{"rule":1,"budget":"a","kind":"tokens","principal":"p"},{"rule":2,"budget":"frontier","kind":"killswitch"}]`}
+	rbs, err := RuleBudgets(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rbs) != 3 || rbs[1].Principal != "p" || rbs[2].Kind != RuleKindKillSwitch {
+		t.Errorf("parsed %+v", rbs)
+	}
+	for _, bad := range []map[string]string{
+		nil,
+		{AnnotationRuleBudgets: `not json`},
+		{AnnotationRuleBudgets: `[{"rule":1,"budget":"a","kind":"tokens"}]`},
+		{AnnotationRuleBudgets: `[{"rule":0,"budget":"","kind":"tokens"}]`},
+		{AnnotationRuleBudgets: `[{"rule":0,"budget":"a","kind":"requests"}]`},
+	} {
+		if _, err := RuleBudgets(bad); err == nil {
+			t.Errorf("RuleBudgets(%v) accepted", bad)
+		}
+	}
+}
+
+func BenchmarkRender250Rules(b *testing.B) {
+	bs, err := spec.Load([]byte(manyOverrides(249)), "big.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := Render(bs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = res.YAML()
+	}
+}
+
+// BenchmarkRender10kOverrides measures how fast a spec far past EG's limits
+// is refused: load (validation included) and render, which must fail.
+func BenchmarkRender10kOverrides(b *testing.B) {
+	doc := []byte(manyOverrides(10000))
+	b.ReportAllocs()
+	for b.Loop() {
+		bs, err := spec.Load(doc, "big.yaml")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Render(bs); err == nil {
+			b.Fatal("10,000 overrides rendered")
+		}
+	}
+}
+
+// BenchmarkRender10kOverridesRenderOnly isolates the limit check from YAML parsing.
+func BenchmarkRender10kOverridesRenderOnly(b *testing.B) {
+	bs, err := spec.Load([]byte(manyOverrides(10000)), "big.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Render(bs); err == nil {
+			b.Fatal("10,000 overrides rendered")
+		}
+	}
+}
