@@ -63,10 +63,10 @@ func TestAssertExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		name       string
-		stdin      string
-		args       []string
-		code       int
+		name        string
+		stdin       string
+		args        []string
+		code        int
 		out, errOut string
 	}{
 		{"clean", "", []string{"assert", "--allow-enforce", "frontier", rulesDir + "clean_budgetgen_style.yaml"}, 0, "ok: 0 errors", ""},
