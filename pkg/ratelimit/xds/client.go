@@ -1,0 +1,344 @@
+// Package xds is the rate limit service's config client for CONFIG_TYPE=
+// GRPC_XDS_SOTW: an ADS state-of-the-world stream to Envoy Gateway's rate limit
+// config server (port 18001, node id envoy-ratelimit, mTLS) for resources of
+// type RateLimitConfig.
+//
+// Each response is decoded and handed, whole, to an apply callback. A config
+// the callback accepts is ACKed (version_info and nonce of the response); one it
+// rejects, or one that cannot be decoded, is NACKed with error_detail set to the
+// reason, and the last good config stays in force (the callback never saw the
+// bad one, or rejected it without installing it). A broken stream is reopened
+// with bounded exponential backoff and jitter until the context is cancelled.
+//
+// Why not go-control-plane's pkg/client/sotw/v3 (which envoyproxy/ratelimit
+// uses): its Response carries only the resources, not version_info, so the
+// applied version cannot be reported; InitConnect on a new stream marks the last
+// received response as acknowledged, so after a NACK a reconnect claims the bad
+// version was accepted; Fetch holds the client's mutex while blocked in Recv;
+// and its context is fixed at construction. The loop here is small and keeps the
+// protocol state explicit.
+//
+// A new stream always starts with an empty version_info, so the server sends its
+// current snapshot: Envoy Gateway numbers snapshots from 1 again after a
+// restart, and resuming with our old version could match a different config.
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// TypeURL is the resource type the client subscribes to.
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// Defaults for Options.
+const (
+	DefaultNodeID         = "envoy-ratelimit"
+	DefaultBackoffInitial = 500 * time.Millisecond
+	DefaultBackoffMax     = 30 * time.Second
+	// DefaultMaxRecvMsgSize bounds one response; EG's configs for thousands
+	// of rules stay far below it.
+	DefaultMaxRecvMsgSize = 16 << 20
+)
+
+// ApplyFunc installs a complete set of configs. It returns an error, without
+// installing anything, when the set is invalid; the client then NACKs it.
+type ApplyFunc func(ctx context.Context, cfgs []*rlsconfv3.RateLimitConfig) error
+
+// Options configures a Client. Zero values take the defaults.
+type Options struct {
+	// ServerURL is the xDS server's gRPC target, e.g. "envoy-gateway:18001".
+	// Required.
+	ServerURL string
+	// NodeID identifies this client to the server (CONFIG_GRPC_XDS_NODE_ID).
+	// Default DefaultNodeID, the id EG's snapshots are stored under.
+	NodeID string
+	// NodeMetadata is sent as the node's metadata (string values).
+	NodeMetadata map[string]string
+	// TLS returns the client TLS configuration; it is called on every connect,
+	// so rotated certificate files are picked up. Nil means plaintext.
+	TLS func() (*tls.Config, error)
+	// Apply receives every decoded response. Required.
+	Apply ApplyFunc
+	// BackoffInitial and BackoffMax bound the wait between reconnects: the
+	// wait doubles from BackoffInitial up to BackoffMax, with jitter (a random
+	// duration in [d/2, d]). It resets once a stream delivers a response.
+	BackoffInitial, BackoffMax time.Duration
+	// MaxRecvMsgSize bounds one response. Default DefaultMaxRecvMsgSize.
+	MaxRecvMsgSize int
+	// Logger receives connection and config events. Default slog.Default().
+	Logger *slog.Logger
+	// Rand returns a float in [0, 1) for jitter. Default math/rand/v2.
+	Rand func() float64
+	// DialOptions are appended to the client's own (for tests).
+	DialOptions []grpc.DialOption
+}
+
+// Client keeps an ADS stream open and applies what it receives.
+type Client struct {
+	o     Options
+	node  *corev3.Node
+	ready chan struct{}
+
+	mu        sync.Mutex
+	version   string // last applied version
+	readyOnce sync.Once
+	stats     Stats
+}
+
+// Stats counts what the client has done, for metrics and tests.
+type Stats struct {
+	Connects, StreamErrors, Acks, Nacks int
+	// LastNack is the error_detail of the last NACK.
+	LastNack string
+}
+
+// New validates o and returns a client; Run starts it.
+func New(o Options) (*Client, error) {
+	if o.ServerURL == "" {
+		return nil, errors.New("xds: server URL is required (CONFIG_GRPC_XDS_SERVER_URL)")
+	}
+	if o.Apply == nil {
+		return nil, errors.New("xds: an apply callback is required")
+	}
+	if o.NodeID == "" {
+		o.NodeID = DefaultNodeID
+	}
+	if o.BackoffInitial <= 0 {
+		o.BackoffInitial = DefaultBackoffInitial
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.BackoffMax < o.BackoffInitial {
+		o.BackoffMax = o.BackoffInitial
+	}
+	if o.MaxRecvMsgSize <= 0 {
+		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	node := &corev3.Node{Id: o.NodeID}
+	if len(o.NodeMetadata) > 0 {
+		fields := make(map[string]*structpb.Value, len(o.NodeMetadata))
+		for k, v := range o.NodeMetadata {
+			fields[k] = structpb.NewStringValue(v)
+		}
+		node.Metadata = &structpb.Struct{Fields: fields}
+	}
+	return &Client{o: o, node: node, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once a first config has been applied.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// WaitReady blocks until a first config has been applied, or ctx ends. Without
+// FORCE_START_WITHOUT_INITIAL_CONFIG the service calls it, with a deadline,
+// before serving.
+func (c *Client) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("xds: no config received from %s: %w", c.o.ServerURL, ctx.Err())
+	}
+}
+
+// Version returns the version_info of the last applied config ("" before one).
+func (c *Client) Version() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// Stats returns a copy of the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Run connects, streams and reconnects until ctx is cancelled; it then returns
+// ctx's error.
+func (c *Client) Run(ctx context.Context) error {
+	delay := c.o.BackoffInitial
+	for {
+		healthy, err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if healthy {
+			delay = c.o.BackoffInitial
+		}
+		c.mu.Lock()
+		c.stats.StreamErrors++
+		c.mu.Unlock()
+		wait := time.Duration(float64(delay) * (0.5 + 0.5*c.o.Rand()))
+		c.o.Logger.Warn("xds stream ended; reconnecting", "server", c.o.ServerURL, "err", err, "retry_in", wait)
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		delay = min(delay*2, c.o.BackoffMax)
+	}
+}
+
+// stream runs one ADS stream. healthy reports whether it delivered at least
+// one response (so the backoff can reset).
+func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
+	creds := insecure.NewCredentials()
+	if c.o.TLS != nil {
+		tc, err := c.o.TLS()
+		if err != nil {
+			return false, fmt.Errorf("xds client TLS: %w", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.o.MaxRecvMsgSize)),
+	}, c.o.DialOptions...)
+	conn, err := grpc.NewClient(c.o.ServerURL, opts...)
+	if err != nil {
+		return false, fmt.Errorf("xds dial %s: %w", c.o.ServerURL, err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		return false, fmt.Errorf("xds open stream to %s: %w", c.o.ServerURL, err)
+	}
+	c.mu.Lock()
+	c.stats.Connects++
+	c.mu.Unlock()
+	// First request of the stream: empty version_info (see the package doc).
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL}); err != nil {
+		return false, fmt.Errorf("xds subscribe: %w", streamErr(st, err))
+	}
+	c.o.Logger.Info("xds stream open", "server", c.o.ServerURL, "node", c.o.NodeID)
+	// go-control-plane's server answers a request at once whenever its
+	// version_info differs from the snapshot's, so a NACK (which names the last
+	// good version) brings the same bad config straight back. The reference
+	// service re-parses it in a tight loop; here a resend of the version just
+	// rejected is not applied again, and its NACK is paced with the backoff.
+	var nackedVersion, nackReason string
+	nackDelay := time.Duration(0)
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("server closed the stream")
+			}
+			return healthy, fmt.Errorf("xds receive: %w", err)
+		}
+		healthy = true
+		req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+		var reason string
+		if nackReason != "" && resp.GetVersionInfo() == nackedVersion {
+			reason = nackReason
+			nackDelay = min(max(2*nackDelay, c.o.BackoffInitial), c.o.BackoffMax)
+			if err := sleep(ctx, nackDelay); err != nil {
+				return healthy, err
+			}
+			c.countNack(reason)
+		} else {
+			reason = c.handle(ctx, resp)
+			nackDelay = 0
+		}
+		if reason != "" {
+			nackedVersion, nackReason = resp.GetVersionInfo(), reason
+			req.VersionInfo = c.Version() // a NACK names the version still in force
+			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: reason}
+		} else {
+			nackedVersion, nackReason = "", ""
+			req.VersionInfo = resp.GetVersionInfo()
+		}
+		if err := st.Send(req); err != nil {
+			return healthy, fmt.Errorf("xds send ack: %w", streamErr(st, err))
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (c *Client) countNack(reason string) {
+	c.mu.Lock()
+	c.stats.Nacks++
+	c.stats.LastNack = reason
+	c.mu.Unlock()
+}
+
+// streamErr returns the stream's real status when Send fails with io.EOF.
+func streamErr(st grpc.ClientStream, err error) error {
+	if errors.Is(err, io.EOF) {
+		if rerr := st.RecvMsg(new(discoveryv3.DiscoveryResponse)); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+// handle decodes and applies one response; it returns the NACK reason, or ""
+// when the config was applied.
+func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse) string {
+	nack := func(reason string) string {
+		c.countNack(reason)
+		c.o.Logger.Error("xds config rejected; keeping the last good config", "version", resp.GetVersionInfo(), "kept_version", c.Version(), "reason", reason)
+		return reason
+	}
+	if resp.GetTypeUrl() != TypeURL {
+		return nack(fmt.Sprintf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL))
+	}
+	cfgs := make([]*rlsconfv3.RateLimitConfig, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		if a.GetTypeUrl() != TypeURL {
+			return nack(fmt.Sprintf("resource[%d]: unexpected type_url %q", i, a.GetTypeUrl()))
+		}
+		cfg := &rlsconfv3.RateLimitConfig{}
+		if err := proto.Unmarshal(a.GetValue(), cfg); err != nil {
+			return nack(fmt.Sprintf("resource[%d]: decode RateLimitConfig: %v", i, err))
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	if err := c.o.Apply(ctx, cfgs); err != nil {
+		return nack(err.Error())
+	}
+	c.mu.Lock()
+	c.version = resp.GetVersionInfo()
+	c.stats.Acks++
+	c.mu.Unlock()
+	c.readyOnce.Do(func() { close(c.ready) })
+	c.o.Logger.Info("xds config applied", "version", resp.GetVersionInfo(), "domains", len(cfgs))
+	return ""
+}
