@@ -148,14 +148,18 @@ type Client interface {
 
 // Stats are cumulative since New, for metrics. Hits are token units.
 type Stats struct {
-	InFlight   int64  // calls holding a slot now
-	NoSlot     uint64 // calls that got no slot before their deadline
-	Buffered   uint64 // hits put in the outage buffer
-	Replayed   uint64 // buffered hits applied to Valkey
-	Lost       uint64 // hits dropped because the buffer was full or disabled
-	Expired    uint64 // buffered hits dropped because their window ended first
-	Ambiguous  uint64 // hits sent but unanswered: maybe applied, never re-sent
-	BufferKeys int64  // keys waiting in the buffer now
+	InFlight  int64  // calls holding a slot now
+	NoSlot    uint64 // calls that got no slot before their deadline
+	Buffered  uint64 // hits put in the outage buffer
+	Replayed  uint64 // buffered hits applied to Valkey
+	Lost      uint64 // hits dropped because the buffer was full or disabled
+	Expired   uint64 // buffered hits dropped because their window ended first
+	Ambiguous uint64 // hits sent but unanswered: maybe applied, never re-sent
+	// AppliedOnError counts hits Valkey applied in calls that returned an
+	// error to the caller (it gave up at its deadline, or another command of
+	// the call failed): counted, though the caller applied its failure policy.
+	AppliedOnError uint64
+	BufferKeys     int64 // keys waiting in the buffer now
 }
 
 // Store is the Valkey store.Store. Safe for concurrent use.
@@ -179,8 +183,8 @@ type Store struct {
 	wg        sync.WaitGroup // replayer
 	workers   sync.WaitGroup // in-flight call goroutines
 
-	noSlot, buffered, replayed, lost, expired, ambiguous atomic.Uint64
-	lastLossLog, lastAmbLog                              atomic.Int64
+	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr atomic.Uint64
+	lastLossLog, lastAmbLog                                            atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -237,7 +241,12 @@ func clientOption(opts *Options) (valkey.ClientOption, error) {
 		// Never retry: the caller has a deadline of a few ms, and a retried
 		// read would outlive it. The next request asks again.
 		DisableRetry: true,
-		ClientName:   "budgetgen",
+		// A background reader on every connection notices a closed server
+		// at once, so the next call redials (and a refused dial is known
+		// not to have sent anything) instead of writing into a dead socket.
+		AlwaysPipelining: true,
+		DialCtxFn:        dial,
+		ClientName:       "budgetgen",
 	}
 	switch opts.Mode {
 	case Standalone:
@@ -353,6 +362,8 @@ func (s *Store) Stats() Stats {
 		Lost:      s.lost.Load(),
 		Expired:   s.expired.Load(),
 		Ambiguous: s.ambiguous.Load(),
+
+		AppliedOnError: s.appliedOnErr.Load(),
 	}
 	if s.buf != nil {
 		st.BufferKeys = s.buf.size.Load()
@@ -367,6 +378,7 @@ type call struct {
 	cmds     []valkey.Completed
 	totals   []uint64
 	err      error
+	applied  uint64       // hits Valkey confirmed
 	state    atomic.Int32 // 0 running, 1 finished, 2 abandoned by the caller
 	done     chan struct{}
 }
@@ -407,6 +419,7 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	c := s.calls.Get().(*call)
 	c.state.Store(running)
 	c.err = nil
+	c.applied = 0
 	c.counters = append(c.counters[:0], counters...)
 	c.totals = append(c.totals[:0], totals...)
 	s.build(c)
@@ -473,10 +486,15 @@ func (s *Store) run(c *call) {
 	<-s.sem
 	c.err = s.collect(c, res)
 	if c.state.CompareAndSwap(running, finished) {
+		if c.err != nil {
+			s.appliedOnErr.Add(c.applied)
+		}
 		c.done <- struct{}{}
 		return
 	}
-	s.release(c) // the caller gave up: nobody else holds c
+	// The caller gave up: nobody else holds c.
+	s.appliedOnErr.Add(c.applied)
+	s.release(c)
 }
 
 // collect reads the replies into c.totals and deals with failures: buffers
@@ -512,6 +530,7 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 			continue
 		}
 		c.totals[i] = v
+		c.applied += k.Hits
 		if err := exp.Error(); err != nil {
 			// The add is applied but its expiry may not be: have the buffer
 			// set it (PEXPIREAT NX is idempotent), or the counter would live
@@ -565,6 +584,10 @@ func classify(err error) outcome {
 			return permanent
 		}
 		return notApplied // an error reply: the command did nothing
+	}
+	var se *setupError
+	if errors.As(err, &se) {
+		return notApplied
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
