@@ -73,6 +73,7 @@ var subcommands = []func(*env) *cobra.Command{
 	newVersionCmd,
 	newPromoteCmd,
 	newDemoteCmd,
+	newReportCmd,
 	newAssertCmd,
 }
 

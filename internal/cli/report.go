@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/pkg/ledger"
+	"github.com/budgetgen/budgetgen/pkg/report"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// reportOptions are the flags of budgetgen report.
+type reportOptions struct {
+	valkeyAddrs  []string
+	username     string
+	tls          bool
+	prefix       string
+	specFile     string
+	days         int
+	format       string
+	targetShare  float64
+	budgets      []string
+	dialTimeout  time.Duration
+	timeout      time.Duration
+	maxPrincipal int
+	now          string // hidden: RFC 3339 clock for tests
+}
+
+// passwordEnv names the environment variable holding the Valkey password:
+// never a flag, so it stays out of shell history and process listings.
+const passwordEnv = "BUDGETGEN_VALKEY_PASSWORD"
+
+func newReportCmd(e *env) *cobra.Command {
+	o := &reportOptions{}
+	cmd := &cobra.Command{
+		Use:   "report --valkey ADDR [--spec FILE] [--days 7] [--format text|json|markdown|html]",
+		Short: "Report a week of shadow measurements from the rate limit service's ledger",
+		Long: `report reads the ledger the rate limit service keeps in Valkey (per token rule,
+per UTC day, each principal's usage; per rule and day the would-be and real
+denials) and prints, per budget and per day: principals seen, p50/p95/p99/max
+daily usage, principal-days over the cap, would-be 429s, tokens above the cap,
+and a suggested cap for a target share of principal-days limited.
+
+The window is the --days completed UTC days before today. With --spec, rules are
+named by budget (the spec is rendered to number its rules as the deployed
+policies do); without it, each rule is reported on its own. Works against a
+standalone Valkey or a cluster (give any node; several with commas). The
+password, if any, is read from $` + passwordEnv + `.
+The JSON output is the evidence budgetgen promote --evidence reads.`,
+		Example: `  budgetgen report --valkey 127.0.0.1:6379 --spec budgets.yaml
+  budgetgen report --valkey valkey-0:6379,valkey-1:6379 --spec budgets.yaml --format html > week.html
+  budgetgen report --valkey 127.0.0.1:6379 --spec budgets.yaml --format json --budget per-run > evidence.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReport(cmd.Context(), e, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.valkeyAddrs, "valkey", nil, "Valkey address host:port (any cluster node; comma-separated seeds allowed)")
+	f.StringVar(&o.username, "valkey-username", "", "Valkey ACL user (password from $"+passwordEnv+")")
+	f.BoolVar(&o.tls, "valkey-tls", false, "connect to Valkey with TLS (system roots)")
+	f.StringVar(&o.prefix, "prefix", "", "key prefix the service uses (its CACHE_KEY_PREFIX)")
+	f.StringVar(&o.specFile, "spec", "", "BudgetSet spec: names rules by budget and gives caps")
+	f.IntVar(&o.days, "days", report.DefaultDays, "completed UTC days to report, ending yesterday")
+	f.StringVar(&o.format, "format", report.FormatText, "output format: "+strings.Join(report.Formats, ", "))
+	f.Float64Var(&o.targetShare, "target-share", report.DefaultTargetLimitedShare, "share of principal-days a suggested cap may limit")
+	f.StringSliceVar(&o.budgets, "budget", nil, "report only these budgets (repeatable)")
+	f.DurationVar(&o.dialTimeout, "dial-timeout", 3*time.Second, "give up connecting to Valkey after this long")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up reading the ledger after this long")
+	f.IntVar(&o.maxPrincipal, "max-principals", ledger.DefaultMaxPrincipals, "refuse rule-days with more principals than this (memory bound)")
+	f.StringVar(&o.now, "now", "", "RFC 3339 time used as the current time")
+	_ = f.MarkHidden("now")
+	return cmd
+}
+
+func (o *reportOptions) validate() error {
+	if len(o.valkeyAddrs) == 0 {
+		return usageError("--valkey ADDR is required (the Valkey the rate limit service writes its ledger to)")
+	}
+	if _, err := report.WriterFor(o.format); err != nil {
+		return usageError("--format: %v", err)
+	}
+	if o.days < 1 || o.days > report.MaxDays {
+		return usageError("--days %d: must be within [1, %d]", o.days, report.MaxDays)
+	}
+	if o.targetShare <= 0 || o.targetShare >= 1 {
+		return usageError("--target-share %v: must be within (0, 1)", o.targetShare)
+	}
+	if o.dialTimeout <= 0 || o.timeout <= 0 {
+		return usageError("--dial-timeout and --timeout must be positive")
+	}
+	return nil
+}
+
+func runReport(ctx context.Context, e *env, o *reportOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	if o.now != "" {
+		t, err := time.Parse(time.RFC3339, o.now)
+		if err != nil {
+			return usageError("--now: %v", err)
+		}
+		now = t
+	}
+	var m report.Mapping
+	if o.specFile != "" {
+		b, err := os.ReadFile(o.specFile)
+		if err != nil {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
+		}
+		bs, err := spec.Load(b, o.specFile)
+		if err != nil {
+			return failure(err)
+		}
+		if m, err = report.MappingFromSpec(bs); err != nil {
+			return failure(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	opt := valkey.ClientOption{
+		InitAddress:      o.valkeyAddrs,
+		Username:         o.username,
+		Password:         os.Getenv(passwordEnv),
+		DisableCache:     true,
+		Dialer:           net.Dialer{Timeout: o.dialTimeout},
+		ConnWriteTimeout: o.dialTimeout,
+	}
+	if o.tls {
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		return failure(fmt.Errorf("valkey %s unreachable: %w (check --valkey; the report needs the Valkey the rate limit service writes to)", strings.Join(o.valkeyAddrs, ","), err))
+	}
+	defer client.Close()
+	lv := ledger.NewValkey(client, o.prefix)
+	lv.MaxPrincipals = o.maxPrincipal
+	data, err := ledger.ReadAll(ctx, lv, report.Window(now, o.days))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return failure(fmt.Errorf("reading the ledger took longer than --timeout %s: %w", o.timeout, err))
+		}
+		return failure(fmt.Errorf("read ledger: %w", err))
+	}
+	r, err := report.Build(data, m, report.Options{Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets})
+	if err != nil {
+		return failure(err)
+	}
+	if len(data) == 0 {
+		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s (prefix %q): is the rate limit service writing to this Valkey?\n", r.From, r.To, o.prefix)
+	}
+	if o.format != report.FormatText {
+		for _, w := range r.Warnings {
+			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", w)
+		}
+	}
+	w, _ := report.WriterFor(o.format)
+	return w(e.stdout, r)
+}

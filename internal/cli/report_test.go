@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+	"github.com/budgetgen/budgetgen/pkg/ledger"
+	"github.com/budgetgen/budgetgen/pkg/report"
+)
+
+func TestReportCLI(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Valkey expires on its own clock: measure "tomorrow" and report from the day after 5 days later.
+	day0 := ledger.DayOf(time.Now()) + 1
+	now := (day0 + 5).Start().Add(9 * time.Hour)
+	lv := ledger.NewValkey(c, "")
+	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	d := "ai-gateway/ai-budgets-agent-router"
+	perRun := ledger.RuleID{Domain: d, Rule: d + "/rule/0"}
+	var us []ledger.Usage
+	for i := 0; i < 5; i++ { // 5 days of data only
+		at := (day0 + ledger.Day(i)).Start().Add(time.Hour)
+		for p := 0; p < 4; p++ {
+			us = append(us, rec.Usage(perRun, fmt.Sprintf("run-%d", p), at, uint64(1_000_000*(p+1))))
+		}
+		us = append(us, rec.Usage(perRun, "runaway", at, 9_000_000))
+		rec.Denied(perRun, at, true)
+	}
+	if err := lv.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec := copyExample(t)
+	nowArg := now.Format(time.RFC3339)
+
+	code, stdout, stderr := runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "json", "--budget", "per-run", "--now", nowArg)
+	if code != ExitOK {
+		t.Fatalf("code %d: %s", code, stderr)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Budgets) != 1 {
+		t.Fatalf("budgets %+v", r.Budgets)
+	}
+	b := r.Budgets[0]
+	// 5 principals a day over 5 days; the runaway (9M) is over the 5M cap every day.
+	if b.Name != "per-run" || b.Cap != 5_000_000 || b.DaysCovered != 5 || b.Summary.PrincipalDays != 25 || b.Summary.OverCap != 5 ||
+		b.Summary.TokensAboveCap != 5*4_000_000 || b.Summary.Would429 != 5 || b.Summary.Max != 9_000_000 || b.Summary.Principals != 5 {
+		t.Fatalf("per-run %+v", b)
+	}
+	if !strings.Contains(stderr, "measurements on 5 of 7 days") {
+		t.Fatalf("fewer than 7 days should be said: %s", stderr)
+	}
+
+	code, stdout, _ = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "html", "--now", nowArg)
+	if code != ExitOK || !strings.Contains(stdout, `<svg class="chart" data-budget="per-run"`) {
+		t.Fatalf("html: %d", code)
+	}
+
+	code, _, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-rnu", "--now", nowArg)
+	if code != ExitFailure || !strings.Contains(stderr, `unknown budget "per-rnu"`) || !strings.Contains(stderr, "per-run") {
+		t.Fatalf("unknown budget: %d %s", code, stderr)
+	}
+
+	// Unreachable Valkey: a clear message, quickly.
+	start := time.Now()
+	dead := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+	code, _, stderr = runCLI(t, "report", "--valkey", dead, "--dial-timeout", "500ms")
+	if code != ExitFailure || !strings.Contains(stderr, "valkey "+dead+" unreachable") {
+		t.Fatalf("unreachable: %d %s", code, stderr)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("unreachable took %s", time.Since(start))
+	}
+
+	// Usage errors.
+	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"}} {
+		if code, _, _ := runCLI(t, args...); code != ExitUsage {
+			t.Errorf("%v: code %d", args, code)
+		}
+	}
+}
