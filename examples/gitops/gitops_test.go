@@ -1,0 +1,167 @@
+// Package gitops holds the example GitOps repository layout and the test that
+// runs its CI pipeline the way .github/workflows/budgets.yaml and
+// .pre-commit-config.yaml do.
+package gitops
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/internal/cli"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+var update = flag.Bool("update", false, "re-render deploy/budgets from budgets/budgets.yaml")
+
+const (
+	specPath   = "budgets/budgets.yaml"
+	renderDir  = "deploy/budgets"
+	workflow   = ".github/workflows/budgets.yaml"
+	preCommit  = ".pre-commit-config.yaml"
+	budgetgenC = "budgetgen "
+)
+
+// renderDrift is the "Render drift check" step: render the spec and compare
+// with the committed directory byte for byte (what `budgetgen render -o DIR &&
+// git diff --exit-code DIR` checks), including files render would delete.
+func renderDrift(t *testing.T) {
+	t.Helper()
+	bs, err := spec.LoadFile(specPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := render.Render(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := res.Files()
+	if *update {
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(renderDir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(renderDir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s/%s is not what render produces (run go test ./examples/gitops -update): %v", renderDir, name, err)
+		}
+	}
+	entries, err := os.ReadDir(renderDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, ok := files[e.Name()]; !ok {
+			t.Errorf("%s/%s is committed but render does not produce it", renderDir, e.Name())
+		}
+	}
+}
+
+// gateCommands returns the budgetgen assert command lines of the CI workflow
+// and of the pre-commit hooks, so the test runs exactly what they run.
+func gateCommands(t *testing.T) [][]string {
+	t.Helper()
+	var cmds [][]string
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct{ Name, Run string }
+		}
+	}
+	readYAML(t, workflow, &wf)
+	for _, job := range wf.Jobs {
+		for _, s := range job.Steps {
+			if strings.HasPrefix(s.Run, budgetgenC+"assert ") {
+				cmds = append(cmds, strings.Fields(s.Run)[1:])
+			}
+		}
+	}
+	var pc struct {
+		Repos []struct {
+			Hooks []struct{ ID, Entry string }
+		}
+	}
+	readYAML(t, preCommit, &pc)
+	for _, r := range pc.Repos {
+		for _, h := range r.Hooks {
+			if strings.HasPrefix(h.Entry, budgetgenC+"assert ") {
+				cmds = append(cmds, strings.Fields(h.Entry)[1:])
+			}
+		}
+	}
+	if len(cmds) < 2 {
+		t.Fatalf("found %d assert commands in %s and %s, want the CI step and the hook", len(cmds), workflow, preCommit)
+	}
+	return cmds
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestPipeline runs the repository's pipeline as CI would: the render drift
+// check, then every budgetgen assert command of the workflow and the
+// pre-commit config, in-process through cli.Run from the repository root.
+func TestPipeline(t *testing.T) {
+	renderDrift(t)
+	for _, args := range gateCommands(t) {
+		var out, errb bytes.Buffer
+		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
+		if code != 0 {
+			t.Errorf("budgetgen %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+}
+
+// TestPipelineCatchesHandEdit shows the gate failing the build: a copy of the
+// repository with one rendered budget edited by hand (shadow mode removed)
+// fails with BG002 (enforcing without promotion) and BG008 (drift).
+func TestPipelineCatchesHandEdit(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := filepath.Glob(filepath.Join(dir, renderDir, "backendtrafficpolicy_*.yaml"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("rendered policy: %v %v", entries, err)
+	}
+	data, err := os.ReadFile(entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first rule (per-run, shadow in the spec) now enforces.
+	edited := strings.Replace(string(data), "shadowMode: true", "shadowMode: false", 1)
+	if err := os.WriteFile(entries[0], []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range gateCommands(t) {
+		args = slices.Clone(args)
+		for i, a := range args {
+			if a == specPath || a == "deploy/" {
+				args[i] = filepath.Join(dir, a)
+			}
+		}
+		var out, errb bytes.Buffer
+		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
+		if code != 1 || !strings.Contains(out.String(), "BG002") || !strings.Contains(out.String(), "BG008") {
+			t.Errorf("budgetgen %s: exit %d, want 1 with BG002 and BG008\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+}
