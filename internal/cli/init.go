@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/templates"
+)
+
+// initOptions is the parsed command line of `budgetgen init`.
+type initOptions struct {
+	template string
+	output   string // "-" writes to stdout
+	force    bool
+}
+
+func (o initOptions) validate() error {
+	if o.output == "" {
+		return usageError("init: -o must not be empty")
+	}
+	if _, err := templates.Get(o.template); err != nil {
+		return usageError("init: %v", err)
+	}
+	return nil
+}
+
+func newInitCmd(e *env) *cobra.Command {
+	o := initOptions{}
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Write a starter BudgetSet spec",
+		Long: `init writes a commented starter BudgetSet spec from a built-in template.
+It refuses to overwrite an existing file unless --force is given.
+
+Templates: ` + fmt.Sprint(templates.Names()) + `.`,
+		Example: `  # Write budgets.yaml from the minimal template
+  budgetgen init
+
+  # Every kind of budget, to a chosen file
+  budgetgen init --template ai-gateway -o platform/budgets.yaml
+
+  # Print a template
+  budgetgen init --template ai-gateway -o -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return runInit(e, o)
+		},
+	}
+	cmd.Flags().StringVarP(&o.template, "template", "t", templates.Default, "starter template `NAME`")
+	cmd.Flags().StringVarP(&o.output, "output", "o", defaultSpecFile, "write the spec to `FILE` (\"-\" for stdout)")
+	cmd.Flags().BoolVar(&o.force, "force", false, "overwrite FILE if it exists")
+	_ = cmd.RegisterFlagCompletionFunc("template", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return templates.Names(), cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+func runInit(e *env, o initOptions) error {
+	data, err := templates.Get(o.template)
+	if err != nil {
+		return usageError("init: %v", err)
+	}
+	if o.output == "-" {
+		_, err := e.stdout.Write(data)
+		return err
+	}
+	err = atomicfile.WriteFile(o.output, data, atomicfile.Options{NoOverwrite: !o.force})
+	if errors.Is(err, fs.ErrExist) {
+		return failure(fmt.Errorf("init: %s already exists (use --force to overwrite)", o.output))
+	}
+	if err != nil {
+		return failure(fmt.Errorf("init: %w", err))
+	}
+	fmt.Fprintf(e.stderr, "wrote %s (template %s); render it with: budgetgen render %s\n", o.output, o.template, o.output)
+	return nil
+}

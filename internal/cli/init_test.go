@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/templates"
+)
+
+func TestInitOptionsValidate(t *testing.T) {
+	tests := []struct {
+		o    initOptions
+		code int
+	}{
+		{initOptions{template: "minimal", output: "budgets.yaml"}, ExitOK},
+		{initOptions{template: "ai-gateway", output: "-"}, ExitOK},
+		{initOptions{template: "nope", output: "budgets.yaml"}, ExitUsage},
+		{initOptions{template: "minimal", output: ""}, ExitUsage},
+	}
+	for _, tc := range tests {
+		if got := exitCode(tc.o.validate()); got != tc.code {
+			t.Errorf("%+v: exit %d, want %d", tc.o, got, tc.code)
+		}
+	}
+}
+
+func TestInitCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "budgets.yaml")
+
+	code, _, stderr := runStdin(t, "", "init", "-o", path)
+	if code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := templates.Get(templates.Default)
+	if string(data) != string(want) {
+		t.Error("init did not write the default template")
+	}
+	if _, err := spec.Load(data, "budgets.yaml"); err != nil {
+		t.Errorf("written spec does not load: %v", err)
+	}
+	// The written spec renders through the CLI.
+	if code, stdout, stderr := runStdin(t, "", "render", path); code != 0 || !strings.Contains(stdout, "BackendTrafficPolicy") {
+		t.Errorf("render of init output: exit %d: %s", code, stderr)
+	}
+
+	// Refuses to overwrite, leaving the file alone.
+	os.WriteFile(path, []byte("mine"), 0o644)
+	code, _, stderr = runStdin(t, "", "init", "--template", "ai-gateway", "-o", path)
+	if code != 1 || !strings.Contains(stderr, "already exists (use --force to overwrite)") {
+		t.Errorf("overwrite: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "mine" {
+		t.Error("init overwrote an existing file without --force")
+	}
+	code, _, stderr = runStdin(t, "", "init", "--template", "ai-gateway", "-o", path, "--force")
+	if code != 0 {
+		t.Fatalf("--force: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), "agent-fleet") {
+		t.Error("--force did not write the ai-gateway template")
+	}
+
+	code, stdout, _ := runStdin(t, "", "init", "-t", "ai-gateway", "-o", "-")
+	if code != 0 || !strings.Contains(stdout, "kind: BudgetSet") {
+		t.Errorf("init -o -: exit %d", code)
+	}
+
+	for _, args := range [][]string{
+		{"init", "--template", "nope", "-o", filepath.Join(dir, "x.yaml")},
+		{"init", "extra-arg"},
+		{"init", "--bogus"},
+	} {
+		code, stdout, stderr := runStdin(t, "", args...)
+		if code != 2 || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.yaml")); err == nil {
+		t.Error("init with unknown template wrote a file")
+	}
+	code, _, stderr = runStdin(t, "", "init", "-o", filepath.Join(dir, "missing", "b.yaml"))
+	if code != 1 {
+		t.Errorf("init into a missing directory: exit %d: %s", code, stderr)
+	}
+}

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// defaultSpecFile is read when render gets no SPEC argument; init writes it.
+const defaultSpecFile = "budgets.yaml"
+
+// renderOptions is the parsed command line of `budgetgen render`.
+type renderOptions struct {
+	specPath string // "-" reads stdin
+	outDir   string // "" writes a YAML stream to stdout
+}
+
+func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) {
+	o := renderOptions{specPath: defaultSpecFile, outDir: outDir}
+	if len(args) == 1 {
+		o.specPath = args[0]
+	}
+	if o.specPath == "" {
+		return o, usageError("render: SPEC must not be empty")
+	}
+	if o.outDir == "-" {
+		return o, usageError("render: -o takes a directory; omit it to write to stdout")
+	}
+	return o, nil
+}
+
+func newRenderCmd(e *env) *cobra.Command {
+	var outDir string
+	cmd := &cobra.Command{
+		Use:   "render [SPEC|-]",
+		Short: "Render a BudgetSet spec into Envoy Gateway policies",
+		Long: `render turns a BudgetSet spec (default ` + defaultSpecFile + `, "-" for stdin) into one
+BackendTrafficPolicy per target Gateway holding every budget as a global rate
+limit rule, plus a ClientTrafficPolicy per Gateway that strips client-sent
+identity headers. Output is a YAML stream on stdout, or with -o one file per
+object and a kustomization.yaml, written atomically: on any error nothing is written.
+
+Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
+(file:line: field: message on stderr); 2 bad command line or unreadable spec.`,
+		Example: `  # Print the policies for the example spec
+  budgetgen render examples/budgets.yaml
+
+  # Write one file per object plus kustomization.yaml (GitOps)
+  budgetgen render examples/budgets.yaml -o examples/rendered
+
+  # Read the spec from stdin
+  cat budgets.yaml | budgetgen render - | kubectl apply --dry-run=server -f -`,
+		Args: cobra.MaximumNArgs(1),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := renderOptionsFromArgs(args, outDir)
+			if err != nil {
+				return err
+			}
+			return runRender(e, o)
+		},
+	}
+	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
+	_ = cmd.MarkFlagDirname("output-dir")
+	return cmd
+}
+
+func runRender(e *env, o renderOptions) error {
+	bs, err := spec.LoadFile(o.specPath, e.stdin)
+	if err != nil {
+		var list spec.ErrorList
+		if errors.As(err, &list) {
+			return failure(err)
+		}
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	// Everything is rendered in memory before a byte is written.
+	res, err := render.Render(bs)
+	if err != nil {
+		return failure(fmt.Errorf("render %s: %w", bs.File(), err))
+	}
+	if o.outDir == "" {
+		if _, err := e.stdout.Write(res.YAML()); err != nil {
+			return failure(fmt.Errorf("write stdout: %w", err))
+		}
+		return nil
+	}
+	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
+		return usageError("render: -o %s: not a directory", o.outDir)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
+	}
+	err = atomicfile.WriteDir(o.outDir, res.Files(), atomicfile.Options{
+		// Remove files of objects no longer rendered, never files budgetgen did not write.
+		RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
+	})
+	if err != nil {
+		return failure(err)
+	}
+	return nil
+}
