@@ -75,6 +75,8 @@ var subcommands = []func(*env) *cobra.Command{
 	newDemoteCmd,
 	newReportCmd,
 	newAssertCmd,
+	newRenderCmd,
+	newInitCmd,
 }
 
 // isCobraUsage reports whether err is one of cobra's argument or command errors.
