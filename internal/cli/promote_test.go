@@ -90,3 +90,35 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Fatalf("forced frontier:\n%s", fr)
 	}
 }
+
+// After promote, render emits shadowMode: false for the promoted budget only,
+// and assert accepts the enforcing rule when given the spec (and flags it
+// without the spec: nothing else says it was promoted).
+func TestPromoteThenRenderAndAssert(t *testing.T) {
+	p := copyExample(t)
+	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z"); code != ExitOK {
+		t.Fatalf("promote: %s", stderr)
+	}
+	out := filepath.Join(t.TempDir(), "rendered")
+	if code, _, stderr := runCLI(t, "render", p, "-o", out); code != ExitOK {
+		t.Fatalf("render: %s", stderr)
+	}
+	btp, err := os.ReadFile(filepath.Join(out, "backendtrafficpolicy_ai-gateway_ai-budgets-agent-router.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(btp), "shadowMode: false"); n != 1 {
+		t.Fatalf("%d rules with shadowMode: false, want only per-run's:\n%s", n, btp)
+	}
+	if !strings.Contains(string(btp), `"rule":0,"budget":"per-run"`) {
+		t.Fatalf("rule 0 is not per-run: %s", btp)
+	}
+	// BG006 needs the SecurityPolicies, which are not part of this spec's output.
+	if code, stdout, stderr := runCLI(t, "assert", "--spec", p, "--skip", "BG006", out); code != ExitOK {
+		t.Fatalf("assert with the promoted spec: %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "assert", "--skip", "BG006", out)
+	if code != ExitFailure || !strings.Contains(stdout+stderr, "BG002") {
+		t.Fatalf("assert without the spec should flag the enforcing rule: %d\n%s%s", code, stdout, stderr)
+	}
+}
