@@ -1,0 +1,78 @@
+package server
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Health components, as in the reference's HealthChecker.
+const (
+	ComponentConfig   = "config"
+	ComponentStore    = "redis"
+	ComponentShutdown = "sigterm"
+)
+
+// Health is healthy when every component is: HTTP /healthcheck answers 200
+// "OK" or 500, and the gRPC health service reports SERVING or NOT_SERVING for
+// "" and "ratelimit".
+type Health struct {
+	mu    sync.Mutex
+	grpc  *health.Server
+	comps map[string]bool
+	ok    atomic.Bool
+}
+
+func newHealth(g *health.Server, requireConfig bool) *Health {
+	h := &Health{grpc: g, comps: map[string]bool{ComponentStore: true, ComponentShutdown: true}}
+	if requireConfig {
+		h.comps[ComponentConfig] = false
+	}
+	h.update()
+	return h
+}
+
+func (h *Health) update() {
+	all := true
+	for _, v := range h.comps {
+		all = all && v
+	}
+	h.ok.Store(all)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if all {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	h.grpc.SetServingStatus("", st)
+	h.grpc.SetServingStatus(HealthServiceName, st)
+}
+
+// OK marks a component healthy.
+func (h *Health) OK(component string) { h.set(component, true) }
+
+// Fail marks a component unhealthy.
+func (h *Health) Fail(component string) { h.set(component, false) }
+
+func (h *Health) set(component string, v bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, tracked := h.comps[component]; !tracked && component == ComponentConfig {
+		return // config health only matters when required
+	}
+	h.comps[component] = v
+	h.update()
+}
+
+// Healthy reports the overall state.
+func (h *Health) Healthy() bool { return h.ok.Load() }
+
+// ServeHTTP is the reference's /healthcheck.
+func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if h.ok.Load() {
+		_, _ = w.Write([]byte("OK"))
+		return
+	}
+	w.WriteHeader(http.StatusInternalServerError)
+}
