@@ -1,0 +1,270 @@
+// Package deploy holds the kustomize manifests for running budgetgen's rate
+// limit service under Envoy Gateway; its tests render and validate them and
+// check the Dockerfiles at the repository root against the source tree.
+package deploy
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	egvalidation "github.com/envoyproxy/gateway/api/v1alpha1/validation"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// Labels Envoy Gateway v1.9.1 puts on the rate limit pods
+// (internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels);
+// internal to EG's module, so restated here.
+var egRateLimitLabels = map[string]string{
+	"app.kubernetes.io/name":      "envoy-ratelimit",
+	"app.kubernetes.io/component": "ratelimit",
+}
+
+const namespace = "envoy-gateway-system"
+
+// render builds the kustomization in this directory and returns each object's
+// YAML by kind/name.
+func render(t *testing.T) map[string][]byte {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	out := map[string][]byte{}
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := r.GetKind() + "/" + r.GetName()
+		if _, dup := out[id]; dup {
+			t.Errorf("%s rendered twice", id)
+		}
+		if ns := r.GetNamespace(); ns != namespace {
+			t.Errorf("%s: namespace %q, want %q", id, ns, namespace)
+		}
+		out[id] = y
+	}
+	return out
+}
+
+func strict(t *testing.T, id string, data []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		t.Fatalf("%s is not a well-formed object: %v", id, err)
+	}
+}
+
+func TestKustomizeRendersValkeyWithPersistence(t *testing.T) {
+	objs := render(t)
+	want := []string{"ConfigMap/valkey-config", "StatefulSet/valkey", "Service/valkey", "NetworkPolicy/valkey", "ConfigMap/envoy-gateway-config"}
+	if len(objs) != len(want) {
+		t.Errorf("rendered %d objects, want %d", len(objs), len(want))
+	}
+	for _, id := range want {
+		if objs[id] == nil {
+			t.Fatalf("missing %s", id)
+		}
+	}
+
+	var sts appsv1.StatefulSet
+	strict(t, "StatefulSet/valkey", objs["StatefulSet/valkey"], &sts)
+	var svc corev1.Service
+	strict(t, "Service/valkey", objs["Service/valkey"], &svc)
+	var cm corev1.ConfigMap
+	strict(t, "ConfigMap/valkey-config", objs["ConfigMap/valkey-config"], &cm)
+	var np networkingv1.NetworkPolicy
+	strict(t, "NetworkPolicy/valkey", objs["NetworkPolicy/valkey"], &np)
+
+	// Persistence: append-only file on a claimed volume mounted at the dir.
+	conf := cm.Data["valkey.conf"]
+	for _, line := range []string{"appendonly yes", "dir /data", "maxmemory-policy noeviction"} {
+		if !hasLine(conf, line) {
+			t.Errorf("valkey.conf lacks %q", line)
+		}
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Name != "data" {
+		t.Fatalf("StatefulSet has no data volume claim")
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["data"] != "/data" || mounts["config"] != "/etc/valkey" {
+		t.Errorf("mounts = %v", mounts)
+	}
+	if len(c.Args) != 2 || c.Args[1] != "/etc/valkey/valkey.conf" {
+		t.Errorf("valkey args = %v: the config file is not used", c.Args)
+	}
+	var cmVol bool
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
+			cmVol = true
+		}
+	}
+	if !cmVol {
+		t.Error("the config volume does not mount ConfigMap valkey-config")
+	}
+	if sts.Spec.ServiceName != svc.Name {
+		t.Errorf("serviceName %q != Service %q", sts.Spec.ServiceName, svc.Name)
+	}
+	// The Service and the NetworkPolicy select the Valkey pods; the policy
+	// admits EG's rate limit pods.
+	podLabels := sts.Spec.Template.Labels
+	if !subset(svc.Spec.Selector, podLabels) || !subset(sts.Spec.Selector.MatchLabels, podLabels) || !subset(np.Spec.PodSelector.MatchLabels, podLabels) {
+		t.Errorf("selectors do not match the pod labels %v", podLabels)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || !subset(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, egRateLimitLabels) {
+		t.Errorf("NetworkPolicy does not admit Envoy Gateway's rate limit pods")
+	}
+	if sc := sts.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("Valkey runs as root")
+	}
+}
+
+func hasLine(conf, line string) bool {
+	for _, l := range strings.Split(conf, "\n") {
+		if strings.TrimSpace(l) == line {
+			return true
+		}
+	}
+	return false
+}
+
+func subset(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// loadEnvoyGateway decodes an EnvoyGateway config strictly with EG's types,
+// applies EG's defaults and runs EG's own validation, as EG does at start.
+func loadEnvoyGateway(t *testing.T, where string, data []byte) *egv1a1.EnvoyGateway {
+	t.Helper()
+	eg := &egv1a1.EnvoyGateway{}
+	if err := yaml.UnmarshalStrict(data, eg); err != nil {
+		t.Fatalf("%s: not a valid EnvoyGateway: %v", where, err)
+	}
+	if eg.APIVersion != egv1a1.GroupVersion.String() || eg.Kind != egv1a1.KindEnvoyGateway {
+		t.Fatalf("%s: apiVersion/kind = %s/%s", where, eg.APIVersion, eg.Kind)
+	}
+	eg.SetEnvoyGatewayDefaults()
+	if err := egvalidation.ValidateEnvoyGateway(eg); err != nil {
+		t.Fatalf("%s: Envoy Gateway rejects the config: %v", where, err)
+	}
+	return eg
+}
+
+func TestEnvoyGatewayConfig(t *testing.T) {
+	objs := render(t)
+	var cm corev1.ConfigMap
+	strict(t, "ConfigMap/envoy-gateway-config", objs["ConfigMap/envoy-gateway-config"], &cm)
+	raw, ok := cm.Data["envoy-gateway.yaml"]
+	if !ok {
+		t.Fatal("envoy-gateway-config has no envoy-gateway.yaml (the key EG reads)")
+	}
+	eg := loadEnvoyGateway(t, "envoy-gateway-config", []byte(raw))
+	checkRateLimit(t, eg, objs)
+	if eg.Provider.Type != egv1a1.ProviderTypeKubernetes {
+		t.Errorf("provider = %s", eg.Provider.Type)
+	}
+	dep := eg.Provider.Kubernetes.RateLimitDeployment
+	if dep == nil || dep.Container == nil || dep.Container.Image == nil || !strings.HasPrefix(*dep.Container.Image, "ghcr.io/budgetgen/ratelimit:") {
+		t.Fatalf("rateLimitDeployment does not use our image: %+v", dep)
+	}
+
+	// The Helm values carry the same settings.
+	hv, err := os.ReadFile("envoy-gateway/helm-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Global struct {
+			Images struct {
+				Ratelimit struct {
+					Image      string `json:"image"`
+					PullPolicy string `json:"pullPolicy"`
+				} `json:"ratelimit"`
+			} `json:"images"`
+		} `json:"global"`
+		Config struct {
+			EnvoyGateway map[string]any `json:"envoyGateway"`
+		} `json:"config"`
+	}
+	if err := yaml.UnmarshalStrict(hv, &values); err != nil {
+		t.Fatalf("helm-values.yaml: %v", err)
+	}
+	if values.Global.Images.Ratelimit.Image != *dep.Container.Image {
+		t.Errorf("helm image %q != ConfigMap image %q", values.Global.Images.Ratelimit.Image, *dep.Container.Image)
+	}
+	// The chart merges config.envoyGateway into its own defaults (gateway,
+	// logging, the rate limit image); do the same, then validate.
+	merged := values.Config.EnvoyGateway
+	merged["apiVersion"] = egv1a1.GroupVersion.String()
+	merged["kind"] = egv1a1.KindEnvoyGateway
+	merged["gateway"] = map[string]any{"controllerName": egv1a1.GatewayControllerName}
+	data, err := yaml.Marshal(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heg := loadEnvoyGateway(t, "helm-values.yaml config.envoyGateway", data)
+	checkRateLimit(t, heg, objs)
+}
+
+// checkRateLimit: global rate limiting on, Redis backend, URL naming the
+// Valkey Service of this kustomization, fail-open with a timeout under EG's.
+func checkRateLimit(t *testing.T, eg *egv1a1.EnvoyGateway, objs map[string][]byte) {
+	t.Helper()
+	rl := eg.RateLimit
+	if rl == nil || rl.Backend.Type != egv1a1.RedisBackendType || rl.Backend.Redis == nil || rl.Backend.Redis.URL == nil {
+		t.Fatalf("rateLimit backend is not Redis with a URL: %+v", rl)
+	}
+	var svc corev1.Service
+	strict(t, "Service/valkey", objs["Service/valkey"], &svc)
+	host, port, err := net.SplitHostPort(*rl.Backend.Redis.URL)
+	if err != nil {
+		t.Fatalf("redis url %q: %v", *rl.Backend.Redis.URL, err)
+	}
+	wantHost := fmt.Sprintf("%s.%s.svc.cluster.local", svc.Name, namespace)
+	if host != wantHost || port != fmt.Sprint(svc.Spec.Ports[0].Port) {
+		t.Errorf("redis url %q does not name the Valkey Service (%s:%d)", *rl.Backend.Redis.URL, wantHost, svc.Spec.Ports[0].Port)
+	}
+	if rl.FailClosed {
+		t.Error("failClosed: a Valkey outage would stop all LLM traffic")
+	}
+}
+
+// TestDockerfiles checks, by reading them, that the Dockerfiles build what
+// exists: every COPY source exists and is not excluded by .dockerignore, every
+// package the binary needs (and its embedded files) is inside what is copied,
+// -X flags name existing variables, the binary lands where the ENTRYPOINT (and,
+// for ratelimit, Envoy Gateway's command /bin/ratelimit) expects it, it is
+// static (CGO_ENABLED=0) and runs as a non-root user.
+func TestDockerfiles(t *testing.T) {
+	for _, c := range []struct{ file, pkg, binary string }{
+		{"Dockerfile.ratelimit", "./cmd/ratelimit", "/bin/ratelimit"},
+		{"Dockerfile.budgetgen", "./cmd/budgetgen", "/bin/budgetgen"},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			df := parseDockerfile(t, filepath.Join("..", c.file))
+			checkDockerfile(t, df, c.pkg, c.binary)
+		})
+	}
+}
