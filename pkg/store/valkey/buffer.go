@@ -164,12 +164,12 @@ func (s *Store) replayOnce() bool {
 				switch classify(err) {
 				case notApplied:
 					if !s.buf.add(e.key, e.hits, e.exp) {
-						s.loss(e.hits)
+						s.loss(e.hits, "outage buffer full")
 					}
 				case maybeApplied:
 					s.maybeSent(e.hits)
 				case permanent:
-					s.loss(e.hits)
+					s.loss(e.hits, "the key holds something that is not a counter")
 				}
 				j++ // its expiry reply
 				continue

@@ -525,6 +525,8 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 				s.notSent(c.counters[i : i+1])
 			case maybeApplied:
 				s.maybeSent(k.Hits)
+			case permanent:
+				s.loss(k.Hits, "the key holds something that is not a counter")
 			}
 			first = cmp(first, fmt.Errorf("charge counter %d: %w", i, err))
 			continue
@@ -645,23 +647,23 @@ func (s *Store) notSent(counters []store.Counter) {
 
 func (s *Store) bufferAdd(key string, hits uint64, exp time.Time) {
 	if s.buf == nil {
-		s.loss(hits)
+		s.loss(hits, "outage buffer disabled")
 		return
 	}
 	if !s.buf.add(key, hits, exp) {
-		s.loss(hits)
+		s.loss(hits, "outage buffer full")
 		return
 	}
 	s.buffered.Add(hits)
 }
 
-func (s *Store) loss(hits uint64) {
+func (s *Store) loss(hits uint64, reason string) {
 	if hits == 0 {
 		return
 	}
 	total := s.lost.Add(hits)
 	if every(&s.lastLossLog, time.Second) {
-		s.log.Error("valkey store: charges lost (outage buffer full or disabled)",
+		s.log.Error("valkey store: charges lost", "reason", reason,
 			"lost_hits_total", total, "buffer_keys", s.Stats().BufferKeys)
 	}
 }
