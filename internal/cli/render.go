@@ -20,6 +20,7 @@ const defaultSpecFile = "budgets.yaml"
 type renderOptions struct {
 	specPath string // "-" reads stdin
 	outDir   string // "" writes a YAML stream to stdout
+	rlsDir   string // --ratelimit-config: "" writes no rate limit service config
 }
 
 func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) {
@@ -37,7 +38,7 @@ func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) 
 }
 
 func newRenderCmd(e *env) *cobra.Command {
-	var outDir string
+	var outDir, rlsDir string
 	cmd := &cobra.Command{
 		Use:   "render [SPEC|-]",
 		Short: "Render a BudgetSet spec into Envoy Gateway policies",
@@ -66,11 +67,13 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 			if err != nil {
 				return err
 			}
+			o.rlsDir = rlsDir
 			return runRender(e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
 	_ = cmd.MarkFlagDirname("output-dir")
+	addRateLimitConfigFlag(cmd, &rlsDir)
 	return cmd
 }
 
@@ -88,11 +91,15 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(fmt.Errorf("render %s: %w", bs.File(), err))
 	}
+	rlsFiles, err := rateLimitConfigFiles(res, o.rlsDir) // before any write: nothing is written on error
+	if err != nil {
+		return failure(err)
+	}
 	if o.outDir == "" {
 		if _, err := e.stdout.Write(res.YAML()); err != nil {
 			return failure(fmt.Errorf("write stdout: %w", err))
 		}
-		return nil
+		return writeRateLimitConfig(o.rlsDir, rlsFiles)
 	}
 	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
 		return usageError("render: -o %s: not a directory", o.outDir)
@@ -106,5 +113,5 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
-	return nil
+	return writeRateLimitConfig(o.rlsDir, rlsFiles)
 }

@@ -450,43 +450,54 @@ func TestWriteDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "config")
-	paths, err := WriteDir(dir, cfgs)
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(dir)
-	if len(paths) != 2 || len(entries) != 2 {
-		t.Fatalf("paths %v, dir holds %d entries (temporary files left?)", paths, len(entries))
+	mine := filepath.Join(dir, "hand-written.yaml")
+	if err := os.WriteFile(mine, []byte("domain: other\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for i, c := range cfgs {
-		got, _ := os.ReadFile(paths[i])
+	if err := WriteDir(dir, cfgs); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		entries, _ := os.ReadDir(dir)
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got := strings.Join(names(), ","); got != "edge_selectors.yaml,hand-written.yaml,llm_budgets.yaml" {
+		t.Fatalf("dir holds %s (temporary files left?)", got)
+	}
+	for _, c := range cfgs {
+		got, _ := os.ReadFile(filepath.Join(dir, FileName(c.Domain)))
 		want, _ := MarshalYAML(c)
-		if filepath.Base(paths[i]) != FileName(c.Domain) || !bytes.Equal(got, want) {
-			t.Errorf("%s: wrong name or content", paths[i])
+		if !bytes.Equal(got, append([]byte(GeneratedHeader), want...)) || !IsGenerated(got) {
+			t.Errorf("%s: wrong content", c.Domain)
 		}
 	}
-	// Byte-identical on a second run.
-	if _, err := WriteDir(dir, cfgs); err != nil {
+	// A domain that disappears loses its file; files budgetgen did not write stay.
+	if err := WriteDir(dir, cfgs[1:]); err != nil {
 		t.Fatal(err)
 	}
-	again, _ := os.ReadFile(paths[0])
-	first, _ := MarshalYAML(cfgs[0])
-	if !bytes.Equal(again, first) {
-		t.Error("second write differs")
+	if got := strings.Join(names(), ","); got != "hand-written.yaml,llm_budgets.yaml" {
+		t.Errorf("after dropping a domain the dir holds %s", got)
 	}
 
 	// A config that cannot be written makes the whole call write nothing.
-	empty := t.TempDir()
+	empty := filepath.Join(t.TempDir(), "new")
 	bad := []*rlsconfv3.RateLimitConfig{cfgs[0], {Domain: "x", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: ""}}}}
-	if _, err := WriteDir(empty, bad); err == nil || !strings.Contains(err.Error(), "domain x: descriptors[0]: descriptor without a key") {
+	if err := WriteDir(empty, bad); err == nil || !strings.Contains(err.Error(), "domain x: descriptors[0]: descriptor without a key") {
 		t.Errorf("err = %v", err)
 	}
 	clash := []*rlsconfv3.RateLimitConfig{{Domain: "a/b"}, {Domain: "a_b"}}
-	if _, err := WriteDir(empty, clash); err == nil {
+	if err := WriteDir(empty, clash); err == nil {
 		t.Error("two domains written to one file")
 	}
-	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
-		t.Errorf("a failed write left %d files", len(entries))
+	if _, err := os.Stat(empty); !os.IsNotExist(err) {
+		t.Errorf("a failed write created %s", empty)
 	}
 }
 

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/rlsconfig"
+)
+
+// addRateLimitConfigFlag registers render's --ratelimit-config.
+func addRateLimitConfigFlag(cmd *cobra.Command, dir *string) {
+	cmd.Flags().StringVar(dir, "ratelimit-config", "", "also write the rate limit service config Envoy Gateway derives from the policies into `DIR`, one YAML per domain in the reference service's runtime format (use it as RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config to run without Envoy Gateway)")
+	_ = cmd.MarkFlagDirname("ratelimit-config")
+}
+
+// rateLimitConfigFiles derives the files for --ratelimit-config from the
+// rendered BackendTrafficPolicies; nil when dir is empty.
+func rateLimitConfigFiles(res *render.Result, dir string) (map[string][]byte, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	var btps []*egv1a1.BackendTrafficPolicy
+	for _, o := range res.Objects {
+		if p, ok := o.Object.(*egv1a1.BackendTrafficPolicy); ok {
+			btps = append(btps, p)
+		}
+	}
+	cfgs, err := rlsconfig.Configs(btps)
+	if err != nil {
+		return nil, fmt.Errorf("derive rate limit service config: %w", err)
+	}
+	files, err := rlsconfig.Files(cfgs)
+	if err != nil {
+		return nil, fmt.Errorf("derive rate limit service config: %w", err)
+	}
+	return files, nil
+}
+
+// writeRateLimitConfig writes files into dir all or nothing, removing files
+// budgetgen wrote earlier for domains no longer rendered.
+func writeRateLimitConfig(dir string, files map[string][]byte) error {
+	if dir == "" {
+		return nil
+	}
+	if info, err := os.Stat(dir); err == nil && !info.IsDir() {
+		return usageError("render: --ratelimit-config %s: not a directory", dir)
+	}
+	err := atomicfile.WriteDir(dir, files, atomicfile.Options{
+		RemoveStale: func(_ string, content []byte) bool { return rlsconfig.IsGenerated(content) },
+	})
+	if err != nil {
+		return failure(err)
+	}
+	return nil
+}

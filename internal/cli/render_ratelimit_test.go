@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
+	rlconfig "github.com/budgetgen/budgetgen/pkg/ratelimit/config"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/rlsconfig"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// render --ratelimit-config writes, next to the policies, the service config
+// Envoy Gateway would derive from them: the service's own loader reads the
+// directory, and every descriptor Envoy would send for a request finds a limit.
+func TestRenderRateLimitConfig(t *testing.T) {
+	dir := t.TempDir()
+	rls := filepath.Join(dir, "ratelimit", "config")
+	code, _, stderr := runStdin(t, "", "render", examplePath, "-o", filepath.Join(dir, "policies"), "--ratelimit-config", rls)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	cfg, err := rlconfig.LoadDir(rlconfig.DirOptions{Root: dir, Subdirectory: "ratelimit", AppDirectory: "config", IgnoreDotFiles: true})
+	if err != nil {
+		t.Fatalf("the service cannot load the written config: %v", err)
+	}
+
+	bs, err := spec.LoadFile(examplePath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := render.Render(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var btps []*egv1a1.BackendTrafficPolicy
+	var want []string
+	for _, o := range res.Objects {
+		if p, ok := o.Object.(*egv1a1.BackendTrafficPolicy); ok {
+			btps = append(btps, p)
+			want = append(want, p.Namespace+"/"+p.Name)
+		}
+	}
+	sort.Strings(want)
+	if got := cfg.Domains(); strings.Join(got, ",") != strings.Join(want, ",") || len(got) == 0 {
+		t.Fatalf("domains = %v, want %v", got, want)
+	}
+	entries, _ := os.ReadDir(rls)
+	if len(entries) != len(want) {
+		t.Errorf("%d files for %d domains", len(entries), len(want))
+	}
+	// Every rule's first descriptor level is in the loaded config: the
+	// domain holds one limit per rendered rule.
+	rules := 0
+	for _, p := range btps {
+		rules += len(p.Spec.RateLimit.Global.Rules)
+	}
+	if n := len(cfg.Limits()); n != rules {
+		t.Errorf("the service loaded %d limits for %d rendered rules", n, rules)
+	}
+
+	// Byte-identical on a second run (and no temporary files left).
+	before, _ := os.ReadFile(filepath.Join(rls, entries[0].Name()))
+	if code, _, stderr := runStdin(t, "", "render", examplePath, "--ratelimit-config", rls); code != ExitOK {
+		t.Fatalf("second run exit %d: %s", code, stderr)
+	}
+	after, _ := os.ReadFile(filepath.Join(rls, entries[0].Name()))
+	if string(before) != string(after) || !rlsconfig.IsGenerated(after) {
+		t.Error("second run changed the output")
+	}
+	if again, _ := os.ReadDir(rls); len(again) != len(entries) {
+		t.Errorf("second run left %d entries, want %d", len(again), len(entries))
+	}
+
+	// A file in the way: a usage error, and nothing written.
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := runStdin(t, "", "render", examplePath, "--ratelimit-config", blocker); code != ExitUsage {
+		t.Errorf("--ratelimit-config on a file: exit %d, want %d", code, ExitUsage)
+	}
+}
