@@ -188,3 +188,21 @@ func TestRecorderWithMemory(t *testing.T) {
 		t.Fatalf("retried denial: %+v", got)
 	}
 }
+
+func TestMemoryBound(t *testing.T) {
+	now := time.Date(2026, 10, 17, 12, 0, 0, 0, time.UTC)
+	m := NewMemory("", func() time.Time { return now })
+	m.MaxFields = 2
+	if !m.HIncrBy("k", "a", 1) || !m.HIncrBy("k", "b", 1) || !m.HIncrBy("k", "a", 5) {
+		t.Fatal("writes under the bound refused")
+	}
+	if m.HIncrBy("k2", "c", 1) || m.Dropped() != 1 {
+		t.Fatal("write past the bound accepted")
+	}
+	// Expired hashes free their fields.
+	_ = m.Apply(context.Background(), Batch{Expire: map[string]time.Time{"k": now.Add(time.Second)}})
+	now = now.Add(2 * time.Second)
+	if !m.HIncrBy("k2", "c", 1) {
+		t.Fatal("bound not released by expiry")
+	}
+}

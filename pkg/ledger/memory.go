@@ -12,10 +12,19 @@ import (
 type Memory struct {
 	prefix string
 	now    func() time.Time
+	// MaxFields bounds the principal-days held (all hashes together); past
+	// it new fields are dropped and counted in Dropped. Default
+	// DefaultMemoryMaxFields. Set before use.
+	MaxFields int
 
-	mu     sync.Mutex
-	hashes map[string]*memHash
+	mu      sync.Mutex
+	hashes  map[string]*memHash
+	fields  int
+	dropped uint64
 }
+
+// DefaultMemoryMaxFields bounds the in-memory ledger: about 100 MB.
+const DefaultMemoryMaxFields = 1_000_000
 
 type memHash struct {
 	fields   map[string]uint64
@@ -34,14 +43,16 @@ func NewMemory(prefix string, now func() time.Time) *Memory {
 func (m *Memory) live(key string, now time.Time) *memHash {
 	h := m.hashes[key]
 	if h != nil && !h.expireAt.IsZero() && !now.Before(h.expireAt) {
+		m.fields -= len(h.fields)
 		delete(m.hashes, key)
 		return nil
 	}
 	return h
 }
 
-// HIncrBy adds n to field of hash key, creating it.
-func (m *Memory) HIncrBy(key, field string, n uint64) uint64 {
+// HIncrBy adds n to field of hash key, creating it. It reports false when
+// the field was new and the bound was reached (the write is dropped).
+func (m *Memory) HIncrBy(key, field string, n uint64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.live(key, m.now())
@@ -49,8 +60,26 @@ func (m *Memory) HIncrBy(key, field string, n uint64) uint64 {
 		h = &memHash{fields: map[string]uint64{}}
 		m.hashes[key] = h
 	}
+	if _, ok := h.fields[field]; !ok {
+		max := m.MaxFields
+		if max == 0 {
+			max = DefaultMemoryMaxFields
+		}
+		if m.fields >= max {
+			m.dropped++
+			return false
+		}
+		m.fields++
+	}
 	h.fields[field] += n
-	return h.fields[field]
+	return true
+}
+
+// Dropped is the number of writes refused at the MaxFields bound.
+func (m *Memory) Dropped() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dropped
 }
 
 // Apply implements Sink.
