@@ -66,6 +66,13 @@ func (m *Memory) HIncrBy(key, field string, n uint64) bool {
 			max = DefaultMemoryMaxFields
 		}
 		if m.fields >= max {
+			// Reclaim expired hashes before refusing (only at the bound).
+			now := m.now()
+			for k := range m.hashes {
+				m.live(k, now)
+			}
+		}
+		if m.fields >= max {
 			m.dropped++
 			return false
 		}
