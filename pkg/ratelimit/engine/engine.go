@@ -455,9 +455,10 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	var storeErr error
 	if len(counters) > 0 {
 		if cap(sc.totals) < len(counters) {
-			sc.totals = make([]uint64, len(counters), 2*len(counters))
+			sc.totals = make([]uint64, 0, 2*len(counters))
 		}
-		totals := sc.totals[:len(counters)]
+		sc.totals = sc.totals[:len(counters)]
+		totals := sc.totals
 		cctx, cancel := context.WithTimeout(ctx, e.o.StoreTimeout)
 		start := time.Now()
 		storeErr = e.o.Store.Charge(cctx, counters, totals)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -262,6 +263,16 @@ func TestShadowUnlimitedReplacesKillSwitchUnknown(t *testing.T) {
 	// quota mode answers OK but keeps remaining
 	check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
 	check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
+}
+
+func TestScratchReuseAcrossSizes(t *testing.T) {
+	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
+	// A pooled scratch first used for one counter must grow for three.
+	for i := 0; i < 20; i++ {
+		u := fmt.Sprint("u", i)
+		check(t, f.call(t, req("d", 0, d("user", u))), OK, want{OK, 2})
+		check(t, f.call(t, req("d", 0, d("user", u+"x"), d("who", u), d("user", u))), OK, want{OK, 2}, want{OK, 1}, want{OK, 1})
+	}
 }
 
 func TestGlobalShadowModeOnlyOverallCode(t *testing.T) {
