@@ -140,6 +140,7 @@ func TestRecorderWithMemory(t *testing.T) {
 	add("alice", 100)
 	add("bob", 5)
 	add("alice", 50)
+	rec.Defer(rec.Usage(r0, "bob", now, 20)) // answered from the over-limit cache
 	rec.Denied(r0, now, true)
 	rec.Denied(r0, now, true)
 	now = now.Add(time.Second) // next UTC day
@@ -154,7 +155,7 @@ func TestRecorderWithMemory(t *testing.T) {
 		t.Fatalf("rules %v", rules)
 	}
 	got, _ := mem.Read(ctx, r0, d1)
-	if got.Usage["alice"] != 150 || got.Usage["bob"] != 5 || got.ShadowDenials != 2 || got.EnforceDenials != 0 {
+	if got.Usage["alice"] != 150 || got.Usage["bob"] != 25 || got.ShadowDenials != 2 || got.EnforceDenials != 0 {
 		t.Fatalf("day 1: %+v", got)
 	}
 	got2, _ := mem.Read(ctx, r0, d1+1)

@@ -91,9 +91,11 @@ func (m *Memory) Dropped() uint64 {
 
 // Apply implements Sink.
 func (m *Memory) Apply(_ context.Context, b Batch) error {
-	for k, fs := range b.Denials {
-		for f, n := range fs {
-			m.HIncrBy(k, f, n)
+	for _, hm := range []map[string]map[string]uint64{b.Usage, b.Denials} {
+		for k, fs := range hm {
+			for f, n := range fs {
+				m.HIncrBy(k, f, n)
+			}
 		}
 	}
 	m.mu.Lock()

@@ -24,6 +24,9 @@ type Batch struct {
 	Expire map[string]time.Time
 	// Denials adds counts to fields of stats hashes: key -> field -> n.
 	Denials map[string]map[string]uint64
+	// Usage adds deferred usage (charges the service answered from its local
+	// over-limit cache, with no round trip to ride on): key -> field -> n.
+	Usage map[string]map[string]uint64
 }
 
 // Sink applies a Batch (Valkey or the in-memory ledger).
@@ -41,8 +44,9 @@ type Recorder struct {
 
 	keys sync.Map // ruleDay -> *dayKeys
 
-	mu      sync.Mutex
-	denials map[ruleDay][2]uint64 // [shadow, enforce]
+	mu       sync.Mutex
+	denials  map[ruleDay][2]uint64 // [shadow, enforce]
+	deferred map[Usage]uint64      // Tokens zero in the key
 }
 
 type ruleDay struct {
@@ -64,7 +68,7 @@ func NewRecorder(opts Options, sink Sink, now func() time.Time) (*Recorder, erro
 	if now == nil {
 		now = time.Now
 	}
-	return &Recorder{opts: opts, sink: sink, now: now, denials: map[ruleDay][2]uint64{}}, nil
+	return &Recorder{opts: opts, sink: sink, now: now, denials: map[ruleDay][2]uint64{}, deferred: map[Usage]uint64{}}, nil
 }
 
 func (r *Recorder) keysFor(rule RuleID, d Day) *dayKeys {
@@ -81,6 +85,20 @@ func (r *Recorder) keysFor(rule RuleID, d Day) *dayKeys {
 // pipelines it with the charge.
 func (r *Recorder) Usage(rule RuleID, principal string, at time.Time, tokens uint64) Usage {
 	return Usage{Key: r.keysFor(rule, DayOf(at)).usage, Field: principal, Tokens: tokens}
+}
+
+// Defer records usage that has no charge round trip to ride on (a charge the
+// service answered from its local over-limit cache and charges later); it is
+// written at the next Flush.
+func (r *Recorder) Defer(u Usage) {
+	if u.Tokens == 0 {
+		return
+	}
+	n := u.Tokens
+	u.Tokens = 0
+	r.mu.Lock()
+	r.deferred[u] += n
+	r.mu.Unlock()
 }
 
 // Denied counts one over-limit answer of rule on the UTC day of at: a
@@ -104,7 +122,7 @@ func (r *Recorder) Denied(rule RuleID, at time.Time, shadow bool) {
 // the denials are kept for the next Flush.
 func (r *Recorder) Flush(ctx context.Context) error {
 	today := DayOf(r.now())
-	b := Batch{Expire: map[string]time.Time{}, Denials: map[string]map[string]uint64{}}
+	b := Batch{Expire: map[string]time.Time{}, Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
 	r.keys.Range(func(k, v any) bool {
 		rd := k.(ruleDay)
 		if rd.day < today-1 {
@@ -121,7 +139,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	pending := r.denials
 	r.denials = map[ruleDay][2]uint64{}
+	deferred := r.deferred
+	r.deferred = map[Usage]uint64{}
 	r.mu.Unlock()
+	for u, n := range deferred {
+		if b.Usage[u.Key] == nil {
+			b.Usage[u.Key] = map[string]uint64{}
+		}
+		b.Usage[u.Key][u.Field] += n
+	}
 	for rd, c := range pending {
 		sk := StatsKey(r.opts.Prefix, rd.rule, rd.day)
 		f := map[string]uint64{}
@@ -134,7 +160,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		b.Denials[sk] = f
 		b.Expire[sk] = rd.day.ExpireAt(r.opts.RetentionDays)
 	}
-	if len(b.Expire) == 0 && len(b.Denials) == 0 {
+	if len(b.Expire) == 0 && len(b.Denials) == 0 && len(b.Usage) == 0 {
 		return nil
 	}
 	if err := r.sink.Apply(ctx, b); err != nil {
@@ -144,6 +170,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			cur[0] += c[0]
 			cur[1] += c[1]
 			r.denials[rd] = cur
+		}
+		for u, n := range deferred {
+			r.deferred[u] += n
 		}
 		r.mu.Unlock()
 		return fmt.Errorf("ledger flush: %w", err)

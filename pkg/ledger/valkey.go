@@ -32,14 +32,16 @@ func NewValkey(client valkey.Client, prefix string) *Valkey {
 	return &Valkey{client: client, prefix: prefix}
 }
 
-// Apply implements Sink in one DoMulti: HINCRBY per denial field, EXPIREAT
-// per key.
+// Apply implements Sink in one DoMulti: HINCRBY per deferred usage and
+// denial field, EXPIREAT per key.
 func (v *Valkey) Apply(ctx context.Context, b Batch) error {
-	cmds := make(valkey.Commands, 0, len(b.Expire)+2*len(b.Denials))
-	for _, k := range sortedKeys(b.Denials) {
-		fs := b.Denials[k]
-		for _, f := range sortedKeys(fs) {
-			cmds = append(cmds, v.client.B().Hincrby().Key(k).Field(f).Increment(int64(fs[f])).Build())
+	cmds := make(valkey.Commands, 0, len(b.Expire)+2*len(b.Denials)+len(b.Usage))
+	for _, m := range []map[string]map[string]uint64{b.Usage, b.Denials} {
+		for _, k := range sortedKeys(m) {
+			fs := m[k]
+			for _, f := range sortedKeys(fs) {
+				cmds = append(cmds, v.client.B().Hincrby().Key(k).Field(f).Increment(int64(fs[f])).Build())
+			}
 		}
 	}
 	// Expiries after the increments so a freshly created stats hash gets one.

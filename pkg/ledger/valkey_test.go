@@ -65,6 +65,8 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 	if err := v.Add(ctx, us...); err != nil {
 		t.Fatal(err)
 	}
+	rec.Defer(rec.Usage(rules[1], "user-0", now, 5))
+	want[rules[1]]["user-0"] += 5
 	rec.Denied(rules[0], now, true)
 	rec.Denied(rules[0], now, false)
 	rec.Denied(rules[0], now, false)
