@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 func TestEncodePrincipalInjective(t *testing.T) {
@@ -205,5 +207,36 @@ func TestMemoryBound(t *testing.T) {
 	now = now.Add(2 * time.Second)
 	if !m.HIncrBy("k2", "c", 1) {
 		t.Fatal("bound not released by expiry")
+	}
+}
+
+func TestFromDescriptor(t *testing.T) {
+	e := func(kv ...string) []*rlcommon.RateLimitDescriptor_Entry {
+		var out []*rlcommon.RateLimitDescriptor_Entry
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	rule := "ns/p/rule/0"
+	// Envoy Gateway: generic_key named by the config, then a Distinct header, then an exclusion.
+	r, p := FromDescriptor("ns/p", "cfg", e(rule, rule, "rule-0-match-0", "alice", "rule-0-match-1", "rule-0-match-1"), 0b010)
+	if r != (RuleID{"ns/p", rule}) || p != "alice" {
+		t.Fatalf("%v %q", r, p)
+	}
+	// A Distinct value equal to its key is still that principal, not a shared bucket.
+	_, p = FromDescriptor("ns/p", "cfg", e(rule, rule, "rule-0-match-0", "rule-0-match-0"), 0b010)
+	if p != "rule-0-match-0" {
+		t.Fatalf("%q", p)
+	}
+	// Group bucket: nothing free.
+	_, p = FromDescriptor("ns/p", "cfg", e(rule, rule, "rule-1-match-0", "rule-1-match-0"), 0)
+	if p != "" {
+		t.Fatalf("%q", p)
+	}
+	// A plain config keyed on a bare first entry: the rule is the config path.
+	r, p = FromDescriptor("d", "d.user", e("user", "bob"), 1)
+	if r != (RuleID{"d", "d.user"}) || p != "bob" {
+		t.Fatalf("%v %q", r, p)
 	}
 }

@@ -1,0 +1,28 @@
+package ledger
+
+import (
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// FromDescriptor names the ledger rule and principal of a descriptor the
+// rate limit config matched. free has bit i set when entry i was matched by a
+// bare key or a wildcard, so its value came from the request (entries past 64
+// count as free). configRule is the config path of the matched limit.
+//
+// The rule is the first entry's value when the config named it (Envoy
+// Gateway's generic_key <ns>/<policy>/rule/<i>), else configRule; the
+// principal is EncodePrincipal of the free values, in order.
+func FromDescriptor(domain, configRule string, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64) (RuleID, string) {
+	r := RuleID{Domain: domain, Rule: configRule}
+	if len(entries) > 0 && free&1 == 0 {
+		r.Rule = entries[0].GetValue()
+	}
+	var one [1]string
+	parts := one[:0]
+	for i, e := range entries {
+		if i >= 64 || free&(1<<uint(i)) != 0 {
+			parts = append(parts, e.GetValue())
+		}
+	}
+	return r, EncodePrincipal(parts)
+}
