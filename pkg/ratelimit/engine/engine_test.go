@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,11 +22,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/key"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/pkg/store"
 	"github.com/budgetgen/budgetgen/pkg/store/memory"
+	valkeystore "github.com/budgetgen/budgetgen/pkg/store/valkey"
 )
 
 const testConfig = `domain: d
@@ -95,14 +98,65 @@ type fixture struct {
 	total func(k string) uint64
 }
 
-func newFixture(t *testing.T, o Options, yaml string) *fixture {
+// each runs a behaviour test against the embedded memory store and a real
+// Valkey server started for it.
+func each(t *testing.T, fn func(t *testing.T, kind string)) {
+	for _, kind := range []string{"memory", "valkey"} {
+		t.Run(kind, func(t *testing.T) { fn(t, kind) })
+	}
+}
+
+// baseTime is noon UTC tomorrow: counters' absolute expiries computed from
+// the injected clock stay in the future of the Valkey server's real clock.
+func baseTime() time.Time { return time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour) }
+
+func newFixture(t *testing.T, kind string, o Options, yaml string) *fixture {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	mem := memory.New(memory.Options{Now: clk.Now})
-	t.Cleanup(func() { _ = mem.Close() })
-	rs := &recStore{Store: mem}
+	clk := &clock{t: baseTime()}
+	var inner store.Store
+	var total func(k string) uint64
+	switch kind {
+	case "memory":
+		mem := memory.New(memory.Options{Now: clk.Now})
+		inner = mem
+		total = func(k string) uint64 {
+			tot := []uint64{0}
+			if err := mem.Charge(context.Background(), []store.Counter{{Key: k}}, tot); err != nil {
+				t.Fatal(err)
+			}
+			return tot[0]
+		}
+	case "valkey":
+		srv := valkeytest.Start(t, valkeytest.Options{})
+		vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{srv.Addr}, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner = vs
+		total = func(k string) uint64 {
+			v, err := valkeytest.Do(srv.Addr, "GET", k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v == "(nil)" {
+				return 0
+			}
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("counter %s = %q", k, v)
+			}
+			return n
+		}
+	default:
+		t.Fatalf("unknown store %s", kind)
+	}
+	t.Cleanup(func() { _ = inner.Close() })
+	rs := &recStore{Store: inner}
 	if o.Store == nil {
 		o.Store = rs
+	}
+	if o.StoreTimeout == 0 && kind == "valkey" {
+		o.StoreTimeout = time.Second // a loaded CI box must not flip answers to the failure policy
 	}
 	o.Now = clk.Now
 	reg := prometheus.NewRegistry()
@@ -117,13 +171,7 @@ func newFixture(t *testing.T, o Options, yaml string) *fixture {
 		t.Fatal(err)
 	}
 	e.SetConfig(c)
-	return &fixture{e: e, st: rs, clk: clk, reg: reg, total: func(k string) uint64 {
-		tot := []uint64{0}
-		if err := mem.Charge(context.Background(), []store.Counter{{Key: k}}, tot); err != nil {
-			t.Fatal(err)
-		}
-		return tot[0]
-	}}
+	return &fixture{e: e, st: rs, clk: clk, reg: reg, total: total}
 }
 
 func req(domain string, hits uint32, ds ...*rlcommon.RateLimitDescriptor) *rlpb.RateLimitRequest {
@@ -178,188 +226,205 @@ const (
 )
 
 func TestPlainHitsCrossingTheLimitStillCharge(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	for i, w := range []want{{OK, 2}, {OK, 1}, {OK, 0}, {OVER, 0}, {OVER, 0}} {
-		resp := f.call(t, req("d", 0, d("user", "alice")))
-		code := OK
-		if w.code == OVER {
-			code = OVER
-		}
-		check(t, resp, code, w)
-		if i == 0 {
-			s := resp.Statuses[0]
-			if s.CurrentLimit.GetRequestsPerUnit() != 3 || s.CurrentLimit.GetUnit() != rlpb.RateLimitResponse_RateLimit_DAY {
-				t.Fatalf("current_limit = %v", s.CurrentLimit)
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		for i, w := range []want{{OK, 2}, {OK, 1}, {OK, 0}, {OVER, 0}, {OVER, 0}} {
+			resp := f.call(t, req("d", 0, d("user", "alice")))
+			code := OK
+			if w.code == OVER {
+				code = OVER
 			}
-			if s.DurationUntilReset.GetSeconds() != 12*3600 {
-				t.Fatalf("duration_until_reset = %v, want 12h", s.DurationUntilReset)
+			check(t, resp, code, w)
+			if i == 0 {
+				s := resp.Statuses[0]
+				if s.CurrentLimit.GetRequestsPerUnit() != 3 || s.CurrentLimit.GetUnit() != rlpb.RateLimitResponse_RateLimit_DAY {
+					t.Fatalf("current_limit = %v", s.CurrentLimit)
+				}
+				if s.DurationUntilReset.GetSeconds() != 12*3600 {
+					t.Fatalf("duration_until_reset = %v, want 12h", s.DurationUntilReset)
+				}
 			}
 		}
-	}
-	k := string(key.Encoder{}.Append(nil, "d", d("user", "alice").Entries, nil, 86400, f.clk.Now().Unix()/86400*86400))
-	if got := f.total(k); got != 5 {
-		t.Fatalf("counter = %d, want 5: over-limit hits must be charged", got)
-	}
-	// another principal is independent
-	check(t, f.call(t, req("d", 0, d("user", "bob"))), OK, want{OK, 2})
+		k := string(key.Encoder{}.Append(nil, "d", d("user", "alice").Entries, nil, 86400, f.clk.Now().Unix()/86400*86400))
+		if got := f.total(k); got != 5 {
+			t.Fatalf("counter = %d, want 5: over-limit hits must be charged", got)
+		}
+		// another principal is independent
+		check(t, f.call(t, req("d", 0, d("user", "bob"))), OK, want{OK, 2})
+	})
 }
 
 func TestHitsAddend(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	// request-level 0 means 1; 2 charges 2
-	check(t, f.call(t, req("d", 2, d("user", "a"))), OK, want{OK, 1})
-	// descriptor-level 0 is a check: nothing charged, answered with a read
-	check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OK, want{OK, 1})
-	if last := f.st.last; len(last) != 1 || last[0].Hits != 0 {
-		t.Fatalf("check-only sent %+v, want one read", last)
-	}
-	// descriptor-level overrides request-level
-	check(t, f.call(t, req("d", 7, withHits(d("user", "a"), 1))), OK, want{OK, 0})
-	// check at counter == limit is OK, one more hit is over
-	check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 5))), OVER, want{OVER, 0})
-	// check at counter > limit is OVER_LIMIT
-	check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OVER, want{OVER, 0})
-	// a check on a fresh principal creates no counter
-	check(t, f.call(t, req("d", 0, withHits(d("user", "fresh"), 0))), OK, want{OK, 3})
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		// request-level 0 means 1; 2 charges 2
+		check(t, f.call(t, req("d", 2, d("user", "a"))), OK, want{OK, 1})
+		// descriptor-level 0 is a check: nothing charged, answered with a read
+		check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OK, want{OK, 1})
+		if last := f.st.last; len(last) != 1 || last[0].Hits != 0 {
+			t.Fatalf("check-only sent %+v, want one read", last)
+		}
+		// descriptor-level overrides request-level
+		check(t, f.call(t, req("d", 7, withHits(d("user", "a"), 1))), OK, want{OK, 0})
+		// check at counter == limit is OK, one more hit is over
+		check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 5))), OVER, want{OVER, 0})
+		// check at counter > limit is OVER_LIMIT
+		check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OVER, want{OVER, 0})
+		// a check on a fresh principal creates no counter
+		check(t, f.call(t, req("d", 0, withHits(d("user", "fresh"), 0))), OK, want{OK, 3})
+	})
 }
 
 func TestShadowUnlimitedReplacesKillSwitchUnknown(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	check(t, f.call(t, req("d", 0, d("shadow", "x"))), OK, want{OK, 0})
-	resp := f.call(t, req("d", 0, d("shadow", "x")))
-	check(t, resp, OK, want{OK, 0})
-	if resp.Statuses[0].CurrentLimit == nil {
-		t.Fatal("shadow status lost current_limit")
-	}
-	if got := testutil.ToFloat64(f.e.o.Metrics.Decisions.WithLabelValues("d", "d.shadow", "shadow_over_limit")); got != 1 {
-		t.Fatalf("shadow_over_limit metric = %v, want 1", got)
-	}
-	// unlimited: OK with MaxUint32 remaining, no store call
-	calls := f.st.calls.Load()
-	resp = f.call(t, req("d", 0, d("free", "x")))
-	check(t, resp, OK, want{OK, math.MaxUint32})
-	if f.st.calls.Load() != calls || resp.Statuses[0].CurrentLimit != nil {
-		t.Fatal("unlimited descriptor touched the store or carried a limit")
-	}
-	// replaces: tier=gold replaces per_user, so "who" is not limited at all
-	for i := 0; i < 4; i++ {
-		check(t, f.call(t, req("d", 0, d("who", "w"), d("tier", "gold"))), OK, want{OK, 0}, want{OK, math.MaxUint32})
-	}
-	check(t, f.call(t, req("d", 0, d("who", "w"))), OK, want{OK, 1})
-	// kill switch: requests_per_unit 0 denies any charged hit, a check passes
-	check(t, f.call(t, req("d", 0, withHits(d("kill", "x"), 0))), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, d("kill", "x"))), OVER, want{OVER, 0})
-	// unknown domain and unmatched descriptors are OK with no limit
-	calls = f.st.calls.Load()
-	check(t, f.call(t, req("nope", 0, d("user", "x"))), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, d("other", "x"), d("user", "x", "deeper", "y"))), OK, want{OK, 0}, want{OK, 0})
-	if f.st.calls.Load() != calls {
-		t.Fatal("unmatched descriptors touched the store")
-	}
-	// wildcard
-	check(t, f.call(t, req("d", 0, d("path", "/api/a"))), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, d("path", "/api/a"))), OVER, want{OVER, 0})
-	// quota mode answers OK but keeps remaining
-	check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		check(t, f.call(t, req("d", 0, d("shadow", "x"))), OK, want{OK, 0})
+		resp := f.call(t, req("d", 0, d("shadow", "x")))
+		check(t, resp, OK, want{OK, 0})
+		if resp.Statuses[0].CurrentLimit == nil {
+			t.Fatal("shadow status lost current_limit")
+		}
+		if got := testutil.ToFloat64(f.e.o.Metrics.Decisions.WithLabelValues("d", "d.shadow", "shadow_over_limit")); got != 1 {
+			t.Fatalf("shadow_over_limit metric = %v, want 1", got)
+		}
+		// unlimited: OK with MaxUint32 remaining, no store call
+		calls := f.st.calls.Load()
+		resp = f.call(t, req("d", 0, d("free", "x")))
+		check(t, resp, OK, want{OK, math.MaxUint32})
+		if f.st.calls.Load() != calls || resp.Statuses[0].CurrentLimit != nil {
+			t.Fatal("unlimited descriptor touched the store or carried a limit")
+		}
+		// replaces: tier=gold replaces per_user, so "who" is not limited at all
+		for i := 0; i < 4; i++ {
+			check(t, f.call(t, req("d", 0, d("who", "w"), d("tier", "gold"))), OK, want{OK, 0}, want{OK, math.MaxUint32})
+		}
+		check(t, f.call(t, req("d", 0, d("who", "w"))), OK, want{OK, 1})
+		// kill switch: requests_per_unit 0 denies any charged hit, a check passes
+		check(t, f.call(t, req("d", 0, withHits(d("kill", "x"), 0))), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, d("kill", "x"))), OVER, want{OVER, 0})
+		// unknown domain and unmatched descriptors are OK with no limit
+		calls = f.st.calls.Load()
+		check(t, f.call(t, req("nope", 0, d("user", "x"))), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, d("other", "x"), d("user", "x", "deeper", "y"))), OK, want{OK, 0}, want{OK, 0})
+		if f.st.calls.Load() != calls {
+			t.Fatal("unmatched descriptors touched the store")
+		}
+		// wildcard
+		check(t, f.call(t, req("d", 0, d("path", "/api/a"))), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, d("path", "/api/a"))), OVER, want{OVER, 0})
+		// quota mode answers OK but keeps remaining
+		check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, d("quota", "q"))), OK, want{OK, 0})
+	})
 }
 
 func TestScratchReuseAcrossSizes(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	// A pooled scratch first used for one counter must grow for three.
-	for i := 0; i < 20; i++ {
-		u := fmt.Sprint("u", i)
-		check(t, f.call(t, req("d", 0, d("user", u))), OK, want{OK, 2})
-		check(t, f.call(t, req("d", 0, d("user", u+"x"), d("who", u), d("user", u))), OK, want{OK, 2}, want{OK, 1}, want{OK, 1})
-	}
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		// A pooled scratch first used for one counter must grow for three.
+		for i := 0; i < 20; i++ {
+			u := fmt.Sprint("u", i)
+			check(t, f.call(t, req("d", 0, d("user", u))), OK, want{OK, 2})
+			check(t, f.call(t, req("d", 0, d("user", u+"x"), d("who", u), d("user", u))), OK, want{OK, 2}, want{OK, 1}, want{OK, 1})
+		}
+	})
 }
 
 func TestGlobalShadowModeOnlyOverallCode(t *testing.T) {
-	f := newFixture(t, Options{ShadowMode: true, OverLimitCacheSize: -1}, testConfig)
-	f.call(t, req("d", 0, d("kill", "x")))
-	check(t, f.call(t, req("d", 0, d("kill", "x"))), OK, want{OVER, 0})
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{ShadowMode: true, OverLimitCacheSize: -1}, testConfig)
+		f.call(t, req("d", 0, d("kill", "x")))
+		check(t, f.call(t, req("d", 0, d("kill", "x"))), OK, want{OVER, 0})
+	})
 }
 
 func TestAllDescriptorsInOneStoreCall(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	before := f.st.calls.Load()
-	f.call(t, req("d", 0, d("user", "a"), d("who", "b"), d("kill", "c"), d("free", "x"), d("none", "y")))
-	if got := f.st.calls.Load() - before; got != 1 {
-		t.Fatalf("%d store calls, want 1", got)
-	}
-	if len(f.st.last) != 3 {
-		t.Fatalf("%d counters in the call, want 3", len(f.st.last))
-	}
-	now := f.clk.Now().Unix()
-	for _, c := range f.st.last {
-		var div int64
-		switch {
-		case strings.Contains(c.Key, "4:user"):
-			div = 86400
-		case strings.Contains(c.Key, "3:who"):
-			div = 3600
-		default:
-			div = 60
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		before := f.st.calls.Load()
+		f.call(t, req("d", 0, d("user", "a"), d("who", "b"), d("kill", "c"), d("free", "x"), d("none", "y")))
+		if got := f.st.calls.Load() - before; got != 1 {
+			t.Fatalf("%d store calls, want 1", got)
 		}
-		wantExp := time.Unix(now/div*div+div, 0).Add(DefaultGrace)
-		if !c.ExpireAt.Equal(wantExp) {
-			t.Fatalf("%s expires %v, want window end + grace %v", c.Key, c.ExpireAt, wantExp)
+		if len(f.st.last) != 3 {
+			t.Fatalf("%d counters in the call, want 3", len(f.st.last))
 		}
-	}
+		now := f.clk.Now().Unix()
+		for _, c := range f.st.last {
+			var div int64
+			switch {
+			case strings.Contains(c.Key, "4:user"):
+				div = 86400
+			case strings.Contains(c.Key, "3:who"):
+				div = 3600
+			default:
+				div = 60
+			}
+			wantExp := time.Unix(now/div*div+div, 0).Add(DefaultGrace)
+			if !c.ExpireAt.Equal(wantExp) {
+				t.Fatalf("%s expires %v, want window end + grace %v", c.Key, c.ExpireAt, wantExp)
+			}
+		}
+	})
 }
 
 func TestMidnightUTCWindowBoundary(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	f.clk.Set(time.Date(2026, 11, 30, 23, 59, 59, 900_000_000, time.UTC))
-	for i := 0; i < 4; i++ {
-		f.call(t, req("d", 0, d("user", "a")))
-	}
-	resp := f.call(t, req("d", 0, d("user", "a")))
-	check(t, resp, OVER, want{OVER, 0})
-	if got := resp.Statuses[0].DurationUntilReset.GetSeconds(); got != 1 {
-		t.Fatalf("duration_until_reset at 23:59:59.9 = %d, want 1", got)
-	}
-	f.clk.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	resp = f.call(t, req("d", 0, d("user", "a")))
-	check(t, resp, OK, want{OK, 2})
-	if got := resp.Statuses[0].DurationUntilReset.GetSeconds(); got != 86400 {
-		t.Fatalf("duration_until_reset at 00:00:00.0 = %d, want 86400", got)
-	}
-	if !strings.HasSuffix(f.st.last[0].Key, "@86400|1796083200") {
-		t.Fatalf("new window key %q does not start at 2026-12-01T00:00:00Z", f.st.last[0].Key)
-	}
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		midnight := f.clk.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
+		f.clk.Set(midnight.Add(-100 * time.Millisecond)) // 23:59:59.9 UTC
+		for i := 0; i < 4; i++ {
+			f.call(t, req("d", 0, d("user", "a")))
+		}
+		resp := f.call(t, req("d", 0, d("user", "a")))
+		check(t, resp, OVER, want{OVER, 0})
+		if got := resp.Statuses[0].DurationUntilReset.GetSeconds(); got != 1 {
+			t.Fatalf("duration_until_reset at 23:59:59.9 = %d, want 1", got)
+		}
+		f.clk.Set(midnight) // 00:00:00.0 UTC
+		resp = f.call(t, req("d", 0, d("user", "a")))
+		check(t, resp, OK, want{OK, 2})
+		if got := resp.Statuses[0].DurationUntilReset.GetSeconds(); got != 86400 {
+			t.Fatalf("duration_until_reset at 00:00:00.0 = %d, want 86400", got)
+		}
+		if !strings.HasSuffix(f.st.last[0].Key, fmt.Sprintf("@86400|%d", midnight.Unix())) {
+			t.Fatalf("new window key %q does not start at 2026-12-01T00:00:00Z", f.st.last[0].Key)
+		}
+	})
 }
 
 func TestOverLimitCacheSkipsStoreAndStillCharges(t *testing.T) {
-	f := newFixture(t, Options{}, testConfig)
-	for i := 0; i < 4; i++ {
-		f.call(t, req("d", 0, d("user", "a")))
-	}
-	calls := f.st.calls.Load()
-	for i := 0; i < 10; i++ {
-		check(t, f.call(t, req("d", 0, d("user", "a"))), OVER, want{OVER, 0})
-		check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OVER, want{OVER, 0})
-	}
-	if f.st.calls.Load() != calls {
-		t.Fatalf("cached over-limit key still called the store %d times", f.st.calls.Load()-calls)
-	}
-	f.e.Flush()
-	k := string(key.Encoder{}.Append(nil, "d", d("user", "a").Entries, nil, 86400, f.clk.Now().Unix()/86400*86400))
-	if got := f.total(k); got != 14 {
-		t.Fatalf("counter after flush = %d, want 14 (deferred over-limit hits charged)", got)
-	}
-	// a mixed request still makes one call and answers the cached one from cache
-	check(t, f.call(t, req("d", 0, d("user", "a"), d("user", "b"))), OVER, want{OVER, 0}, want{OK, 2})
-	// raising the limit by config reload: the cached total no longer counts as over
-	c, _ := config.Load([]config.File{{Name: "t.yaml", Data: []byte(strings.Replace(testConfig, "requests_per_unit: 3}", "requests_per_unit: 100}", 1))}})
-	f.e.SetConfig(c)
-	f.e.Flush()
-	check(t, f.call(t, req("d", 0, d("user", "a"))), OK, want{OK, 100 - 16})
-	// the cache ends with the window
-	f.clk.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	f.e.SetConfig(mustConfig(t, testConfig))
-	check(t, f.call(t, req("d", 0, d("user", "a"))), OK, want{OK, 2})
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{}, testConfig)
+		for i := 0; i < 4; i++ {
+			f.call(t, req("d", 0, d("user", "a")))
+		}
+		calls := f.st.calls.Load()
+		for i := 0; i < 10; i++ {
+			check(t, f.call(t, req("d", 0, d("user", "a"))), OVER, want{OVER, 0})
+			check(t, f.call(t, req("d", 0, withHits(d("user", "a"), 0))), OVER, want{OVER, 0})
+		}
+		if f.st.calls.Load() != calls {
+			t.Fatalf("cached over-limit key still called the store %d times", f.st.calls.Load()-calls)
+		}
+		f.e.Flush()
+		k := string(key.Encoder{}.Append(nil, "d", d("user", "a").Entries, nil, 86400, f.clk.Now().Unix()/86400*86400))
+		if got := f.total(k); got != 14 {
+			t.Fatalf("counter after flush = %d, want 14 (deferred over-limit hits charged)", got)
+		}
+		// a mixed request still makes one call and answers the cached one from cache
+		check(t, f.call(t, req("d", 0, d("user", "a"), d("user", "b"))), OVER, want{OVER, 0}, want{OK, 2})
+		// raising the limit by config reload: the cached total no longer counts as over
+		c, _ := config.Load([]config.File{{Name: "t.yaml", Data: []byte(strings.Replace(testConfig, "requests_per_unit: 3}", "requests_per_unit: 100}", 1))}})
+		f.e.SetConfig(c)
+		f.e.Flush()
+		check(t, f.call(t, req("d", 0, d("user", "a"))), OK, want{OK, 100 - 16})
+		// the cache ends with the window
+		f.clk.Set(f.clk.Now().Truncate(24 * time.Hour).Add(24 * time.Hour))
+		f.e.SetConfig(mustConfig(t, testConfig))
+		check(t, f.call(t, req("d", 0, d("user", "a"))), OK, want{OK, 2})
+	})
 }
 
 func mustConfig(t *testing.T, y string) *config.Config {
@@ -388,7 +453,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 		overall rlpb.RateLimitResponse_Code
 	}{{FailAllow, codes.OK, OK}, {FailDeny, codes.OK, OVER}, {FailError, codes.Unavailable, OK}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			f := newFixture(t, Options{FailurePolicy: tc.policy, OverLimitCacheSize: -1}, testConfig)
+			f := newFixture(t, "memory", Options{FailurePolicy: tc.policy, OverLimitCacheSize: -1}, testConfig)
 			f.st.block = true
 			start := time.Now()
 			resp, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "a"), d("shadow", "s"), d("none", "x")))
@@ -415,55 +480,61 @@ func TestStoreFailurePolicies(t *testing.T) {
 }
 
 func TestInvalidRequests(t *testing.T) {
-	f := newFixture(t, Options{}, testConfig)
-	many := make([]*rlcommon.RateLimitDescriptor, 5000)
-	for i := range many {
-		many[i] = d("user", "x")
-	}
-	wide := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i < 5000; i++ {
-		wide.Entries = append(wide.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
-	}
-	override := d("user", "x")
-	override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
-	cases := map[string]*rlpb.RateLimitRequest{
-		"nil":              nil,
-		"empty domain":     req("", 0, d("user", "x")),
-		"no descriptors":   req("d", 0),
-		"many descriptors": req("d", 0, many...),
-		"many entries":     req("d", 0, wide),
-		"megabyte value":   req("d", 0, d("user", strings.Repeat("v", 1<<20))),
-		"megabyte domain":  req(strings.Repeat("d", 1<<20), 0, d("user", "x")),
-		"invalid utf8":     req("d", 0, d("user", "\xff\xfe")),
-		"invalid utf8 key": req("d", 0, d("\xc3", "x")),
-		"nil descriptor":   req("d", 0, nil),
-		"huge hits":        req("d", 0, withHits(d("user", "x"), math.MaxUint64)),
-		"override no unit": req("d", 0, override),
-	}
-	for name, r := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := f.e.ShouldRateLimit(context.Background(), r)
-			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() == "" {
-				t.Fatalf("err = %v, want InvalidArgument with a reason", err)
-			}
-		})
-	}
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{}, testConfig)
+		many := make([]*rlcommon.RateLimitDescriptor, 5000)
+		for i := range many {
+			many[i] = d("user", "x")
+		}
+		wide := &rlcommon.RateLimitDescriptor{}
+		for i := 0; i < 5000; i++ {
+			wide.Entries = append(wide.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+		}
+		override := d("user", "x")
+		override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+		cases := map[string]*rlpb.RateLimitRequest{
+			"nil":              nil,
+			"empty domain":     req("", 0, d("user", "x")),
+			"no descriptors":   req("d", 0),
+			"many descriptors": req("d", 0, many...),
+			"many entries":     req("d", 0, wide),
+			"megabyte value":   req("d", 0, d("user", strings.Repeat("v", 1<<20))),
+			"megabyte domain":  req(strings.Repeat("d", 1<<20), 0, d("user", "x")),
+			"invalid utf8":     req("d", 0, d("user", "\xff\xfe")),
+			"invalid utf8 key": req("d", 0, d("\xc3", "x")),
+			"nil descriptor":   req("d", 0, nil),
+			"huge hits":        req("d", 0, withHits(d("user", "x"), math.MaxUint64)),
+			"override no unit": req("d", 0, override),
+		}
+		for name, r := range cases {
+			t.Run(name, func(t *testing.T) {
+				_, err := f.e.ShouldRateLimit(context.Background(), r)
+				if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() == "" {
+					t.Fatalf("err = %v, want InvalidArgument with a reason", err)
+				}
+			})
+		}
+	})
 }
 
 func TestNoConfigIsUnavailable(t *testing.T) {
-	f := newFixture(t, Options{}, testConfig)
-	f.e.SetConfig(nil)
-	if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(err) != codes.Unavailable {
-		t.Fatalf("err = %v", err)
-	}
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{}, testConfig)
+		f.e.SetConfig(nil)
+		if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(err) != codes.Unavailable {
+			t.Fatalf("err = %v", err)
+		}
+	})
 }
 
 func TestLimitOverride(t *testing.T) {
-	f := newFixture(t, Options{OverLimitCacheSize: -1}, testConfig)
-	o := d("anything", "x")
-	o.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
-	check(t, f.call(t, req("d", 0, o)), OK, want{OK, 0})
-	check(t, f.call(t, req("d", 0, o)), OVER, want{OVER, 0})
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		o := d("anything", "x")
+		o.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+		check(t, f.call(t, req("d", 0, o)), OK, want{OK, 0})
+		check(t, f.call(t, req("d", 0, o)), OVER, want{OVER, 0})
+	})
 }
 
 func FuzzShouldRateLimit(f *testing.F) {
@@ -475,7 +546,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(req("d", 3, withHits(d("user", "a"), 0), d("tier", "gold"), d("who", "w")))
 	seed(req("d", 0, d("path", "/api/x"), d("kill", "k"), d("shadow", "s")))
 	f.Add([]byte{0x0a, 0x01, 0xff})
-	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := &clock{t: baseTime()}
 	mem := memory.New(memory.Options{Now: clk.Now})
 	defer mem.Close()
 	e, err := New(Options{Store: mem, Now: clk.Now})
