@@ -283,10 +283,14 @@ func TestFaultStall(t *testing.T) {
 	var burstErr atomic.Uint64
 	maxG := 0
 	exp := time.Now().Add(time.Hour)
+	// Each wave also starts as many control goroutines that only wait for
+	// the same 10 ms deadline: on a loaded machine 100 goroutines waking at
+	// once queue for the CPU, and the store is held to that, not to zero.
+	controlLat := make([]time.Duration, 0, waves*perWave)
 	for w := 0; w < waves; w++ {
 		var wg sync.WaitGroup
 		for i := 0; i < perWave; i++ {
-			wg.Add(1)
+			wg.Add(2)
 			go func(i int) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
@@ -303,6 +307,17 @@ func TestFaultStall(t *testing.T) {
 				burstLat = append(burstLat, d)
 				bmu.Unlock()
 			}(i)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+				defer cancel()
+				t0 := time.Now()
+				<-ctx.Done()
+				d := time.Since(t0)
+				bmu.Lock()
+				controlLat = append(controlLat, d)
+				bmu.Unlock()
+			}()
 		}
 		maxG = max(maxG, runtime.NumGoroutine())
 		wg.Wait()
@@ -316,15 +331,19 @@ func TestFaultStall(t *testing.T) {
 
 	checkLatency(t, "SIGSTOP 5s", l)
 	sort.Slice(burstLat, func(i, j int) bool { return burstLat[i] < burstLat[j] })
+	sort.Slice(controlLat, func(i, j int) bool { return controlLat[i] < controlLat[j] })
 	bp99, bmax := burstLat[len(burstLat)*99/100], burstLat[len(burstLat)-1]
+	cp99, cmax := controlLat[len(controlLat)*99/100], controlLat[len(controlLat)-1]
+	t.Logf("control goroutines waiting for the same deadline: p99 %v, max %v", cp99, cmax)
 	t.Logf("burst: %d calls (%d ok, %d failed) during the stall: p99 %v, max %v; in flight at the end of the stall %d; goroutines baseline %d, peak %d",
 		len(burstLat), burstOK.Load(), burstErr.Load(), bp99, bmax, inFlightDuringStall, baseG, maxG)
-	if bp99 > callDeadline+p99Slack || bmax > callDeadline+maxSlack {
-		t.Errorf("burst calls outlived the deadline: p99 %v, max %v", bp99, bmax)
+	if bp99 > max(cp99, callDeadline)+p99Slack || bmax > max(cmax, callDeadline)+maxSlack {
+		t.Errorf("burst calls outlived the deadline: p99 %v (bound %v), max %v (bound %v)",
+			bp99, max(cp99, callDeadline)+p99Slack, bmax, max(cmax, callDeadline)+maxSlack)
 	}
 	// Bounded pile-up: the test's own callers and load workers, at most
 	// MaxInFlight call goroutines, and valkey-go's per-call abort waiters.
-	if limit := baseG + perWave + 8 + 2*DefaultMaxInFlight + 50; maxG > limit {
+	if limit := baseG + 2*perWave + 8 + 2*DefaultMaxInFlight + 50; maxG > limit {
 		t.Errorf("goroutines peaked at %d during the stall, bound %d", maxG, limit)
 	}
 	rec := l.recovery(back)

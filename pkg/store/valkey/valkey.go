@@ -176,6 +176,7 @@ type Store struct {
 
 	calls sync.Pool
 	ts    atomic.Pointer[tsString]
+	dctx  atomic.Pointer[sharedCtx]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -477,12 +478,32 @@ func (s *Store) msString(t time.Time) string {
 	return p.s
 }
 
+// sharedCtx is a deadline context shared by the calls of about one second,
+// so the hot path allocates no context and timer per call.
+type sharedCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	until  time.Time
+}
+
+// detached returns a context ending between detach-1s and detach from now.
+func (s *Store) detached() context.Context {
+	now := time.Now()
+	if p := s.dctx.Load(); p != nil && p.until.Sub(now) > s.detach-time.Second {
+		return p.ctx
+	}
+	until := now.Add(s.detach)
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	// Calls still using the previous context keep it; its timer releases
+	// it at its deadline.
+	s.dctx.Store(&sharedCtx{ctx: ctx, cancel: cancel, until: until})
+	return ctx
+}
+
 // run executes c on its own goroutine, holding a slot until valkey-go returns.
 func (s *Store) run(c *call) {
 	defer s.workers.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), s.detach)
-	res := s.client.DoMulti(ctx, c.cmds...)
-	cancel()
+	res := s.client.DoMulti(s.detached(), c.cmds...)
 	<-s.sem
 	c.err = s.collect(c, res)
 	if c.state.CompareAndSwap(running, finished) {
