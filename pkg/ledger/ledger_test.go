@@ -240,3 +240,23 @@ func TestFromDescriptor(t *testing.T) {
 		t.Fatalf("%v %q", r, p)
 	}
 }
+
+// BenchmarkRecorderUsage is the ledger's CPU cost on the charge path: naming
+// the rule and principal of a descriptor and building the usage write.
+func BenchmarkRecorderUsage(b *testing.B) {
+	rec, _ := NewRecorder(Options{}, NewMemory("", nil), nil)
+	rule := "ai-gateway/ai-budgets-agent-router/rule/0"
+	entries := []*rlcommon.RateLimitDescriptor_Entry{
+		{Key: rule, Value: rule},
+		{Key: "rule-0-match-0", Value: "run-00000042-0000-4000-8000-000000000042"},
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		r, p := FromDescriptor("ai-gateway/ai-budgets-agent-router", "cfg", entries, 0b10)
+		u := rec.Usage(r, p, now, 1234)
+		if u.Key == "" {
+			b.Fatal("no key")
+		}
+	}
+}
