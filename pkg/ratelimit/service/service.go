@@ -46,11 +46,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	for _, u := range s.Unsupported {
 		startup.Warn("unsupported setting", "detail", u)
 	}
+	var serverTLS *tls.Config
 	if s.GRPCServerUseTLS {
-		return errors.New("GRPC_SERVER_USE_TLS=true: gRPC server TLS is not wired into this build yet; refusing to serve plaintext")
-	}
-	if s.ConfigType != "FILE" {
-		return fmt.Errorf("CONFIG_TYPE=%s: only FILE is wired into this build yet", s.ConfigType)
+		if serverTLS, err = grpcServerTLS(s); err != nil {
+			return err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -86,7 +86,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		GRPCAddr: s.GRPCAddr(), HTTPAddr: s.HTTPAddr(), DebugAddr: s.DebugAddr(),
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
-		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log,
+		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, TLS: serverTLS,
 	})
 	if err != nil {
 		return err
@@ -98,17 +98,31 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 			srv.Health().OK(server.ComponentConfig)
 		}
 	}}
-	files := &source.Files{Dir: s.DirOptions(), Interval: s.ConfigPollInterval}
-	if err := files.Load(applier); err != nil && !s.ForceStartWithoutInitialConfig {
-		return fmt.Errorf("initial config: %w", err)
-	}
-	g, h, d, mt := srv.Addrs()
-	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config_dir", s.DirOptions().Dir())
-
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watchDone := make(chan struct{})
-	go func() { _ = files.Run(sctx, applier); close(watchDone) }()
+	configFrom := s.DirOptions().Dir()
+	if s.ConfigType == "GRPC_XDS_SOTW" {
+		xc, err := newXDSClient(s, applier, log)
+		if err != nil {
+			return err
+		}
+		go func() { _ = xc.Run(sctx); close(watchDone) }()
+		if err := waitFirstXDSConfig(sctx, s, xc); err != nil {
+			cancel()
+			<-watchDone
+			return err
+		}
+		configFrom = "xds " + s.XDSServerURL
+	} else {
+		files := &source.Files{Dir: s.DirOptions(), Interval: s.ConfigPollInterval}
+		if err := files.Load(applier); err != nil && !s.ForceStartWithoutInitialConfig {
+			return fmt.Errorf("initial config: %w", err)
+		}
+		go func() { _ = files.Run(sctx, applier); close(watchDone) }()
+	}
+	g, h, d, mt := srv.Addrs()
+	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil)
 	if ready != nil {
 		ready(srv)
 	}

@@ -248,6 +248,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	str(&s.GRPCServerTLSCert, "GRPC_SERVER_TLS_CERT")
 	str(&s.GRPCServerTLSKey, "GRPC_SERVER_TLS_KEY")
 	str(&s.GRPCClientTLSCACert, "GRPC_CLIENT_TLS_CACERT")
+	str(&s.GRPCClientTLSCACert, "GRPC_SERVER_TLS_CA_CERT") // the name Envoy Gateway sets; wins over the reference's
 	str(&s.GRPCClientTLSSAN, "GRPC_CLIENT_TLS_SAN")
 	boolean(&s.UsePrometheus, "USE_PROMETHEUS")
 	str(&s.PrometheusAddr, "PROMETHEUS_ADDR")

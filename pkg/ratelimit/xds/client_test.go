@@ -56,7 +56,11 @@ func startEG(t *testing.T, addr string, tlsCfg *tls.Config) *egServer {
 		t.Fatal(err)
 	}
 	s.addr = ln.Addr().String()
-	s.grpc = grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)))
+	var opts []grpc.ServerOption
+	if tlsCfg != nil { // nil: plaintext
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
 		s.mu.Lock()

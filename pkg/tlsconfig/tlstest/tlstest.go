@@ -75,7 +75,13 @@ func (ca *CA) Client(name string) Pair {
 	return ca.issue(name, x509.ExtKeyUsageClientAuth)
 }
 
-func (ca *CA) issue(name string, usage x509.ExtKeyUsage) Pair {
+// Peer issues a certificate for both ends, like the one Envoy Gateway mounts
+// in the rate limit pod (server for Envoy, client for the xDS server).
+func (ca *CA) Peer(name string) Pair {
+	return ca.issue(name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) issue(name string, usage ...x509.ExtKeyUsage) Pair {
 	t := ca.t
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -88,7 +94,7 @@ func (ca *CA) issue(name string, usage x509.ExtKeyUsage) Pair {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		DNSNames:     []string{"localhost", name},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
