@@ -98,3 +98,46 @@ func TestReportCLI(t *testing.T) {
 		}
 	}
 }
+
+// The report reads a cluster through any one node.
+func TestReportCLICluster(t *testing.T) {
+	cl := valkeytest.StartCluster(t, 3)
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: cl.Addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	day := ledger.DayOf(time.Now()) + 1
+	now := (day + 1).Start().Add(time.Hour)
+	lv := ledger.NewValkey(c, "")
+	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	d := "ai-gateway/ai-budgets-agent-router"
+	var us []ledger.Usage
+	// per-run (rule 0), per-human (rule 2), per-api-key (rule 3): hash tags on different nodes.
+	for i, rule := range []string{"0", "2", "3"} {
+		r := ledger.RuleID{Domain: d, Rule: d + "/rule/" + rule}
+		for p := 0; p < 3; p++ {
+			us = append(us, rec.Usage(r, fmt.Sprintf("p%d", p), day.Start(), uint64(1000*(i+1))))
+		}
+	}
+	if err := lv.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "report", "--valkey", cl.Addrs[1], "--spec", copyExample(t), "--days", "1", "--format", "json", "--now", now.Format(time.RFC3339))
+	if code != ExitOK {
+		t.Fatalf("%d %s", code, stderr)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, b := range r.Budgets {
+		got[b.Name] = b.Summary.TotalTokens
+	}
+	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key"] != 9000 {
+		t.Fatalf("totals %v", got)
+	}
+}

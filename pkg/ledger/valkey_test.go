@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,46 +111,11 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 	}
 }
 
-// startCluster starts a 3-master Valkey cluster on loopback.
-func startCluster(t *testing.T) []string {
-	t.Helper()
-	cli := valkeytest.Binary(t, "valkey-cli")
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		port := valkeytest.FreePort(t)
-		s := valkeytest.Start(t, valkeytest.Options{Port: port, Args: []string{"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port), "--cluster-node-timeout", "5000"}})
-		addrs = append(addrs, s.Addr)
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		ok := true
-		for _, a := range addrs {
-			out, err := valkeytest.Do(a, "CLUSTER", "INFO")
-			if err != nil || !strings.Contains(out, "cluster_state:ok") {
-				ok = false
-			}
-		}
-		if ok {
-			return addrs
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("cluster not ok in 15s")
-	return nil
-}
-
 func TestValkeyLedgerCluster(t *testing.T) {
 	if testing.Short() && os.Getenv("CI") != "true" {
 		t.Skip("cluster test skipped in -short")
 	}
-	addrs := startCluster(t)
+	addrs := valkeytest.StartCluster(t, 3).Addrs
 	c := newClient(t, addrs...)
 	exerciseValkey(t, c, func(k string) string {
 		out, err := c.Do(context.Background(), c.B().Arbitrary("PEXPIRETIME").Keys(k).Build()).ToInt64()
