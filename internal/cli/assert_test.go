@@ -81,6 +81,9 @@ func TestAssertExitCodes(t *testing.T) {
 		{"not an object on stdin", "just a string\n", []string{"assert", "-"}, 2, "", "<stdin>:1:1: not a Kubernetes object"},
 		{"too large", "", []string{"assert", "--max-file-size", "10", rulesDir + "bg004_unit.yaml"}, 2, "", "input too large"},
 		{"missing spec", "", []string{"assert", "--spec", filepath.Join(dir, "spec.yaml"), rulesDir + "bg004_unit.yaml"}, 2, "", "load spec"},
+		{"alias bomb", billionLaughs(), []string{"assert", "-"}, 2, "", "<stdin>:1:1: document expands to too many nodes through aliases"},
+		{"unknown EG kind", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BudgetPolicy\nmetadata: {name: x, namespace: y}\n", []string{"assert", "-"}, 1, "<stdin>:1:1: BG007 error: rejected by Envoy Gateway's CRDs: failed to retrieve validator: kind BudgetPolicy not found", ""},
+		{"other kinds ignored", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
 		{"usage", "", []string{"assert", "-o", "yaml", "x"}, 2, "", "unknown output format"},
 		{"unknown flag", "", []string{"assert", "--nope", "x"}, 2, "", "unknown flag"},
 	}
@@ -109,4 +112,16 @@ func TestAssertOutputFormats(t *testing.T) {
 			t.Errorf("%s: exit %d, output:\n%s", format, code, out)
 		}
 	}
+}
+
+// billionLaughs is the classic alias bomb: 9^9 strings from under 1 KB.
+func billionLaughs() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\ndata:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n")
+	prev := "a"
+	for _, n := range []string{"b", "c", "d", "e", "f", "g", "h", "i"} {
+		b.WriteString("  " + n + ": &" + n + " [" + strings.TrimSuffix(strings.Repeat("*"+prev+", ", 9), ", ") + "]\n")
+		prev = n
+	}
+	return b.String()
 }
