@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// Rule indices of the example spec's rendered policy (see its
+// budgetgen.dev/rule-budgets annotation).
+const (
+	rulePerRun = iota
+	ruleFleet
+	rulePerHuman
+	rulePerAPIKey
+	ruleAcmeBatch
+	ruleTrial42
+	ruleFrontier
+	ruleKillSwitch
+)
+
+func mode(m spec.Mode, killSwitch bool) func(*spec.BudgetSet) {
+	return func(bs *spec.BudgetSet) {
+		for i := range bs.Spec.Budgets {
+			bs.Spec.Budgets[i].Mode = m
+		}
+		if f := bs.Spec.Frontier; f != nil {
+			f.Mode = m
+			f.KillSwitch = killSwitch
+		}
+	}
+}
+
+func agentRun(run string) map[string]string {
+	return map[string]string{"x-ar-run": run, "x-ar-kind": "agent", "x-ai-eg-model": cheapModel}
+}
+func fleetOnly(model string) map[string]string {
+	return map[string]string{"x-ar-kind": "agent", "x-ai-eg-model": model}
+}
+func human(email string) map[string]string {
+	return map[string]string{"x-ar-human": email, "x-ai-eg-model": cheapModel}
+}
+func apiKey(k string) map[string]string {
+	return map[string]string{"x-api-key-client": k, "x-ai-eg-model": cheapModel}
+}
+
+// step is a principal's share of the day: n calls of tokens each, and the
+// admitted (+) / denied (-) pattern expected in enforce mode.
+type step struct {
+	who     string
+	headers map[string]string
+	n       int
+	tokens  uint64
+	enforce string
+}
+
+// day is a day of traffic over every budget kind of the example spec.
+var day = []step{
+	// per-run (5M): the 6th 1M call is still checked at 5M (not over), the 7th is denied.
+	{"run r1", agentRun("r1"), 7, 1_000_000, "++++++-"},
+	{"run r2", agentRun("r2"), 2, 100_000, "++"},
+	// per-human (2M).
+	{"human alice", human("alice@example.com"), 3, 1_500_000, "++-"},
+	{"human bob", human("bob@example.com"), 2, 100_000, "++"},
+	// per-API-key (1M) and its overrides: acme-batch 20M (seven 3M calls
+	// pass where the default cap would stop the second), trial-42 100k.
+	{"key k1", apiKey("k1"), 3, 600_000, "++-"},
+	{"key k2", apiKey("k2"), 1, 100_000, "+"},
+	{"key acme-batch", apiKey("acme-batch"), 8, 3_000_000, "+++++++-"},
+	{"key trial-42", apiKey("trial-42"), 3, 60_000, "++-"},
+	// frontier (50M shared): the fleet is far from its cap, frontier binds.
+	{"fleet on frontier", fleetOnly("claude-opus-4"), 3, 30_000_000, "++-"},
+	// agent fleet (200M shared), at 66.2M now: two 120M calls, then denied,
+	// and a new run of the fleet is denied too.
+	{"fleet", fleetOnly(cheapModel), 3, 120_000_000, "++-"},
+	{"run r3", agentRun("r3"), 1, 1_000, "-"},
+	{"human dave", human("dave@example.com"), 1, 1_000, "+"},
+}
+
+var morning = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+
+func startValkey(t *testing.T) *valkeytest.Server {
+	return valkeytest.Start(t, valkeytest.Options{})
+}
+
+func TestEnforceAdmitsAndDeniesEachBudgetKind(t *testing.T) {
+	vk := startValkey(t)
+	w := newWorld(t, vk, morning, mode(spec.ModeEnforce, false))
+	for _, s := range day {
+		if got := w.calls(s.n, s.headers, s.tokens); got != s.enforce {
+			t.Errorf("%s: %s, want %s", s.who, got, s.enforce)
+		}
+	}
+	if n, err := vk.Do("DBSIZE"); err != nil || n == "0" {
+		t.Errorf("Valkey holds %q keys (%v): the counters are not in Valkey", n, err)
+	}
+	for r, n := range w.shadowOverLimit() {
+		if n != 0 {
+			t.Errorf("rule %d: %d shadow over-limit decisions in enforce mode", r, n)
+		}
+	}
+}
+
+func TestShadowAdmitsAllAndRecordsWouldBeDenials(t *testing.T) {
+	vk := startValkey(t)
+	w := newWorld(t, vk, morning, mode(spec.ModeShadow, false))
+	for _, s := range day {
+		want := ""
+		for range s.n {
+			want += "+"
+		}
+		if got := w.calls(s.n, s.headers, s.tokens); got != want {
+			t.Errorf("%s: %s, want all admitted in shadow mode", s.who, got)
+		}
+	}
+	got := w.shadowOverLimit()
+	for _, r := range []int{rulePerRun, ruleFleet, rulePerHuman, rulePerAPIKey, ruleAcmeBatch, ruleTrial42, ruleFrontier} {
+		if got[r] == 0 {
+			t.Errorf("rule %d: no would-be denial recorded", r)
+		}
+		if got[r] != w.oracle.shadowOver[r] {
+			t.Errorf("rule %d: %d would-be denials recorded, the counter model says %d", r, got[r], w.oracle.shadowOver[r])
+		}
+	}
+}
+
+// The kill switch is a request-count rule with limit 0, rendered enforced
+// whatever the budgets' mode: frontier requests are denied from the first one
+// and charge nothing, other models pass.
+func TestKillSwitchDeniesFrontierAtOnce(t *testing.T) {
+	vk := startValkey(t)
+	w := newWorld(t, vk, morning, mode(spec.ModeShadow, true))
+	if len(w.btp.Spec.RateLimit.Global.Rules) != ruleKillSwitch+1 {
+		t.Fatalf("kill switch rule not rendered: %d rules", len(w.btp.Spec.RateLimit.Global.Rules))
+	}
+	for _, m := range []string{"gpt-5", "gpt-5-mini", "claude-opus-4-1"} {
+		if got := w.calls(2, map[string]string{"x-ar-human": "erin@example.com", "x-ai-eg-model": m}, 10); got != "--" {
+			t.Errorf("%s: %s, want denied from the first request", m, got)
+		}
+	}
+	if got := w.calls(2, human("erin@example.com"), 10); got != "++" {
+		t.Errorf("non-frontier model: %s, want admitted", got)
+	}
+	// Nothing was charged for the denied calls: erin's budget holds 2 x 10 tokens.
+	if got := w.calls(1, human("erin@example.com"), 1_999_980); got != "+" {
+		t.Errorf("erin at 20 tokens: %s", got)
+	}
+}
+
+// Budgets are daily windows starting at 00:00 UTC: a principal exhausted at
+// 23:59:59.9 is admitted again at 00:00:00.0.
+func TestBudgetsResetAtMidnightUTC(t *testing.T) {
+	vk := startValkey(t)
+	evening := time.Date(2026, 11, 30, 23, 50, 0, 0, time.UTC)
+	w := newWorld(t, vk, evening, mode(spec.ModeEnforce, false))
+	alice := human("alice@example.com")
+	if got := w.calls(2, alice, 1_500_000); got != "++" {
+		t.Fatalf("alice before midnight: %s", got)
+	}
+	w.clock.Set(time.Date(2026, 11, 30, 23, 59, 59, 900_000_000, time.UTC))
+	if w.llmCall(alice, 1) {
+		t.Error("alice admitted at 23:59:59.9 over her daily budget")
+	}
+	w.clock.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	if !w.llmCall(alice, 1_500_000) {
+		t.Error("alice denied at 00:00:00.0: the budget did not reset")
+	}
+	// The new day is a full budget again, and it runs out the same way.
+	if got := w.calls(2, alice, 1_500_000); got != "+-" {
+		t.Errorf("alice's next calls of the new day: %s, want +-", got)
+	}
+}
