@@ -67,6 +67,9 @@ type Options struct {
 	// MaxConnectionAge and MaxConnectionAgeGrace are the reference's
 	// GRPC_MAX_CONNECTION_AGE(_GRACE); defaults 24h and 1h.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// StreamWorkers > 0 serves calls on that many reusable goroutines
+	// (grpc.NumStreamWorkers); 0 starts one goroutine per call.
+	StreamWorkers int
 	// RequireConfigForHealth makes health fail until a config is loaded
 	// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	RequireConfigForHealth bool
@@ -110,6 +113,9 @@ func New(d Decider, o Options) (*Server, error) {
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodec(codec{}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
+	}
+	if o.StreamWorkers > 0 {
+		gopts = append(gopts, grpc.NumStreamWorkers(uint32(o.StreamWorkers)))
 	}
 	if o.TLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.TLS)))

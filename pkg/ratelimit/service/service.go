@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}
 
+	if getenv("GOGC") == "" && s.GCPercent > 0 {
+		debug.SetGCPercent(s.GCPercent)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
@@ -86,7 +90,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		GRPCAddr: s.GRPCAddr(), HTTPAddr: s.HTTPAddr(), DebugAddr: s.DebugAddr(),
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
-		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, TLS: serverTLS,
+		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
 	})
 	if err != nil {
 		return err
@@ -168,6 +172,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, string, erro
 	o := valkey.Options{
 		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
 		DialTimeout: s.RedisTimeout, Logger: log,
+		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
 	}
 	addrs := strings.Split(s.RedisURL, ",")
 	for i := range addrs {

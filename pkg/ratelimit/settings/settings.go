@@ -94,6 +94,20 @@ type Settings struct {
 	RedisTLSSkipHostnameVerification bool
 	// RedisTimeout (REDIS_TIMEOUT, 10s) bounds connecting.
 	RedisTimeout time.Duration
+	// ValkeyMaxFlushDelay (VALKEY_MAX_FLUSH_DELAY, ours; 50us) lets the
+	// auto-pipeline gather concurrent calls into one write: fewer syscalls,
+	// at most that much added latency.
+	ValkeyMaxFlushDelay time.Duration
+	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
+	// store's default): 2^n connections per node.
+	ValkeyPipelineMultiplex int
+
+	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
+	// across calls instead of one new goroutine (and stack growth) per call.
+	GRPCStreamWorkers int
+	// GCPercent (GOGC-like, ours via GC_PERCENT; 400) trades a little memory
+	// for less GC CPU on this small-heap service; GOGC, when set, wins.
+	GCPercent int
 
 	// Decisions.
 	CacheKeyPrefix string               // CACHE_KEY_PREFIX
@@ -125,6 +139,7 @@ func Defaults() Settings {
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 	}
@@ -282,6 +297,10 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	str(&s.RedisTLSCACert, "REDIS_TLS_CACERT")
 	boolean(&s.RedisTLSSkipHostnameVerification, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
 	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
+	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
+	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
+	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
+	integer(&s.GCPercent, "GC_PERCENT")
 	str(&s.CacheKeyPrefix, "CACHE_KEY_PREFIX")
 	keyFormat := s.KeyFormat.String()
 	str(&keyFormat, "KEY_FORMAT")
@@ -330,6 +349,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.StringVar(&policy, "failure-policy", policy, "on store errors: "+strings.Join(engine.FailurePolicyNames, ", ")+" (FAILURE_POLICY)")
 	fs.DurationVar(&s.StoreTimeout, "store-timeout", s.StoreTimeout, "per-call store deadline (STORE_TIMEOUT)")
 	fs.IntVar(&s.OverLimitCacheSize, "over-limit-cache-size", s.OverLimitCacheSize, "entries in the local over-limit cache, -1 disables (OVER_LIMIT_CACHE_SIZE)")
+	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
+	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -376,6 +397,12 @@ func (s Settings) Validate() error {
 	}
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: %v not in [0,1]", s.NearLimitRatio))
+	}
+	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
+		errs = append(errs, fmt.Errorf("GRPC_STREAM_WORKERS: %d not in [0,65536]", s.GRPCStreamWorkers))
+	}
+	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
 	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))

@@ -1,0 +1,137 @@
+// Command rlbench is the rate limit load harness: it runs this service
+// (cmd/ratelimit) and the reference (envoyproxy/ratelimit) against the same
+// Valkey on this machine, one after the other in interleaved rounds, drives
+// each with a closed loop of N gRPC workers over distinct principals, bounded
+// by duration and request count, and reports req/s, latency percentiles,
+// service CPU per call (from /proc/<pid>/stat) and the ratios.
+//
+//	go run ./cmd/rlbench -workers 64 -principals 10000 -duration 10s -rounds 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/budgetgen/budgetgen/pkg/ratelimit/reftest"
+)
+
+type options struct {
+	workers, principals, rounds, conns, descriptors int
+	duration, warmup                                time.Duration
+	maxRequests                                     int64
+	valkeyAddr, refBin, oursBin, workDir            string
+	limit                                           uint
+	keyFormat                                       string
+	only                                            string
+	profile                                         string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rlbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("rlbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.workers, "workers", 64, "closed-loop workers (concurrent in-flight calls)")
+	fs.IntVar(&o.principals, "principals", 10000, "distinct principals (descriptor values)")
+	fs.IntVar(&o.descriptors, "descriptors", 1, "descriptors per request (each a different rule)")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds per service")
+	fs.IntVar(&o.conns, "conns", 4, "gRPC connections shared by the workers (Envoy uses one per worker thread)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per round")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up per round")
+	fs.Int64Var(&o.maxRequests, "max-requests", 5_000_000, "upper bound of measured requests per round")
+	fs.UintVar(&o.limit, "limit", 1_000_000_000, "requests_per_unit of the rule (high: every call reaches Valkey)")
+	fs.StringVar(&o.valkeyAddr, "valkey", "", "Valkey host:port on loopback; empty starts a private valkey-server")
+	fs.StringVar(&o.refBin, "reference-bin", "", "envoyproxy/ratelimit binary; empty builds it (go install, cached)")
+	fs.StringVar(&o.oursBin, "ours-bin", "", "our ratelimit binary; empty builds ./cmd/ratelimit")
+	fs.StringVar(&o.keyFormat, "key-format", "envoy", "our KEY_FORMAT (envoy writes the same keys as the reference)")
+	fs.StringVar(&o.only, "only", "", "run only 'ours' or 'reference'")
+	fs.StringVar(&o.profile, "profile", "", "save a CPU profile of our service per round to <path>.<round>")
+	fs.StringVar(&o.workDir, "workdir", "", "scratch directory; empty uses a temporary one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.workers <= 0 || o.principals <= 0 || o.rounds <= 0 || o.conns <= 0 || o.descriptors <= 0 || o.duration <= 0 {
+		return errors.New("workers, principals, rounds, conns, descriptors and duration must be positive")
+	}
+	if o.duration > 10*time.Minute {
+		return errors.New("duration is capped at 10m per round")
+	}
+	if o.workDir == "" {
+		d, err := os.MkdirTemp("", "rlbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		o.workDir = d
+	}
+	if o.valkeyAddr == "" {
+		addr, stopValkey, err := startValkey(ctx, o.workDir)
+		if err != nil {
+			return err
+		}
+		defer stopValkey()
+		o.valkeyAddr = addr
+	}
+	if !strings.HasPrefix(o.valkeyAddr, "127.0.0.1:") && !strings.HasPrefix(o.valkeyAddr, "localhost:") {
+		return fmt.Errorf("valkey address %q is not on loopback", o.valkeyAddr)
+	}
+	var err error
+	if o.refBin == "" && o.only != "ours" {
+		fmt.Fprintln(stderr, "building the reference (cached after the first time)...")
+		if o.refBin, err = reftest.Binary(ctx); err != nil {
+			return err
+		}
+	}
+	if o.oursBin == "" && o.only != "reference" {
+		o.oursBin = filepath.Join(o.workDir, "ratelimit")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", o.oursBin, "./cmd/ratelimit")
+		cmd.Stdout, cmd.Stderr = stderr, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build ./cmd/ratelimit (run from the repository root): %w", err)
+		}
+	}
+	root := filepath.Join(o.workDir, "runtime")
+	if err := writeConfig(root, o); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rlbench: workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
+		o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU())
+	var results = map[string][]result{}
+	targets := []string{"reference", "ours"}
+	if o.only != "" {
+		targets = []string{o.only}
+	}
+	for r := 0; r < o.rounds; r++ {
+		for _, name := range targets {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			res, err := runRound(ctx, o, name, r, root, stderr)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", name, r+1, err)
+			}
+			results[name] = append(results[name], res)
+			fmt.Fprintf(stdout, "round %d %-9s %s\n", r+1, name, res)
+		}
+	}
+	report(stdout, results)
+	return nil
+}

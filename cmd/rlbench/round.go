@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const domain = "default/llm-budgets"
+
+func writeConfig(root string, o options) error {
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", domain)
+	for i := 0; i < o.descriptors; i++ {
+		rule := fmt.Sprintf("%s/rule/%d", domain, i)
+		fmt.Fprintf(&b, "  - key: %s\n    value: %s\n    descriptors:\n      - key: rule-%d-match-0\n        rate_limit:\n          unit: day\n          requests_per_unit: %d\n", rule, rule, i, o.limit)
+	}
+	return os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(b.String()), 0o644)
+}
+
+type result struct {
+	requests, errors, overLimit int64
+	elapsed                     time.Duration
+	p50, p99, p999              time.Duration
+	cpuPerCall                  time.Duration
+}
+
+func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+func (r result) String() string {
+	return fmt.Sprintf("%9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus  requests %d errors %d over_limit %d",
+		r.rps(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond),
+		float64(r.cpuPerCall.Nanoseconds())/1000, r.requests, r.errors, r.overLimit)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startService starts one service process with the reference's environment.
+func startService(ctx context.Context, bin, name, valkey, root, prefix, keyFormat, logPath string) (*exec.Cmd, string, string, func(), error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, "", "", nil, err
+		}
+		ports[i] = p
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=single", "REDIS_URL="+valkey,
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]), "CACHE_KEY_PREFIX="+prefix,
+	)
+	if name == "ours" {
+		cmd.Env = append(cmd.Env, "KEY_FORMAT="+keyFormat)
+	}
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", "", nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, "", "", nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-done:
+			return nil, "", "", nil, fmt.Errorf("%s exited during start-up; log: %s", name, logPath)
+		default:
+		}
+		if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthcheck"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return cmd, "127.0.0.1:" + strconv.Itoa(ports[1]), "127.0.0.1:" + strconv.Itoa(ports[2]), stop, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, "", "", nil, fmt.Errorf("%s not healthy in 20s; log: %s", name, logPath)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cpuTime reads utime+stime of a process from /proc/<pid>/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+2:])
+	// fields after ")" start at field 3 (state); utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "processor\t:")
+}
+
+func runRound(ctx context.Context, o options, name string, round int, root string, logw io.Writer) (result, error) {
+	bin := o.oursBin
+	if name == "reference" {
+		bin = o.refBin
+	}
+	prefix := fmt.Sprintf("bench%d_%s_%d_", time.Now().Unix(), name, round)
+	cmd, addr, debugAddr, stop, err := startService(ctx, bin, name, o.valkeyAddr, root, prefix, o.keyFormat, filepath.Join(o.workDir, fmt.Sprintf("%s-%d.log", name, round)))
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	conns := make([]*grpc.ClientConn, o.conns)
+	clients := make([]rlpb.RateLimitServiceClient, o.conns)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return result{}, err
+		}
+		defer c.Close()
+		conns[i], clients[i] = c, rlpb.NewRateLimitServiceClient(c)
+	}
+	// Pre-build requests so the generator spends its CPU on the calls.
+	reqs := make([]*rlpb.RateLimitRequest, o.principals)
+	for p := range reqs {
+		user := fmt.Sprintf("user-%07d@example.com", p)
+		r := &rlpb.RateLimitRequest{Domain: domain}
+		for i := 0; i < o.descriptors; i++ {
+			rule := fmt.Sprintf("%s/rule/%d", domain, i)
+			r.Descriptors = append(r.Descriptors, &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{
+				{Key: rule, Value: rule}, {Key: fmt.Sprintf("rule-%d-match-0", i), Value: user},
+			}})
+		}
+		reqs[p] = r
+	}
+	phase := func(d time.Duration, max int64, record bool) (result, error) {
+		var (
+			count, errs, over atomic.Int64
+			wg                sync.WaitGroup
+			mu                sync.Mutex
+			lat               []time.Duration
+		)
+		pctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		pid := cmd.Process.Pid
+		cpu0, err := cpuTime(pid)
+		if err != nil {
+			return result{}, err
+		}
+		start := time.Now()
+		if record && o.profile != "" && name == "ours" && d > 2*time.Second {
+			go fetchProfile(debugAddr, d-time.Second, fmt.Sprintf("%s.%d", o.profile, round), logw)
+		}
+		for w := 0; w < o.workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
+				client := clients[w%len(clients)]
+				local := make([]time.Duration, 0, 4096)
+				for pctx.Err() == nil {
+					if count.Add(1) > max {
+						break
+					}
+					req := reqs[rng.IntN(len(reqs))]
+					t0 := time.Now()
+					cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+					resp, err := client.ShouldRateLimit(cctx, req)
+					ccancel()
+					el := time.Since(t0)
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
+						over.Add(1)
+					}
+					if record {
+						local = append(local, el)
+					}
+				}
+				mu.Lock()
+				lat = append(lat, local...)
+				mu.Unlock()
+			}(w)
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		cpu1, err := cpuTime(pid)
+		if err != nil {
+			return result{}, err
+		}
+		n := count.Load()
+		if n > max {
+			n = max
+		}
+		res := result{requests: n - errs.Load(), errors: errs.Load(), overLimit: over.Load(), elapsed: elapsed}
+		if res.requests > 0 {
+			res.cpuPerCall = (cpu1 - cpu0) / time.Duration(res.requests)
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		pct := func(p float64) time.Duration {
+			if len(lat) == 0 {
+				return 0
+			}
+			i := int(p * float64(len(lat)-1))
+			return lat[i]
+		}
+		res.p50, res.p99, res.p999 = pct(0.50), pct(0.99), pct(0.999)
+		return res, nil
+	}
+	if o.warmup > 0 {
+		if _, err := phase(o.warmup, o.maxRequests, false); err != nil {
+			return result{}, err
+		}
+	}
+	return phase(o.duration, o.maxRequests, true)
+}
+
+func report(w io.Writer, results map[string][]result) {
+	agg := func(rs []result) (rps float64, p50, p99, p999, cpu time.Duration) {
+		if len(rs) == 0 {
+			return
+		}
+		var reqs int64
+		var el time.Duration
+		var cpuTotal time.Duration
+		p50s, p99s, p999s := []time.Duration{}, []time.Duration{}, []time.Duration{}
+		for _, r := range rs {
+			reqs += r.requests
+			el += r.elapsed
+			cpuTotal += r.cpuPerCall * time.Duration(r.requests)
+			p50s, p99s, p999s = append(p50s, r.p50), append(p99s, r.p99), append(p999s, r.p999)
+		}
+		med := func(d []time.Duration) time.Duration {
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return d[len(d)/2]
+		}
+		return float64(reqs) / el.Seconds(), med(p50s), med(p99s), med(p999s), cpuTotal / time.Duration(max(reqs, 1))
+	}
+	fmt.Fprintln(w, "\nsummary (req/s over all rounds; latency = median of rounds):")
+	type row struct {
+		name           string
+		rps            float64
+		p50, p99, p999 time.Duration
+		cpu            time.Duration
+	}
+	var rows []row
+	for _, name := range []string{"reference", "ours"} {
+		if rs, ok := results[name]; ok {
+			r := row{name: name}
+			r.rps, r.p50, r.p99, r.p999, r.cpu = agg(rs)
+			rows = append(rows, r)
+			fmt.Fprintf(w, "  %-9s %9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus\n", name, r.rps,
+				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond), float64(r.cpu.Nanoseconds())/1000)
+		}
+	}
+	if len(rows) == 2 {
+		ref, ours := rows[0], rows[1]
+		fmt.Fprintf(w, "  ratio ours/reference: throughput %.2fx, p99 %.2fx, cpu/call %.2fx\n",
+			ours.rps/ref.rps, float64(ours.p99)/float64(ref.p99), float64(ours.cpu)/float64(ref.cpu))
+	}
+}
+
+// fetchProfile saves a CPU profile of our service taken during the measured phase.
+func fetchProfile(debugAddr string, d time.Duration, path string, logw io.Writer) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())))
+	if err != nil {
+		fmt.Fprintln(logw, "profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(logw, "profile:", err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
