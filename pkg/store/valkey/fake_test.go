@@ -75,13 +75,25 @@ func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
 	const callers = 1000
 	const deadline = 20 * time.Millisecond
 	lat := make([]time.Duration, callers)
+	ctl := make([]time.Duration, callers)
 	errs := make([]error, callers)
 	var wg sync.WaitGroup
 	var start sync.WaitGroup
 	start.Add(1)
 	exp := time.Now().Add(time.Hour)
 	for i := 0; i < callers; i++ {
-		wg.Add(1)
+		// A control goroutine per caller only waits for the same deadline:
+		// the store is held to how fast this machine wakes them, not to zero.
+		wg.Add(2)
+		go func(i int) {
+			defer wg.Done()
+			start.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			t0 := time.Now()
+			<-ctx.Done()
+			ctl[i] = time.Since(t0)
+		}(i)
 		go func(i int) {
 			defer wg.Done()
 			start.Wait()
@@ -95,10 +107,12 @@ func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
 	start.Done()
 	wg.Wait()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	sort.Slice(ctl, func(i, j int) bool { return ctl[i] < ctl[j] })
 	p99, worst := lat[callers*99/100], lat[callers-1]
-	t.Logf("burst of %d calls, client stalled: p99 %v, max %v", callers, p99, worst)
-	if p99 > deadline+5*time.Millisecond || worst > deadline+15*time.Millisecond {
-		t.Fatalf("calls outlived their %v deadline: p99 %v, max %v", deadline, p99, worst)
+	cp99, cworst := max(deadline, ctl[callers*99/100])+raceSlack, max(deadline, ctl[callers-1])+raceSlack
+	t.Logf("burst of %d calls, client stalled: p99 %v, max %v; control goroutines: p99 %v, max %v", callers, p99, worst, cp99, cworst)
+	if p99 > cp99+5*time.Millisecond || worst > cworst+10*time.Millisecond {
+		t.Fatalf("calls outlived their %v deadline: p99 %v (bound %v), max %v (bound %v)", deadline, p99, cp99+5*time.Millisecond, worst, cworst+10*time.Millisecond)
 	}
 	for i, err := range errs {
 		if !errors.Is(err, store.ErrUnavailable) {

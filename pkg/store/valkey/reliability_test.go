@@ -159,7 +159,7 @@ func checkLatency(t *testing.T, name string, l *load) {
 	p50, p99, worst, n := l.latencies()
 	lag := time.Duration(l.schedLag.Load())
 	t.Logf("%s: %d calls, deadline %v: p50 %v, p99 %v, max %v (scheduler lag seen by a probe: %v)", name, n, l.deadline, p50, p99, worst, lag)
-	if p99 > l.deadline+p99Slack || worst > l.deadline+maxSlack+lag {
+	if p99 > l.deadline+p99Slack+raceSlack || worst > l.deadline+maxSlack+lag+raceSlack {
 		slow := append([]rec(nil), l.recs...)
 		sort.Slice(slow, func(i, j int) bool { return slow[i].lat > slow[j].lat })
 		for _, r := range slow[:min(5, len(slow))] {
@@ -212,8 +212,8 @@ func checkHits(t *testing.T, s *Store, attempted, acked, final uint64) {
 	if st.Replayed != st.Buffered {
 		t.Errorf("replayed %d != buffered %d", st.Replayed, st.Buffered)
 	}
-	if got := acked + st.AppliedOnError + st.Buffered + st.Ambiguous; got != attempted {
-		t.Errorf("accounting: acknowledged+appliedOnError+buffered+ambiguous = %d, attempted %d", got, attempted)
+	if got := acked + st.AppliedOnError + st.Buffered + st.Ambiguous + st.Canceled; got != attempted {
+		t.Errorf("accounting: acknowledged+appliedOnError+buffered+ambiguous+canceled = %d, attempted %d", got, attempted)
 	}
 	lower := acked + st.AppliedOnError + st.Replayed
 	if final < lower || final > lower+st.Ambiguous {
@@ -337,9 +337,9 @@ func TestFaultStall(t *testing.T) {
 	t.Logf("control goroutines waiting for the same deadline: p99 %v, max %v", cp99, cmax)
 	t.Logf("burst: %d calls (%d ok, %d failed) during the stall: p99 %v, max %v; in flight at the end of the stall %d; goroutines baseline %d, peak %d",
 		len(burstLat), burstOK.Load(), burstErr.Load(), bp99, bmax, inFlightDuringStall, baseG, maxG)
-	if bp99 > max(cp99, callDeadline)+p99Slack || bmax > max(cmax, callDeadline)+maxSlack {
+	if bp99 > max(cp99, callDeadline)+p99Slack+raceSlack || bmax > max(cmax, callDeadline)+maxSlack+raceSlack {
 		t.Errorf("burst calls outlived the deadline: p99 %v (bound %v), max %v (bound %v)",
-			bp99, max(cp99, callDeadline)+p99Slack, bmax, max(cmax, callDeadline)+maxSlack)
+			bp99, max(cp99, callDeadline)+p99Slack+raceSlack, bmax, max(cmax, callDeadline)+maxSlack+raceSlack)
 	}
 	// Bounded pile-up: the test's own callers and load workers, at most
 	// MaxInFlight call goroutines, and valkey-go's per-call abort waiters.
@@ -422,7 +422,7 @@ func TestOutageBufferExact(t *testing.T) {
 	exp := time.Now().Add(time.Hour)
 	want := map[string]uint64{}
 	charge := func(key string, hits uint64) error {
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		return s.Charge(ctx, []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}, {Key: "shared", Hits: 1, ExpireAt: exp}}, make([]uint64, 2))
 	}
@@ -484,7 +484,7 @@ func TestOutageBufferBound(t *testing.T) {
 	srv.Kill()
 	var lostWant uint64
 	for i := 0; i < 10; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		err := s.Charge(ctx, []store.Counter{{Key: "b" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp}}, make([]uint64, 1))
 		cancel()
 		if err == nil {

@@ -149,6 +149,7 @@ type Client interface {
 // Stats are cumulative since New, for metrics. Hits are token units.
 type Stats struct {
 	InFlight  int64  // calls holding a slot now
+	Canceled  uint64 // hits of calls whose context was done on entry: not charged
 	NoSlot    uint64 // calls that got no slot before their deadline
 	Buffered  uint64 // hits put in the outage buffer
 	Replayed  uint64 // buffered hits applied to Valkey
@@ -184,8 +185,8 @@ type Store struct {
 	wg        sync.WaitGroup // replayer
 	workers   sync.WaitGroup // in-flight call goroutines
 
-	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr atomic.Uint64
-	lastLossLog, lastAmbLog                                            atomic.Int64
+	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
+	lastLossLog, lastAmbLog                                                      atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -357,6 +358,7 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 func (s *Store) Stats() Stats {
 	st := Stats{
 		InFlight:  int64(len(s.sem)),
+		Canceled:  s.canceled.Load(),
 		NoSlot:    s.noSlot.Load(),
 		Buffered:  s.buffered.Load(),
 		Replayed:  s.replayed.Load(),
@@ -393,6 +395,10 @@ const (
 // Charge implements store.Store.
 func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
 	if err := ctx.Err(); err != nil {
+		// The caller gave up before asking: nothing is charged (counted).
+		for _, k := range counters {
+			s.canceled.Add(k.Hits)
+		}
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	if s.closed.Load() {
