@@ -41,7 +41,7 @@ type request struct {
 
 func (codec) Unmarshal(data []byte, v any) error {
 	if r, ok := v.(*request); ok {
-		r.err = proto.Unmarshal(data, &r.req)
+		r.err = decodeRequest(data, &r.req)
 		return nil
 	}
 	return proto.Unmarshal(data, v.(proto.Message))

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"testing"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func fullRequest() *rlpb.RateLimitRequest {
+	return &rlpb.RateLimitRequest{Domain: "default/policy", HitsAddend: 7, Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/policy/rule/0"}, {Key: "rule-0-match-0", Value: "alice é"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "k"}}, HitsAddend: wrapperspb.UInt64(0),
+			Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 9, Unit: typev3.RateLimitUnit_YEAR}, IsNegativeHits: true},
+		{},
+	}}
+}
+
+// FuzzDecodeMatchesProto: the hand-written decoder accepts exactly the
+// inputs proto.Unmarshal accepts and yields an equal message.
+func FuzzDecodeMatchesProto(f *testing.F) {
+	b, _ := proto.Marshal(fullRequest())
+	f.Add(b)
+	f.Add(invalidUTF8Request())
+	var dup []byte
+	dup = protowire.AppendTag(dup, 3, protowire.VarintType)
+	dup = protowire.AppendVarint(dup, 1)
+	dup = protowire.AppendTag(dup, 3, protowire.VarintType)
+	dup = protowire.AppendVarint(dup, 2)
+	dup = protowire.AppendTag(dup, 1, protowire.VarintType) // wrong wire type: unknown
+	dup = protowire.AppendVarint(dup, 5)
+	dup = protowire.AppendTag(dup, 99, protowire.Fixed64Type)
+	dup = protowire.AppendFixed64(dup, 5)
+	f.Add(dup)
+	f.Add([]byte{0x12, 0x02, 0x1a, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got rlpb.RateLimitRequest
+		errWant := proto.Unmarshal(data, &want)
+		errGot := decodeRequest(data, &got)
+		if (errWant == nil) != (errGot == nil) {
+			t.Fatalf("proto err %v, ours %v", errWant, errGot)
+		}
+		if errWant != nil {
+			return
+		}
+		want.ProtoReflect().SetUnknown(nil)
+		clearUnknown(&want)
+		if !proto.Equal(&want, &got) {
+			t.Fatalf("decoded differently:\n proto %v\n ours  %v", &want, &got)
+		}
+	})
+}
+
+func clearUnknown(r *rlpb.RateLimitRequest) {
+	for _, d := range r.Descriptors {
+		d.ProtoReflect().SetUnknown(nil)
+		for _, e := range d.Entries {
+			e.ProtoReflect().SetUnknown(nil)
+		}
+		if d.Limit != nil {
+			d.Limit.ProtoReflect().SetUnknown(nil)
+		}
+		if d.HitsAddend != nil {
+			d.HitsAddend.ProtoReflect().SetUnknown(nil)
+		}
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	data, _ := proto.Marshal(fullRequest())
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			var r rlpb.RateLimitRequest
+			if err := proto.Unmarshal(data, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			var r rlpb.RateLimitRequest
+			if err := decodeRequest(data, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
