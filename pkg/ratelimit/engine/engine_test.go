@@ -590,7 +590,7 @@ func BenchmarkDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	c, _ := config.Load([]config.File{{Name: "t.yaml", Data: []byte(testConfig)}})
+	c, _ := config.Load([]config.File{{Name: "t.yaml", Data: []byte(strings.NewReplacer("requests_per_unit: 3}", "requests_per_unit: 1000000000}", "requests_per_unit: 2, name", "requests_per_unit: 1000000000, name").Replace(testConfig))}})
 	e.SetConfig(c)
 	reqs := make([]*rlpb.RateLimitRequest, 10000)
 	for i := range reqs {
