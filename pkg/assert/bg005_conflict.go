@@ -15,12 +15,6 @@ var ruleConflict = &Rule{
 	Severity: Error,
 	Check: func(p *Pass) error {
 		pols := append([]*Policy(nil), p.Index.Policies...)
-		timestamps := true
-		for _, pol := range pols {
-			if pol.Created.IsZero() {
-				timestamps = false
-			}
-		}
 		// EG's order: oldest first, then namespace/name.
 		sort.SliceStable(pols, func(i, j int) bool {
 			a, b := pols[i], pols[j]
@@ -32,10 +26,6 @@ var ruleConflict = &Rule{
 			}
 			return a.Obj.Name < b.Obj.Name
 		})
-		order := "the oldest (creationTimestamp, then namespace/name)"
-		if !timestamps {
-			order = "by namespace/name here, as the manifests carry no creationTimestamp; on a cluster the older object wins"
-		}
 		winner := map[GatewayKey]*Policy{}
 		for _, pol := range pols {
 			for _, t := range p.Index.Targets(pol.Obj) {
@@ -50,6 +40,13 @@ var ruleConflict = &Rule{
 				if w == pol {
 					p.Report(pol.Obj, t.Node, t.Path, "%s targets %s twice: EG marks the policy Conflicted", pol.Obj, t.Gateway)
 					continue
+				}
+				order := "the older by creationTimestamp"
+				switch {
+				case w.Created.IsZero() || pol.Created.IsZero():
+					order = "first by namespace/name here, as the manifests carry no creationTimestamp; on a cluster the older object wins"
+				case w.Created.Equal(pol.Created):
+					order = "same creationTimestamp, first by namespace/name"
 				}
 				p.Report(pol.Obj, t.Node, t.Path, "%s is already targeted by %s: EG accepts %s (%s) and marks %s Accepted=False, reason Conflicted; merge the budgets into one policy",
 					t.Gateway, w.Obj, w.Obj, order, pol.Obj)
