@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"gopkg.in/yaml.v3"
@@ -108,8 +109,16 @@ func put(m *yaml.Node, k string, v *yaml.Node) {
 }
 
 // str is a string scalar; yaml.v3 quotes it when it would otherwise read as
-// another type (true, 0, null ...).
-func str(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
+// another type (true, 0, null ...). Strings with line breaks or other control
+// or unprintable characters are double-quoted with escapes: yaml.v3 writes
+// some of them (a lone "\n") as block scalars that do not read back.
+func str(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
 
 func boolean(b bool) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(b)}
