@@ -1,0 +1,79 @@
+package assert
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/manifest"
+)
+
+// TestDrift compares committed objects with a rendered set given as data:
+// formatting, key order and API-server fields are not drift; a changed value
+// is (with a unified diff); so is a budgetgen object render no longer makes,
+// and a rendered object nobody committed (reported at the spec).
+func TestDrift(t *testing.T) {
+	fx := loadFixture(t, "testdata/drift/committed.yaml")
+	data, err := os.ReadFile("testdata/drift/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := manifest.Parse("<render>", data, manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: new-gw, namespace: gw}\n"
+	more, err := manifest.Parse("<render>", []byte(extra), manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Skip: []string{"BG007"}, Spec: &SpecFacts{File: "spec.yaml"}, Rendered: append(rendered, more...)}
+	rep, err := Run(context.Background(), fx.objs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var atSpec, inFile []string
+	var diff string
+	for _, f := range rep.Findings {
+		if f.Rule != "BG008" {
+			t.Errorf("unexpected %s: %s", f.Rule, f.Message)
+			continue
+		}
+		if f.File == "spec.yaml" {
+			atSpec = append(atSpec, f.Message)
+			continue
+		}
+		inFile = append(inFile, f.Rule)
+		if f.Detail != "" {
+			diff = f.Detail
+		}
+	}
+	g := got(&Report{Findings: filterFile(rep.Findings, fx.path)})
+	if strings.Join(g, " ") != strings.Join(fx.want, " ") {
+		t.Errorf("findings %v, want %v", g, fx.want)
+	}
+	if len(atSpec) != 1 || !strings.Contains(atSpec[0], "render produces BackendTrafficPolicy gw/new-gw") {
+		t.Errorf("findings at the spec: %v", atSpec)
+	}
+	for _, want := range []string{"--- committed testdata/drift/committed.yaml", "+++ rendered", "-            requests: 9000000", "+            requests: 5000000"} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("diff lacks %q:\n%s", want, diff)
+		}
+	}
+	// Without a rendered set, BG008 does not run.
+	rep, err = Run(context.Background(), fx.objs, Options{Skip: []string{"BG007"}})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Errorf("drift without a rendered set: %v %v", got(rep), err)
+	}
+}
+
+func filterFile(fs []Finding, file string) []Finding {
+	var out []Finding
+	for _, f := range fs {
+		if f.File == file {
+			out = append(out, f)
+		}
+	}
+	return out
+}
