@@ -168,6 +168,10 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	// First pass: refuse overflows and count the counters this call may
 	// create, so a refused call changes nothing.
 	reserve := int64(0)
+	var earlier map[string]uint64 // hits of earlier counters per key, for long calls
+	if len(counters) > 16 {
+		earlier = make(map[string]uint64, len(counters))
+	}
 	for i, c := range counters {
 		if c.Hits == 0 {
 			continue
@@ -176,13 +180,20 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		live := ok && cur.expireAt > now
 		sum := c.Hits
 		if live {
-			sum += uint64(cur.value)
+			sum = satAdd(sum, uint64(cur.value))
 		}
 		dup := false
-		for _, p := range counters[:i] {
-			if p.Key == c.Key && p.Hits > 0 {
-				dup = true
-				sum += p.Hits
+		if earlier != nil {
+			var prev uint64
+			prev, dup = earlier[c.Key]
+			sum = satAdd(sum, prev)
+			earlier[c.Key] = satAdd(prev, c.Hits)
+		} else {
+			for _, p := range counters[:i] {
+				if p.Key == c.Key && p.Hits > 0 {
+					dup = true
+					sum = satAdd(sum, p.Hits)
+				}
 			}
 		}
 		if sum > math.MaxInt64 {
@@ -236,6 +247,13 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	}
 	s.count.Add(delta - reserve)
 	return nil
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // lockOrder returns the distinct shard indices of idx in ascending order, so

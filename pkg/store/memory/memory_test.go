@@ -182,3 +182,34 @@ func TestNoKeyCreatedByCheck(t *testing.T) {
 		t.Fatalf("checks created %d counters", n)
 	}
 }
+
+// TestLongCallDuplicatesAndOverflow: a call with many counters (the map path)
+// applies duplicates in order and refuses an overflow as a whole.
+func TestLongCallDuplicatesAndOverflow(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	var cs []store.Counter
+	for i := 0; i < 40; i++ {
+		cs = append(cs, store.Counter{Key: fmt.Sprint("k", i%4), Hits: 1, ExpireAt: exp})
+	}
+	totals := make([]uint64, len(cs))
+	if err := s.Charge(context.Background(), cs, totals); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range totals {
+		if v != uint64(i/4+1) {
+			t.Fatalf("totals[%d] = %d, want %d", i, v, i/4+1)
+		}
+	}
+	cs[39].Hits = 1 << 62
+	cs[35].Hits = 1 << 62 // k3 twice: 10 + 2^63 - 2 > MaxInt64 overall
+	cs[31].Hits = 1 << 62
+	err := s.Charge(context.Background(), cs, totals)
+	if !errors.Is(err, store.ErrMalformedReply) {
+		t.Fatalf("overflowing long call: %v", err)
+	}
+	if got, _ := charge(t, s, "k0", 0, exp); got != 10 {
+		t.Fatalf("k0 after a refused call = %d, want 10", got)
+	}
+}

@@ -152,6 +152,13 @@ func (s *Store) replayOnce() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.detach)
 	res := s.client.DoMulti(ctx, cmds...)
 	cancel()
+	if len(res) != len(cmds) {
+		// Not a valkey-go reply shape: nothing is known to be applied.
+		for _, e := range live {
+			s.maybeSent(e.hits)
+		}
+		return false
+	}
 	ok := true
 	var hits uint64
 	j := 0

@@ -186,7 +186,7 @@ type Store struct {
 	workers   sync.WaitGroup // in-flight call goroutines
 
 	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
-	lastLossLog, lastAmbLog                                                      atomic.Int64
+	lastLossLog, lastAmbLog, lastBufLog                                          atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -681,7 +681,10 @@ func (s *Store) bufferAdd(key string, hits uint64, exp time.Time) {
 		s.loss(hits, "outage buffer full")
 		return
 	}
-	s.buffered.Add(hits)
+	if total := s.buffered.Add(hits); hits > 0 && every(&s.lastBufLog, time.Second) {
+		s.log.Warn("valkey store: valkey unreachable, charges buffered for replay",
+			"buffered_hits_total", total, "buffer_keys", s.buf.size.Load())
+	}
 }
 
 func (s *Store) loss(hits uint64, reason string) {
