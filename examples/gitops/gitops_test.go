@@ -116,11 +116,89 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 }
 
-// TestPipeline runs the repository's pipeline as CI would: the render drift
-// check, then every budgetgen assert command of the workflow and the
-// pre-commit config, in-process through cli.Run from the repository root.
+// renderCommands returns the "budgetgen render ..." part of every workflow
+// step and pre-commit hook that runs render's drift check
+// ("budgetgen render SPEC -o DIR && git diff --exit-code -- DIR").
+func renderCommands(t *testing.T) [][]string {
+	t.Helper()
+	var lines []string
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct{ Name, Run string }
+		}
+	}
+	readYAML(t, workflow, &wf)
+	for _, job := range wf.Jobs {
+		for _, s := range job.Steps {
+			lines = append(lines, s.Run)
+		}
+	}
+	var pc struct {
+		Repos []struct {
+			Hooks []struct{ ID, Entry string }
+		}
+	}
+	readYAML(t, preCommit, &pc)
+	for _, r := range pc.Repos {
+		for _, h := range r.Hooks {
+			lines = append(lines, strings.Trim(strings.TrimPrefix(h.Entry, "sh -c "), "'"))
+		}
+	}
+	var cmds [][]string
+	for _, l := range lines {
+		first, _, _ := strings.Cut(l, "&&")
+		if strings.HasPrefix(first, budgetgenC+"render ") && strings.Contains(l, "git diff --exit-code") {
+			cmds = append(cmds, strings.Fields(first)[1:])
+		}
+	}
+	if len(cmds) < 2 {
+		t.Fatalf("found %d render drift checks in %s and %s, want the CI step and the hook", len(cmds), workflow, preCommit)
+	}
+	return cmds
+}
+
+// runRenderCheck runs a render command line in a copy of the repository and
+// fails when the directory it writes differs from the committed one, as
+// "git diff --exit-code -- deploy/budgets" would.
+func runRenderCheck(t *testing.T, args []string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	args = slices.Clone(args)
+	for i, a := range args {
+		if a == specPath || a == renderDir {
+			args[i] = filepath.Join(dir, a)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("budgetgen %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	}
+	want, _ := os.ReadDir(renderDir)
+	got, _ := os.ReadDir(filepath.Join(dir, renderDir))
+	if len(got) != len(want) {
+		t.Errorf("render wrote %d files, %d committed", len(got), len(want))
+	}
+	for _, e := range got {
+		a, _ := os.ReadFile(filepath.Join(renderDir, e.Name()))
+		b, _ := os.ReadFile(filepath.Join(dir, renderDir, e.Name()))
+		if !bytes.Equal(a, b) {
+			t.Errorf("budgetgen %s changes %s/%s: commit render's output", strings.Join(args, " "), renderDir, e.Name())
+		}
+	}
+}
+
+// TestPipeline runs the repository's pipeline as CI would: render's drift
+// check (the workflow's and the hook's own command lines), then every
+// budgetgen assert command of the workflow and the pre-commit config,
+// in-process through cli.Run.
 func TestPipeline(t *testing.T) {
 	renderDrift(t)
+	for _, args := range renderCommands(t) {
+		runRenderCheck(t, args)
+	}
 	for _, args := range gateCommands(t) {
 		var out, errb bytes.Buffer
 		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
