@@ -91,7 +91,8 @@ func got(rep *Report) []string {
 
 // TestRuleFixtures runs every fixture and compares the exact multiset of
 // (line, rule) findings with its want comments. A fixture named bgNNN_* must
-// fail for BGNNN only; clean_* fixtures must have no finding.
+// fail for BGNNN only; clean_* fixtures must have no finding; mixed_* ones
+// (realistic inputs) may fail for several rules.
 func TestRuleFixtures(t *testing.T) {
 	paths, err := filepath.Glob("testdata/rules/*.yaml")
 	if err != nil || len(paths) == 0 {
@@ -114,6 +115,9 @@ func TestRuleFixtures(t *testing.T) {
 				t.Errorf("findings %v, want %v\n%s", g, fx.want, strings.Join(msgs, "\n"))
 			}
 			base := filepath.Base(path)
+			if strings.HasPrefix(base, "mixed_") {
+				return
+			}
 			if strings.HasPrefix(base, "clean_") {
 				if len(fx.want) != 0 {
 					t.Errorf("clean fixture has want comments")
