@@ -34,6 +34,10 @@ import (
 // when Distinct), query parameters (match indices continue after the headers'),
 // and rule-<d>-match--1 when the rule has no selector. Costs add no config: the
 // request-time and the stream-done rate_limits of a rule share its descriptors.
+//
+// EG builds these from the routes a policy attaches to; a policy whose targets
+// have no routes (or that is not Accepted) yields nothing in EG. Configs assumes
+// each policy applies to at least one route.
 func Configs(policies []*egv1a1.BackendTrafficPolicy) ([]*rlsconfv3.RateLimitConfig, error) {
 	byDomain := map[string]*rlsconfv3.RateLimitConfig{}
 	seen := map[string]bool{}
