@@ -605,3 +605,62 @@ func BenchmarkDecision(b *testing.B) {
 		}
 	}
 }
+
+// TestValkeyStallBurstStaysWithinDeadline: while Valkey is stopped (SIGSTOP),
+// a burst far larger than valkey-go's ring gets its failure-policy answer at
+// the store deadline, never seconds later.
+func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vs.Close()
+	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Metrics: metrics.New(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.SetConfig(mustConfig(t, testConfig))
+	if _, err := e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "warm"))); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	defer srv.Cont()
+	const n = 3000
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	var notOK atomic.Int64
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			start := time.Now()
+			resp, err := e.ShouldRateLimit(context.Background(), req("d", 0, d("user", fmt.Sprint("u", i))))
+			el := time.Since(start)
+			for {
+				cur := slowest.Load()
+				if int64(el) <= cur || slowest.CompareAndSwap(cur, int64(el)) {
+					break
+				}
+			}
+			if err != nil || resp.OverallCode != OK {
+				notOK.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	// 15 ms deadline; the slack absorbs a loaded 2-core CI machine
+	// scheduling 3000 goroutines, far below the seconds seen without a cap.
+	if s := time.Duration(slowest.Load()); s > 500*time.Millisecond {
+		t.Fatalf("slowest call took %v during a Valkey stall", s)
+	}
+	if notOK.Load() != 0 {
+		t.Fatalf("%d calls did not fail open", notOK.Load())
+	}
+	timeouts := testutil.ToFloat64(e.o.Metrics.StoreErrors.WithLabelValues("charge", "timeout")) +
+		testutil.ToFloat64(e.o.Metrics.StoreErrors.WithLabelValues("charge", "unavailable"))
+	if timeouts < n/2 {
+		t.Fatalf("only %v store errors counted for %d stalled calls", timeouts, n)
+	}
+}
