@@ -179,10 +179,12 @@ func specFacts(path string, bs *spec.BudgetSet) *assert.SpecFacts {
 	f := &assert.SpecFacts{
 		File:           path,
 		Enforced:       map[string]bool{},
+		Budgets:        map[string]bool{},
 		TokenNamespace: bs.Spec.TokenSource.Namespace,
 		TokenKey:       bs.Spec.TokenSource.Key,
 	}
 	for _, r := range bs.Refs() {
+		f.Budgets[r.Name] = true
 		if r.Rollout != nil && r.Rollout.Mode == spec.ModeEnforce {
 			f.Enforced[r.Name] = true
 		}

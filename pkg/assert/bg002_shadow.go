@@ -40,6 +40,10 @@ var ruleShadow = &Rule{
 					if p.Options.Spec.Enforced[r.Budget] {
 						continue
 					}
+					if p.Options.Spec.Budgets != nil && !p.Options.Spec.Budgets[r.Budget] {
+						p.Report(pol.Obj, at, r.Path()+".shadowMode", "token rule %d enforces for budget %q, which is not in the spec: render again or set shadowMode: true", r.Index, r.Budget)
+						continue
+					}
 					p.Report(pol.Obj, at, r.Path()+".shadowMode", "token rule %d of budget %q enforces, but the spec has it in shadow mode: set shadowMode: true or promote the budget", r.Index, r.Budget)
 					continue
 				}

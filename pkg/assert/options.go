@@ -45,6 +45,9 @@ type SpecFacts struct {
 	File string
 	// Enforced names the budgets in mode enforce ("frontier" for the frontier cap).
 	Enforced map[string]bool
+	// Budgets names every budget of the spec; nil means "not known" (only
+	// Enforced is consulted).
+	Budgets map[string]bool
 	// TokenNamespace and TokenKey are the response metadata of token cost.
 	// Defaults: DefaultTokenNamespace, DefaultTokenKey.
 	TokenNamespace string

@@ -20,7 +20,7 @@ var fixtureValidator Validator
 
 var (
 	wantRE      = regexp.MustCompile(`#\s*want:\s*((?:BG\d{3}\s*)+)`)
-	directiveRE = regexp.MustCompile(`^#\s*(skip|allow-enforce|envoy-gateway-version|spec-enforced):\s*(.+)$`)
+	directiveRE = regexp.MustCompile(`^#\s*(skip|allow-enforce|envoy-gateway-version|spec-enforced|spec-budgets):\s*(.+)$`)
 )
 
 // fixture is a testdata/rules file: the objects plus, analysistest style, the
@@ -58,6 +58,14 @@ func loadFixture(t *testing.T, path string) fixture {
 				fx.opts.AllowEnforce = append(fx.opts.AllowEnforce, vals...)
 			case "envoy-gateway-version":
 				fx.opts.EnvoyGatewayVersion = vals[0]
+			case "spec-budgets":
+				if fx.opts.Spec == nil {
+					fx.opts.Spec = &SpecFacts{File: "spec.yaml", Enforced: map[string]bool{}}
+				}
+				fx.opts.Spec.Budgets = map[string]bool{}
+				for _, v := range vals {
+					fx.opts.Spec.Budgets[v] = true
+				}
 			case "spec-enforced":
 				if fx.opts.Spec == nil {
 					fx.opts.Spec = &SpecFacts{File: "spec.yaml", Enforced: map[string]bool{}}
