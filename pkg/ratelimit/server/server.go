@@ -112,6 +112,11 @@ func New(d Decider, o Options) (*Server, error) {
 	s := &Server{d: d, o: o, log: o.Logger}
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodec(codec{}),
+		// Fixed, large flow-control windows: requests and answers are a few
+		// hundred bytes, and a static window turns off grpc-go's BDP probing
+		// pings and most WINDOW_UPDATE frames.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 24),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
 	}
 	if o.StreamWorkers > 0 {
