@@ -17,6 +17,9 @@ var ruleShadow = &Rule{
 	Severity: Error,
 	Check: func(p *Pass) error {
 		for _, pol := range p.Index.BudgetPolicies() {
+			if pol.AnnotationErr != nil {
+				p.Report(pol.Obj, pol.Annotation, "metadata.annotations", "annotation %s cannot be read (%v), so no rule can be matched to its budget: render again", RuleBudgetsAnnotation, pol.AnnotationErr)
+			}
 			for _, r := range pol.Rules {
 				if r.Kind != TokenRule {
 					continue

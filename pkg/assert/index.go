@@ -60,6 +60,10 @@ type Policy struct {
 	// Budget is true for a budget policy: it carries the rule-budgets
 	// annotation, or at least one token rule or kill switch.
 	Budget bool
+	// AnnotationErr is set when the rule-budgets annotation is present but
+	// cannot be read; Annotation is its value node.
+	AnnotationErr error
+	Annotation    *yaml.Node
 	// Created is metadata.creationTimestamp (zero when absent, as in most
 	// committed manifests).
 	Created time.Time
@@ -158,12 +162,14 @@ func newPolicy(o *manifest.Object) *Policy {
 	}
 	byRule := map[int]ruleBudget{}
 	if a := manifest.Get(o.Node, "metadata", "annotations", RuleBudgetsAnnotation); a != nil {
+		p.Budget = true
+		p.Annotation = a
 		var rbs []ruleBudget
-		if json.Unmarshal([]byte(manifest.Str(a)), &rbs) == nil {
-			p.Budget = true
-			for _, rb := range rbs {
-				byRule[rb.Rule] = rb
-			}
+		if err := json.Unmarshal([]byte(manifest.Str(a)), &rbs); err != nil {
+			p.AnnotationErr = err
+		}
+		for _, rb := range rbs {
+			byRule[rb.Rule] = rb
 		}
 	}
 	for i, n := range manifest.Items(manifest.Get(o.Node, "spec", "rateLimit", "global", "rules")) {
