@@ -70,7 +70,7 @@ const (
 	DefaultRingScale = 10
 	// DefaultMaxInFlight caps calls outstanding at once; it must stay below
 	// the ring size so the ring never fills.
-	DefaultMaxInFlight = 512
+	DefaultMaxInFlight = 256
 	// DefaultBufferMaxKeys bounds the outage buffer (keys, each summed).
 	DefaultBufferMaxKeys = 100_000
 	// DefaultReplayInterval is how often the outage buffer tries to replay.
