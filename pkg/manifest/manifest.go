@@ -25,6 +25,8 @@ const (
 	// DefaultMaxFileBytes is the largest file (or stdin stream) read: 32 MiB,
 	// well above any real manifest set and small enough to hold in memory.
 	DefaultMaxFileBytes int64 = 32 << 20
+	// DefaultMaxTotalBytes bounds all inputs of one ReadPaths together: 256 MiB.
+	DefaultMaxTotalBytes int64 = 256 << 20
 	// DefaultMaxDocuments is the most YAML documents read from one file.
 	DefaultMaxDocuments = 100_000
 	// DefaultMaxNodes is the most YAML nodes one document may expand to once
@@ -40,6 +42,8 @@ const (
 type Options struct {
 	// MaxFileBytes limits the size of one input. Default DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// MaxTotalBytes limits the inputs of one ReadPaths together. Default DefaultMaxTotalBytes.
+	MaxTotalBytes int64
 	// MaxDocuments limits the documents per input. Default DefaultMaxDocuments.
 	MaxDocuments int
 	// MaxNodes limits a document's size after alias expansion. Default DefaultMaxNodes.
@@ -51,6 +55,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.MaxFileBytes <= 0 {
 		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.MaxTotalBytes <= 0 {
+		o.MaxTotalBytes = DefaultMaxTotalBytes
 	}
 	if o.MaxDocuments <= 0 {
 		o.MaxDocuments = DefaultMaxDocuments

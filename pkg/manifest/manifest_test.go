@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -241,4 +242,22 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReadPathsBoundsTotalSize(t *testing.T) {
+	dir := t.TempDir()
+	doc := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: \"" + strings.Repeat("x", 1000) + "\"}\n")
+	for i := 0; i < 5; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := ReadPaths(context.Background(), []string{dir}, nil, Options{MaxTotalBytes: int64(5 * len(doc))})
+	if err != nil || len(objs) != 5 {
+		t.Fatalf("within the total: %d objects, %v", len(objs), err)
+	}
+	_, err = ReadPaths(context.Background(), []string{dir}, nil, Options{MaxTotalBytes: int64(4*len(doc) + 10)})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "f4.yaml") || !strings.Contains(err.Error(), "inputs together exceed") {
+		t.Errorf("over the total: %v", err)
+	}
 }

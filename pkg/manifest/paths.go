@@ -84,40 +84,65 @@ func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Option
 		return nil, err
 	}
 	var objs []*Object
+	left := opts.MaxTotalBytes
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		got, err := readOne(f, stdin, opts)
+		got, n, err := readOne(f, stdin, opts, left)
 		if err != nil {
 			return nil, err
 		}
+		left -= n
 		objs = append(objs, got...)
 	}
 	return objs, nil
 }
 
-func readOne(path string, stdin io.Reader, opts Options) ([]*Object, error) {
+// readOne reads one input of at most min(MaxFileBytes, left) bytes and
+// returns its objects and size.
+func readOne(path string, stdin io.Reader, opts Options, left int64) ([]*Object, int64, error) {
+	limit := min(opts.MaxFileBytes, left)
+	tooLarge := func(name string, size int64) error {
+		if left < opts.MaxFileBytes && size > left {
+			return &Error{File: name, Err: fmt.Errorf("%w: the inputs together exceed %d bytes", ErrTooLarge, opts.MaxTotalBytes)}
+		}
+		return &Error{File: name, Err: fmt.Errorf("%w: %d bytes, limit %d (raise --max-file-size to read it)", ErrTooLarge, size, opts.MaxFileBytes)}
+	}
+	var (
+		r    io.Reader
+		name = path
+	)
 	if path == Stdin {
 		if stdin == nil {
-			return nil, &Error{File: "<stdin>", Err: fmt.Errorf("no standard input")}
+			return nil, 0, &Error{File: "<stdin>", Err: fmt.Errorf("no standard input")}
 		}
-		return Read("<stdin>", stdin, opts)
+		r, name = stdin, "<stdin>"
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, 0, &Error{File: path, Err: pathErr(err)}
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return nil, 0, &Error{File: path, Err: pathErr(err)}
+		}
+		if st.IsDir() {
+			return nil, 0, &Error{File: path, Err: fmt.Errorf("is a directory")}
+		}
+		if st.Size() > limit {
+			return nil, 0, tooLarge(path, st.Size())
+		}
+		r = f
 	}
-	f, err := os.Open(path)
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return nil, &Error{File: path, Err: pathErr(err)}
+		return nil, 0, &Error{File: name, Err: fmt.Errorf("read: %w", err)}
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, &Error{File: path, Err: pathErr(err)}
+	if int64(len(data)) > limit {
+		return nil, 0, tooLarge(name, int64(len(data)))
 	}
-	if st.IsDir() {
-		return nil, &Error{File: path, Err: fmt.Errorf("is a directory")}
-	}
-	if st.Size() > opts.MaxFileBytes {
-		return nil, &Error{File: path, Err: fmt.Errorf("%w: %d bytes, limit %d (raise --max-file-size to read it)", ErrTooLarge, st.Size(), opts.MaxFileBytes)}
-	}
-	return Read(path, f, opts)
+	objs, err := Parse(name, data, opts)
+	return objs, int64(len(data)), err
 }
