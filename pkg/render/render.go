@@ -210,7 +210,10 @@ func targetRefs(gw spec.GatewayRef) egv1a1.PolicyTargetReferences {
 func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.BackendTrafficPolicy, error) {
 	name := PolicyName(bs, gw)
 	if len(name) > 253 {
-		return nil, fmt.Errorf("policy name %q is longer than 253 characters: shorten metadata.name or the Gateway name", truncate(name, 60))
+		return nil, &LimitError{
+			Limit: "Kubernetes object names of at most 253 characters", Object: "BackendTrafficPolicy " + gw.Namespace + "/" + truncate(name, 60),
+			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name",
+		}
 	}
 	rules, index := rules(bs)
 	ann, err := json.Marshal(index)

@@ -13,6 +13,7 @@ const DateLayout = "2006-01-02"
 
 var (
 	dnsLabelRE   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	subdomainRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	headerNameRE = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~` + "`" + `-]+$`)
 )
 
@@ -54,11 +55,8 @@ func (v *validator) check() {
 	for i, g := range s.Spec.Gateways {
 		p := fmt.Sprintf("spec.gateways[%d]", i)
 		v.dnsLabel(p+".namespace", g.Namespace)
-		if g.Name == "" {
-			v.fail(p+".name", "is required")
-		} else if len(g.Name) > 253 {
-			v.fail(p+".name", "must be at most 253 characters")
-		}
+		v.subdomain(p+".name", g.Name, true)
+		v.subdomain(p+".sectionName", g.SectionName, false)
 		key := g.Namespace + "/" + g.Name
 		if first, dup := seenGW[key]; dup {
 			v.fail(p, "Gateway %s is already listed at spec.gateways[%d]: Envoy Gateway accepts one Gateway-level BackendTrafficPolicy per Gateway, so list it once", key, first)
@@ -216,6 +214,18 @@ func (v *validator) date(path, d string) {
 	}
 	if _, err := ParseDate(d); err != nil {
 		v.fail(path, "must be a date YYYY-MM-DD, got %q", d)
+	}
+}
+
+// subdomain checks a Kubernetes object name or Gateway API section name
+// (DNS-1123 subdomain), so render never emits a targetRef EG rejects.
+func (v *validator) subdomain(path, s string, required bool) {
+	switch {
+	case s == "" && required:
+		v.fail(path, "is required")
+	case s == "":
+	case len(s) > 253 || !subdomainRE.MatchString(s):
+		v.fail(path, "must be a DNS-1123 subdomain (lowercase letters, digits, '-', '.', at most 253), got %q", s)
 	}
 }
 
