@@ -301,8 +301,14 @@ func header(name string, t egv1a1.HeaderMatchType, value string, invert bool) eg
 // distinctSelectors keys one bucket per value of hdr, excluding each of the
 // overridden principals with an inverted Exact match on the same header. EG
 // rejects invert on a Distinct match itself, so the exclusions are separate
-// entries; all selectors of a rule are ANDed, so they spill over into further
-// selectors past 128 entries.
+// entries (the translator, internal/gatewayapi/backendtrafficpolicy.go,
+// handles each header match on its own; EG's own testdata
+// backendtrafficpolicy-with-shared-ratelimit.in.yaml pairs a Distinct x-org-id
+// with an inverted Exact x-org-id the same way). A request whose value is
+// excluded makes the header_value_match action produce nothing, so the whole
+// descriptor is skipped and only the override's own rule counts it. All
+// selectors of a rule are ANDed into one descriptor, so exclusions spill over
+// into further selectors past 128 entries.
 func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitSelectCondition {
 	matches := make([]egv1a1.HeaderMatch, 0, len(excluded)+1)
 	matches = append(matches, header(hdr, egv1a1.HeaderMatchDistinct, "", false))
