@@ -34,6 +34,7 @@ type options struct {
 	keyFormat                                       string
 	only                                            string
 	profile                                         string
+	client                                          string
 }
 
 func main() {
@@ -63,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.oursBin, "ours-bin", "", "our ratelimit binary; empty builds ./cmd/ratelimit")
 	fs.StringVar(&o.keyFormat, "key-format", "envoy", "our KEY_FORMAT (envoy writes the same keys as the reference)")
 	fs.StringVar(&o.only, "only", "", "run only 'ours' or 'reference'")
+	fs.StringVar(&o.client, "client", "h2", "load client: h2 (minimal HTTP/2 gRPC client, cheap) or grpc (grpc-go)")
 	fs.StringVar(&o.profile, "profile", "", "save a CPU profile of our service per round to <path>.<round>")
 	fs.StringVar(&o.workDir, "workdir", "", "scratch directory; empty uses a temporary one")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.workers <= 0 || o.principals <= 0 || o.rounds <= 0 || o.conns <= 0 || o.descriptors <= 0 || o.duration <= 0 {
 		return errors.New("workers, principals, rounds, conns, descriptors and duration must be positive")
+	}
+	if o.client != "h2" && o.client != "grpc" {
+		return fmt.Errorf("-client %q: want h2 or grpc", o.client)
 	}
 	if o.duration > 10*time.Minute {
 		return errors.New("duration is capped at 10m per round")
@@ -112,8 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeConfig(root, o); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "rlbench: workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
-		o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU())
+	fmt.Fprintf(stdout, "rlbench: client=%s workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
+		o.client, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU())
 	var results = map[string][]result{}
 	targets := []string{"reference", "ours"}
 	if o.only != "" {

@@ -21,6 +21,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 const domain = "default/llm-budgets"
@@ -44,14 +45,15 @@ type result struct {
 	elapsed                     time.Duration
 	p50, p99, p999              time.Duration
 	cpuPerCall                  time.Duration
+	genCPUPerCall               time.Duration // the load generator's own CPU
 }
 
 func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
 func (r result) String() string {
-	return fmt.Sprintf("%9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus  requests %d errors %d over_limit %d",
+	return fmt.Sprintf("%9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus  (generator %5.1fus)  requests %d errors %d over_limit %d",
 		r.rps(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond),
-		float64(r.cpuPerCall.Nanoseconds())/1000, r.requests, r.errors, r.overLimit)
+		float64(r.cpuPerCall.Nanoseconds())/1000, float64(r.genCPUPerCall.Nanoseconds())/1000, r.requests, r.errors, r.overLimit)
 }
 
 func freePort() (int, error) {
@@ -168,18 +170,28 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 		return result{}, err
 	}
 	defer stop()
-	conns := make([]*grpc.ClientConn, o.conns)
-	clients := make([]rlpb.RateLimitServiceClient, o.conns)
-	for i := range conns {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	var clients []rlpb.RateLimitServiceClient
+	var h2s []*h2Client
+	for i := 0; i < o.conns; i++ {
+		if o.client == "grpc" {
+			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return result{}, err
+			}
+			defer c.Close()
+			clients = append(clients, rlpb.NewRateLimitServiceClient(c))
+			continue
+		}
+		c, err := dialH2(addr)
 		if err != nil {
 			return result{}, err
 		}
 		defer c.Close()
-		conns[i], clients[i] = c, rlpb.NewRateLimitServiceClient(c)
+		h2s = append(h2s, c)
 	}
 	// Pre-build requests so the generator spends its CPU on the calls.
 	reqs := make([]*rlpb.RateLimitRequest, o.principals)
+	bodies := make([][]byte, o.principals)
 	for p := range reqs {
 		user := fmt.Sprintf("user-%07d@example.com", p)
 		r := &rlpb.RateLimitRequest{Domain: domain}
@@ -190,6 +202,11 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			}})
 		}
 		reqs[p] = r
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return result{}, err
+		}
+		bodies[p] = frame(b)
 	}
 	phase := func(d time.Duration, max int64, record bool) (result, error) {
 		var (
@@ -205,6 +222,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 		if err != nil {
 			return result{}, err
 		}
+		gen0, _ := cpuTime(os.Getpid())
 		start := time.Now()
 		if record && o.profile != "" && name == "ours" && d > 2*time.Second {
 			go fetchProfile(debugAddr, d-time.Second, fmt.Sprintf("%s.%d", o.profile, round), logw)
@@ -214,23 +232,32 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			go func(w int) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
-				client := clients[w%len(clients)]
 				local := make([]time.Duration, 0, 4096)
 				for pctx.Err() == nil {
 					if count.Add(1) > max {
 						break
 					}
-					req := reqs[rng.IntN(len(reqs))]
+					p := rng.IntN(len(reqs))
 					t0 := time.Now()
-					cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
-					resp, err := client.ShouldRateLimit(cctx, req)
-					ccancel()
+					var code int
+					var err error
+					if clients != nil {
+						var resp *rlpb.RateLimitResponse
+						resp, err = clients[w%len(clients)].ShouldRateLimit(pctx, reqs[p])
+						code = int(resp.GetOverallCode())
+					} else {
+						code, err = h2s[w%len(h2s)].call(bodies[p], 2*time.Second)
+					}
 					el := time.Since(t0)
 					if err != nil {
-						errs.Add(1)
+						if pctx.Err() == nil {
+							errs.Add(1)
+						} else {
+							count.Add(-1) // cut off by the end of the phase
+						}
 						continue
 					}
-					if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
+					if code == int(rlpb.RateLimitResponse_OVER_LIMIT) {
 						over.Add(1)
 					}
 					if record {
@@ -248,6 +275,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 		if err != nil {
 			return result{}, err
 		}
+		gen1, _ := cpuTime(os.Getpid())
 		n := count.Load()
 		if n > max {
 			n = max
@@ -255,6 +283,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 		res := result{requests: n - errs.Load(), errors: errs.Load(), overLimit: over.Load(), elapsed: elapsed}
 		if res.requests > 0 {
 			res.cpuPerCall = (cpu1 - cpu0) / time.Duration(res.requests)
+			res.genCPUPerCall = (gen1 - gen0) / time.Duration(res.requests)
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		pct := func(p float64) time.Duration {

@@ -137,6 +137,8 @@ type Engine struct {
 
 	overrideMu    sync.Mutex
 	overrideRules map[string]*metrics.Rule
+
+	deadlines deadlines
 }
 
 // New validates options and returns an engine with no config loaded (requests
@@ -459,10 +461,12 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		}
 		sc.totals = sc.totals[:len(counters)]
 		totals := sc.totals
-		cctx, cancel := context.WithTimeout(ctx, e.o.StoreTimeout)
 		start := time.Now()
-		storeErr = e.o.Store.Charge(cctx, counters, totals)
-		cancel()
+		if err := ctx.Err(); err != nil {
+			storeErr = fmt.Errorf("%w: %w", store.ErrUnavailable, err) // the caller is gone
+		} else {
+			storeErr = e.o.Store.Charge(e.deadlines.after(start, e.o.StoreTimeout), counters, totals)
+		}
 		if m != nil {
 			m.ChargeLatency.Observe(time.Since(start).Seconds())
 			if storeErr != nil {
