@@ -79,6 +79,8 @@ type RateRule struct {
 	// Budget and Principal come from the rule-budgets annotation ("" when absent).
 	Budget    string
 	Principal string
+
+	headers []HeaderMatch // cached by Headers
 }
 
 // Path is the rule's field path.
@@ -101,9 +103,17 @@ type HeaderMatch struct {
 	Invert   bool
 }
 
-// Headers lists the rule's header matches across its selectors.
+// Headers lists the rule's header matches across its selectors (computed
+// once: BG009 compares every pair of rules).
 func (r *RateRule) Headers() []HeaderMatch {
-	var out []HeaderMatch
+	if r.headers == nil {
+		r.headers = r.readHeaders()
+	}
+	return r.headers
+}
+
+func (r *RateRule) readHeaders() []HeaderMatch {
+	out := []HeaderMatch{}
 	for s, sel := range manifest.Items(manifest.Get(r.Node, "clientSelectors")) {
 		for h, hm := range manifest.Items(manifest.Get(sel, "headers")) {
 			m := HeaderMatch{
