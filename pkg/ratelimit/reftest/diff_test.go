@@ -161,13 +161,13 @@ type ours struct {
 	client rlpb.RateLimitServiceClient
 }
 
-func startOurs(t *testing.T, addr string, keys key.Encoder) *ours {
+func startOurs(t *testing.T, addr string, keys key.Encoder, shadow ...bool) *ours {
 	st, err := valkey.New(valkey.Options{Addresses: []string{addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	eng, err := engine.New(engine.Options{Store: st, Keys: keys, StoreTimeout: time.Second})
+	eng, err := engine.New(engine.Options{Store: st, Keys: keys, StoreTimeout: time.Second, ShadowMode: len(shadow) > 0 && shadow[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func dial(t *testing.T, addr string) rlpb.RateLimitServiceClient {
 	return rlpb.NewRateLimitServiceClient(conn)
 }
 
-func startReference(t *testing.T, redis string) rlpb.RateLimitServiceClient {
+func startReference(t *testing.T, redis string, env ...string) rlpb.RateLimitServiceClient {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin, err := reftest.Binary(ctx)
@@ -206,7 +206,7 @@ func startReference(t *testing.T, redis string) rlpb.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	p, err := reftest.Start(ctx, reftest.Options{Binary: bin, RedisAddr: redis, RuntimeRoot: writeRuntime(t),
-		LogPath: filepath.Join(t.TempDir(), "ref.log"), Env: []string{"CACHE_KEY_PREFIX=rl_"}})
+		LogPath: filepath.Join(t.TempDir(), "ref.log"), Env: append([]string{"CACHE_KEY_PREFIX=rl_"}, env...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,6 +289,37 @@ func TestDifferentialAgainstReference(t *testing.T) {
 		}
 	}
 	t.Logf("%d counters identical, e.g. %s", len(ourKeys), sorted(ourKeys)[0])
+}
+
+// TestDifferentialGlobalShadowMode: with SHADOW_MODE=true both services keep
+// descriptor statuses OVER_LIMIT but answer an overall OK.
+func TestDifferentialGlobalShadowMode(t *testing.T) {
+	refValkey := valkeytest.Start(t, valkeytest.Options{})
+	ourValkey := valkeytest.Start(t, valkeytest.Options{})
+	ref := startReference(t, refValkey.Addr, "SHADOW_MODE=true")
+	o := startOurs(t, ourValkey.Addr, key.Encoder{Prefix: "rl_", Format: key.Envoy}, true)
+	avoidMinuteBoundary()
+	ctx := context.Background()
+	sawOver := false
+	for i := 0; i < 4; i++ {
+		for _, r := range []*rlpb.RateLimitRequest{rq("diff", 0, dsc("kill", "k")), rq("diff", 0, dsc("who", "w"), dsc("shadow", "s"))} {
+			want, err := ref.ShouldRateLimit(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := o.client.ShouldRateLimit(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if describe(got) != describe(want) {
+				t.Fatalf("step %d:\n ours      %s\n reference %s", i, describe(got), describe(want))
+			}
+			sawOver = sawOver || strings.Contains(describe(want), "OVER_LIMIT")
+		}
+	}
+	if !sawOver {
+		t.Fatal("sequence never produced an OVER_LIMIT status")
+	}
 }
 
 func dump(t *testing.T, addr string) map[string]string {
