@@ -267,7 +267,7 @@ func testContextDeadline(t *testing.T, s store.Store, k keyer) {
 	<-c.Done()
 	start := time.Now()
 	err := s.Charge(c, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 1))
-	if took := time.Since(start); took > 50*time.Millisecond {
+	if took := time.Since(start); took > 250*time.Millisecond {
 		t.Fatalf("Charge with an expired context took %v", took)
 	}
 	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
@@ -276,11 +276,11 @@ func testContextDeadline(t *testing.T, s store.Store, k keyer) {
 	if got := charge(t, s, key, 0, hour()); got != 0 {
 		t.Fatalf("a call whose context had expired charged %d", got)
 	}
-	// A short but live deadline is met.
-	c2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// A live deadline is met.
+	c2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	if err := s.Charge(c2, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 1)); err != nil {
-		t.Fatalf("Charge with 200ms deadline: %v", err)
+		t.Fatalf("Charge with a 1 s deadline: %v", err)
 	}
 	if dl, _ := c2.Deadline(); time.Now().After(dl) {
 		t.Fatal("Charge returned after its deadline")

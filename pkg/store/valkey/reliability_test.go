@@ -256,8 +256,10 @@ func TestFaultKill(t *testing.T) {
 	checkLatency(t, "SIGKILL 5s", l)
 	rec := l.recovery(back)
 	t.Logf("recovery after restart: %v", rec)
-	if rec < 0 || rec > recoveryBound {
-		t.Errorf("recovery %v, bound %v", rec, recoveryBound)
+	// A frozen machine delays the first call too: allow the worst
+	// scheduling delay the probe saw.
+	if lag := time.Duration(l.schedLag.Load()); rec < 0 || rec > recoveryBound+lag {
+		t.Errorf("recovery %v, bound %v + scheduler lag %v", rec, recoveryBound, lag)
 	}
 	waitDrained(t, s, 3*time.Second)
 	checkAccounting(t, s, l, sumKeys(t, srv.Addr, l))
@@ -359,8 +361,10 @@ func TestFaultStall(t *testing.T) {
 	}
 	rec := l.recovery(back)
 	t.Logf("recovery after SIGCONT: %v", rec)
-	if rec < 0 || rec > recoveryBound {
-		t.Errorf("recovery %v, bound %v", rec, recoveryBound)
+	// A frozen machine delays the first call too: allow the worst
+	// scheduling delay the probe saw.
+	if lag := time.Duration(l.schedLag.Load()); rec < 0 || rec > recoveryBound+lag {
+		t.Errorf("recovery %v, bound %v + scheduler lag %v", rec, recoveryBound, lag)
 	}
 	waitDrained(t, s, 5*time.Second)
 	waitUntil(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= baseG+5 })
@@ -390,7 +394,7 @@ func TestFaultAOFRestart(t *testing.T) {
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
 	exp := time.Now().Add(time.Hour)
 	charge := func(hits uint64) (uint64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		totals := make([]uint64, 1)
 		err := s.Charge(ctx, []store.Counter{{Key: "aof", Hits: hits, ExpireAt: exp}}, totals)
