@@ -91,13 +91,13 @@ version hazards and Envoy Gateway's size limits. Rules: ` + strings.Join(assert.
 Exit status: 0 clean, 1 when a finding is at or above --fail-on, 2 when the
 input or the command line cannot be used.`,
 		Example: `  # The gate in CI, annotating the pull request
-  budgetgen assert --spec budgets/budgets.yaml -o github deploy/budgets/
+  budgetgen assert --spec budgets/budgets.yaml -o github deploy/
 
   # Check what kustomize will apply
   kustomize build deploy/ | budgetgen assert -
 
-  # Without a spec, name the budgets promoted to enforce
-  budgetgen assert --allow-enforce per-api-key --skip BG010 rendered/`,
+  # Without a spec, name the budgets promoted to enforce; skip the schema check
+  budgetgen assert --allow-enforce per-api-key --skip BG007 rendered/ gateway/`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Paths = args
 			if err := o.validate(); err != nil {
