@@ -32,23 +32,40 @@ func NewValkey(client valkey.Client, prefix string) *Valkey {
 	return &Valkey{client: client, prefix: prefix}
 }
 
+// CommandClient is what writing the ledger needs: valkey.Client and the
+// counter store's client both have it.
+type CommandClient interface {
+	B() valkey.Builder
+	DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult
+}
+
+// NewValkeySink returns a Sink writing through c (for example the counter
+// store's own client, so the service opens no second connection pool).
+func NewValkeySink(c CommandClient) Sink { return valkeySink{c} }
+
+type valkeySink struct{ c CommandClient }
+
+func (s valkeySink) Apply(ctx context.Context, b Batch) error { return apply(ctx, s.c, b) }
+
 // Apply implements Sink in one DoMulti: HINCRBY per deferred usage and
 // denial field, EXPIREAT per key.
-func (v *Valkey) Apply(ctx context.Context, b Batch) error {
+func (v *Valkey) Apply(ctx context.Context, b Batch) error { return apply(ctx, v.client, b) }
+
+func apply(ctx context.Context, c CommandClient, b Batch) error {
 	cmds := make(valkey.Commands, 0, len(b.Expire)+2*len(b.Denials)+len(b.Usage))
 	for _, m := range []map[string]map[string]uint64{b.Usage, b.Denials} {
 		for _, k := range sortedKeys(m) {
 			fs := m[k]
 			for _, f := range sortedKeys(fs) {
-				cmds = append(cmds, v.client.B().Hincrby().Key(k).Field(f).Increment(int64(fs[f])).Build())
+				cmds = append(cmds, c.B().Hincrby().Key(k).Field(f).Increment(int64(fs[f])).Build())
 			}
 		}
 	}
 	// Expiries after the increments so a freshly created stats hash gets one.
 	for _, k := range sortedKeys(b.Expire) {
-		cmds = append(cmds, v.client.B().Expireat().Key(k).Timestamp(b.Expire[k].Unix()).Build())
+		cmds = append(cmds, c.B().Expireat().Key(k).Timestamp(b.Expire[k].Unix()).Build())
 	}
-	for i, r := range v.client.DoMulti(ctx, cmds...) {
+	for i, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("ledger write (%d of %d commands): %w", i+1, len(cmds), err)
 		}

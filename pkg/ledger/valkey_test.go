@@ -44,7 +44,8 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 	now := (DayOf(time.Now()) + 1).Start().Add(12 * time.Hour)
 	clock := func() time.Time { return now }
 	v := NewValkey(c, "rl:")
-	rec, err := NewRecorder(Options{Prefix: "rl:", RetentionDays: 8}, v, clock)
+	// The service flushes through the counter store's client: the sink.
+	rec, err := NewRecorder(Options{Prefix: "rl:", RetentionDays: 8}, NewValkeySink(c), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
