@@ -16,6 +16,7 @@ import (
 
 	envoygateway "github.com/envoyproxy/gateway"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/kubectl-validate/pkg/cmd"
 	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
 	"sigs.k8s.io/kubectl-validate/pkg/validator"
@@ -26,8 +27,10 @@ import (
 // concurrent use (calls are serialized: kubectl-validate caches per GVK in a
 // plain map).
 type Validator struct {
-	mu sync.Mutex
-	v  *validator.Validator
+	mu    sync.Mutex
+	v     *validator.Validator
+	crds  map[schema.GroupVersionKind]crdVersion     // every CRD version we were given
+	kinds map[schema.GroupVersionKind]*kindValidator // compiled on first use, then reused
 }
 
 // New builds a validator over Envoy Gateway's embedded CRDs
@@ -43,7 +46,11 @@ func NewFromCRDs(crds []byte) (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load CRDs: %w", err)
 	}
-	return &Validator{v: v}, nil
+	idx, err := parseCRDs(crds)
+	if err != nil {
+		return nil, fmt.Errorf("load CRDs: %w", err)
+	}
+	return &Validator{v: v, crds: idx, kinds: map[schema.GroupVersionKind]*kindValidator{}}, nil
 }
 
 var (
@@ -117,7 +124,7 @@ func (v *Validator) Validate(doc []byte) error {
 		return &Error{Err: fmt.Errorf("parse document: %w", err)}
 	}
 	v.mu.Lock()
-	err := cmd.ValidateDocument(doc, v.v)
+	err := v.validate(doc)
 	v.mu.Unlock()
 	if err == nil {
 		return nil
@@ -130,6 +137,30 @@ func (v *Validator) Validate(doc []byte) error {
 		}
 	}
 	return e
+}
+
+// validate is cmd.ValidateDocument with the per-kind strategy cached (see
+// strategy.go). Callers hold v.mu: kubectl-validate caches in plain maps.
+func (v *Validator) validate(doc []byte) error {
+	gvk, parsed, err := v.v.Parse(doc)
+	if gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition" {
+		return cmd.ValidateDocument(doc, v.v)
+	}
+	if err != nil {
+		return err
+	}
+	k, ok := v.kinds[gvk]
+	if !ok {
+		src, known := v.crds[gvk]
+		if !known {
+			return v.v.Validate(parsed)
+		}
+		if k, err = src.build(gvk); err != nil {
+			return err
+		}
+		v.kinds[gvk] = k
+	}
+	return k.validateParsed(parsed)
 }
 
 // ValidateObject marshals obj (a typed API object or map) and validates it.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/kubectl-validate/pkg/cmd"
 )
 
 const validBTP = `apiVersion: gateway.envoyproxy.io/v1alpha1
@@ -83,5 +85,58 @@ func TestValidateObject(t *testing.T) {
 	err = v.ValidateObject(obj)
 	if err == nil || !strings.Contains(err.Error(), "targetRefs[*].kind of Gateway") {
 		t.Fatalf("CTP targeting an HTTPRoute: err = %v", err)
+	}
+}
+
+// TestCachedStrategyAgreesWithKubectlValidate checks the cached per-kind
+// validation against kubectl-validate's own per-document path, on valid and
+// invalid documents: same verdict, same field causes.
+func TestCachedStrategyAgreesWithKubectlValidate(t *testing.T) {
+	v, err := Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := []string{
+		validBTP,
+		strings.Replace(validBTP, "shared: true", "shared: true\n          sharedd: true", 1),
+		strings.Replace(validBTP, "{from: Number, number: 0}", "{from: Number, number: 0, metadata: {namespace: a, key: b}}", 1),
+		strings.Replace(validBTP, "unit: Day", "unit: Fortnight", 1),
+		strings.Replace(validBTP, "type: Distinct", "type: Distinct, value: x", 1),
+		"apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {gatewayClassName: eg, listeners: []}\n",
+		"apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: ClientTrafficPolicy\nmetadata: {name: c, namespace: n}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: g}]\n",
+	}
+	for i, doc := range docs {
+		got := v.Validate([]byte(doc))
+		v.mu.Lock()
+		want := cmd.ValidateDocument([]byte(doc), v.v)
+		v.mu.Unlock()
+		if (got == nil) != (want == nil) {
+			t.Fatalf("doc %d: cached = %v, kubectl-validate = %v", i, got, want)
+		}
+		if got == nil {
+			continue
+		}
+		var e *Error
+		if !errors.As(got, &e) || !strings.Contains(want.Error(), errors.Unwrap(got).Error()) && errors.Unwrap(got).Error() != want.Error() {
+			t.Errorf("doc %d: cached error %q, kubectl-validate error %q", i, got, want)
+		}
+	}
+}
+
+// BenchmarkValidateBTP shows the cost per document once the kind is compiled.
+func BenchmarkValidateBTP(b *testing.B) {
+	v, err := Shared()
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := []byte(validBTP)
+	if err := v.Validate(doc); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := v.Validate(doc); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
