@@ -17,8 +17,18 @@ func FromDescriptor(domain, configRule string, entries []*rlcommon.RateLimitDesc
 	if len(entries) > 0 && free&1 == 0 {
 		r.Rule = entries[0].GetValue()
 	}
-	var one [1]string
-	parts := one[:0]
+	// The common case, one request-supplied value, allocates nothing.
+	n, last := 0, ""
+	for i, e := range entries {
+		if i >= 64 || free&(1<<uint(i)) != 0 {
+			n++
+			last = e.GetValue()
+		}
+	}
+	if n == 1 {
+		return r, EncodePrincipal1(last)
+	}
+	parts := make([]string, 0, n)
 	for i, e := range entries {
 		if i >= 64 || free&(1<<uint(i)) != 0 {
 			parts = append(parts, e.GetValue())

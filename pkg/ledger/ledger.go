@@ -224,6 +224,14 @@ func EncodePrincipal(parts []string) string {
 	return b.String()
 }
 
+// EncodePrincipal1 is EncodePrincipal of one value, without a slice.
+func EncodePrincipal1(v string) string {
+	if v != "" && !strings.ContainsAny(v, `\,`) {
+		return v
+	}
+	return EncodePrincipal([]string{v})
+}
+
 // DecodePrincipal reverses EncodePrincipal.
 func DecodePrincipal(field string) ([]string, error) {
 	if field == "" {
@@ -281,6 +289,9 @@ func DecodePrincipal(field string) ([]string, error) {
 // PrincipalName is a principal's display name: its single value, or its
 // parts joined by ", ", or "" for a shared bucket.
 func PrincipalName(field string) string {
+	if !strings.ContainsAny(field, `\,`) {
+		return field
+	}
 	parts, err := DecodePrincipal(field)
 	if err != nil {
 		return field

@@ -260,3 +260,11 @@ func BenchmarkRecorderUsage(b *testing.B) {
 		}
 	}
 }
+
+func TestEncodePrincipal1(t *testing.T) {
+	for _, v := range []string{"", "a", `a\b`, "a,b", `\e`} {
+		if EncodePrincipal1(v) != EncodePrincipal([]string{v}) {
+			t.Errorf("%q: %q != %q", v, EncodePrincipal1(v), EncodePrincipal([]string{v}))
+		}
+	}
+}
