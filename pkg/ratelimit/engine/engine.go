@@ -80,6 +80,8 @@ const (
 	DefaultOverLimitCacheSize = 100_000
 	// DefaultFlushInterval is how often deferred over-limit hits are charged.
 	DefaultFlushInterval = 100 * time.Millisecond
+	// DefaultBatchWorkers coalesce store calls (see Options.BatchWorkers).
+	DefaultBatchWorkers = 4
 	// DefaultMaxDescriptors bounds descriptors per request.
 	DefaultMaxDescriptors = 512
 	// DefaultMaxEntries bounds entries per descriptor.
@@ -111,6 +113,11 @@ type Options struct {
 	OverLimitCacheSize int
 	// FlushInterval for deferred over-limit charges, default DefaultFlushInterval.
 	FlushInterval time.Duration
+	// BatchWorkers is the number of goroutines that coalesce concurrent
+	// requests' store calls (each sends one store.Charge per batch); default
+	// DefaultBatchWorkers, negative sends one store call per request from
+	// the request's goroutine.
+	BatchWorkers int
 	// MaxDescriptors, MaxEntries, MaxStringBytes bound requests (defaults above).
 	MaxDescriptors, MaxEntries, MaxStringBytes int
 	// Metrics, optional.
@@ -139,6 +146,7 @@ type Engine struct {
 	overrideRules map[string]*metrics.Rule
 
 	deadlines deadlines
+	batch     *batcher // nil when BatchWorkers < 0
 }
 
 // New validates options and returns an engine with no config loaded (requests
@@ -168,6 +176,9 @@ func New(o Options) (*Engine, error) {
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
+	if o.BatchWorkers == 0 {
+		o.BatchWorkers = DefaultBatchWorkers
+	}
 	if o.MaxDescriptors <= 0 {
 		o.MaxDescriptors = DefaultMaxDescriptors
 	}
@@ -186,6 +197,9 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{o: o, cache: newOverCache(o.OverLimitCacheSize), nearF: o.NearLimitRatio,
 		stop: make(chan struct{}), done: make(chan struct{}), overrideRules: map[string]*metrics.Rule{}}
 	e.pool.New = func() any { return new(scratch) }
+	if o.BatchWorkers > 0 {
+		e.batch = newBatcher(o.Store, &e.deadlines, o.StoreTimeout, o.BatchWorkers)
+	}
 	if e.cache != nil {
 		go e.flusher()
 	} else {
@@ -220,8 +234,13 @@ func (e *Engine) Config() *config.Config {
 // Close stops the flusher after charging pending over-limit hits. It does
 // not close the store.
 func (e *Engine) Close() error {
-	e.closing.Do(func() { close(e.stop) })
-	<-e.done
+	e.closing.Do(func() {
+		close(e.stop)
+		<-e.done
+		if e.batch != nil {
+			e.batch.close()
+		}
+	})
 	return nil
 }
 
@@ -464,6 +483,8 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		start := time.Now()
 		if err := ctx.Err(); err != nil {
 			storeErr = fmt.Errorf("%w: %w", store.ErrUnavailable, err) // the caller is gone
+		} else if e.batch != nil {
+			storeErr = e.batch.charge(ctx, start, counters, totals)
 		} else {
 			storeErr = e.o.Store.Charge(e.deadlines.after(start, e.o.StoreTimeout), counters, totals)
 		}

@@ -664,3 +664,41 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 		t.Fatalf("only %v store errors counted for %d stalled calls", timeouts, n)
 	}
 }
+
+// TestConcurrentChargesExact: many concurrent requests, coalesced into
+// shared store calls, charge exactly what they ask, and each principal's
+// answers follow its own count (exactly limit OKs per principal).
+func TestConcurrentChargesExact(t *testing.T) {
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1, StoreTimeout: 2 * time.Second}, testConfig)
+		const principals, perPrincipal = 20, 30
+		var wg sync.WaitGroup
+		oks := make([]atomic.Int64, principals)
+		for p := 0; p < principals; p++ {
+			for i := 0; i < perPrincipal; i++ {
+				wg.Add(1)
+				go func(p int) {
+					defer wg.Done()
+					resp, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", fmt.Sprint("c", p)), withHits(d("who", fmt.Sprint("c", p)), 0)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if resp.Statuses[0].Code == OK {
+						oks[p].Add(1)
+					}
+				}(p)
+			}
+		}
+		wg.Wait()
+		for p := 0; p < principals; p++ {
+			if got := oks[p].Load(); got != 3 {
+				t.Fatalf("principal %d got %d OKs, want exactly the limit 3", p, got)
+			}
+			k := string(key.Encoder{}.Append(nil, "d", d("user", fmt.Sprint("c", p)).Entries, nil, 86400, f.clk.Now().Unix()/86400*86400))
+			if got := f.total(k); got != perPrincipal {
+				t.Fatalf("principal %d counter = %d, want %d", p, got, perPrincipal)
+			}
+		}
+	})
+}

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/budgetgen/budgetgen/pkg/store"
+)
+
+// batcher coalesces the store calls of concurrent requests: requests queue
+// their counters, and a few flusher goroutines each take everything queued
+// and send it as one store.Charge. Under load a store call carries the
+// counters of many requests (one DoMulti, one goroutine and one wake-up in
+// the Valkey client instead of one per request); at low load every request is
+// its own batch. Each request keeps its own deadline: it stops waiting at
+// its deadline whatever its batch does, and a batch's deadline is that of
+// its earliest request. Counters of one request stay together and in order,
+// so a store call still holds all descriptors of each request it carries.
+type batcher struct {
+	st        store.Store
+	deadlines *deadlines
+	timeout   time.Duration
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*pending
+	closed  bool
+	workers sync.WaitGroup
+}
+
+type pending struct {
+	counters []store.Counter
+	totals   []uint64
+	deadline time.Time
+	done     chan error
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
+
+func newBatcher(st store.Store, d *deadlines, timeout time.Duration, workers int) *batcher {
+	b := &batcher{st: st, deadlines: d, timeout: timeout}
+	b.cond = sync.NewCond(&b.mu)
+	for i := 0; i < workers; i++ {
+		b.workers.Add(1)
+		go b.flusher()
+	}
+	return b
+}
+
+// charge queues one request's counters and waits for its totals or its
+// deadline. The returned error wraps store.ErrUnavailable on timeout.
+func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, totals []uint64) error {
+	// p owns copies: a request that gives up at its deadline returns while
+	// a flusher may still read p, and the caller reuses its buffers.
+	p := pendingPool.Get().(*pending)
+	p.counters = append(p.counters[:0], counters...)
+	if cap(p.totals) < len(totals) {
+		p.totals = make([]uint64, len(totals))
+	}
+	p.totals = p.totals[:len(totals)]
+	p.deadline = now.Add(b.timeout)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: engine closed", store.ErrUnavailable)
+	}
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+	b.cond.Signal()
+	wait := b.deadlines.after(now, b.timeout)
+	select {
+	case err := <-p.done:
+		copy(totals, p.totals)
+		clear(p.counters)
+		pendingPool.Put(p)
+		return err
+	case <-wait.Done():
+		// A flusher may still own p and will send on its buffered channel;
+		// p is left to the garbage collector, never reused.
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (b *batcher) flusher() {
+	defer b.workers.Done()
+	var batch []*pending
+	var counters []store.Counter
+	var totals []uint64
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.closed {
+			b.cond.Wait()
+		}
+		if len(b.queue) == 0 && b.closed {
+			b.mu.Unlock()
+			return
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+
+		now := time.Now()
+		var earliest time.Time
+		counters = counters[:0]
+		live := batch[:0]
+		for _, p := range batch {
+			if !now.Before(p.deadline) {
+				p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+				continue
+			}
+			if earliest.IsZero() || p.deadline.Before(earliest) {
+				earliest = p.deadline
+			}
+			counters = append(counters, p.counters...)
+			live = append(live, p)
+		}
+		if len(live) > 0 {
+			if cap(totals) < len(counters) {
+				totals = make([]uint64, len(counters))
+			}
+			totals = totals[:len(counters)]
+			err := b.st.Charge(b.deadlines.after(now, earliest.Sub(now)), counters, totals)
+			off := 0
+			for _, p := range live {
+				n := len(p.counters)
+				if err == nil {
+					copy(p.totals, totals[off:off+n])
+				}
+				off += n
+				p.done <- err
+			}
+		}
+		clear(counters) // drop key strings
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	b.workers.Wait()
+}
