@@ -75,7 +75,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	eng, err := engine.New(engine.Options{
 		Store: st, Keys: keyEncoder(s), NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
 		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace,
-		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log,
+		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)

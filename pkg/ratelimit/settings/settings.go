@@ -105,6 +105,9 @@ type Settings struct {
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
 	GRPCStreamWorkers int
+	// StoreBatchWorkers (STORE_BATCH_WORKERS, ours; 4) coalesce concurrent
+	// requests' store calls; -1 sends one store call per request.
+	StoreBatchWorkers int
 	// GCPercent (GOGC-like, ours via GC_PERCENT; 400) trades a little memory
 	// for less GC CPU on this small-heap service; GOGC, when set, wins.
 	GCPercent int
@@ -139,7 +142,7 @@ func Defaults() Settings {
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
-		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 	}
@@ -300,6 +303,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
 	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
 	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
+	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
 	integer(&s.GCPercent, "GC_PERCENT")
 	str(&s.CacheKeyPrefix, "CACHE_KEY_PREFIX")
 	keyFormat := s.KeyFormat.String()
