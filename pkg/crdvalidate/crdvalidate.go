@@ -8,6 +8,7 @@
 package crdvalidate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	envoygateway "github.com/envoyproxy/gateway"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/kubectl-validate/pkg/cmd"
 	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
@@ -129,7 +131,13 @@ func (v *Validator) Validate(doc []byte) error {
 	if err == nil {
 		return nil
 	}
-	e := &Error{APIVersion: meta.APIVersion, Kind: meta.Kind, Namespace: meta.Metadata.Namespace, Name: meta.Metadata.Name, Err: err}
+	return newError(meta.APIVersion, meta.Kind, meta.Metadata.Namespace, meta.Metadata.Name, err)
+}
+
+// newError wraps a validation failure with the object's identity and the
+// field-level causes the apiserver machinery reported.
+func newError(apiVersion, kind, namespace, name string, err error) *Error {
+	e := &Error{APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name, Err: err}
 	var se *apierrors.StatusError
 	if errors.As(err, &se) && se.ErrStatus.Details != nil {
 		for _, c := range se.ErrStatus.Details.Causes {
@@ -149,25 +157,60 @@ func (v *Validator) validate(doc []byte) error {
 	if err != nil {
 		return err
 	}
-	k, ok := v.kinds[gvk]
-	if !ok {
-		src, known := v.crds[gvk]
-		if !known {
-			return v.v.Validate(parsed)
-		}
-		if k, err = src.build(gvk); err != nil {
-			return err
-		}
-		v.kinds[gvk] = k
+	k, err := v.kindFor(gvk)
+	if err != nil {
+		return err
+	}
+	if k == nil {
+		return v.v.Validate(parsed)
 	}
 	return k.validateParsed(parsed)
 }
 
-// ValidateObject marshals obj (a typed API object or map) and validates it.
+// ValidateObject validates a typed API object or a map. Kinds we hold a CRD
+// for are checked in memory (JSON round trip, no YAML); others go through
+// Validate. Verdicts and messages are those of Validate.
 func (v *Validator) ValidateObject(obj any) error {
-	doc, err := yaml.Marshal(obj)
+	doc, err := json.Marshal(obj)
 	if err != nil {
 		return &Error{Err: fmt.Errorf("marshal object: %w", err)}
 	}
-	return v.Validate(doc)
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(doc); err != nil {
+		return v.Validate(doc)
+	}
+	gvk := u.GroupVersionKind()
+	v.mu.Lock()
+	k, err := v.kindFor(gvk)
+	if k == nil || err != nil {
+		v.mu.Unlock()
+		return v.Validate(doc)
+	}
+	err = k.coerce(u)
+	if err == nil {
+		err = k.validateParsed(u)
+	}
+	v.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	return newError(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName(), err)
+}
+
+// kindFor returns the compiled validation of gvk, building it on first use,
+// or nil when no CRD defines gvk. Callers hold v.mu.
+func (v *Validator) kindFor(gvk schema.GroupVersionKind) (*kindValidator, error) {
+	if k, ok := v.kinds[gvk]; ok {
+		return k, nil
+	}
+	src, known := v.crds[gvk]
+	if !known {
+		return nil, nil
+	}
+	k, err := src.build(gvk)
+	if err != nil {
+		return nil, err
+	}
+	v.kinds[gvk] = k
+	return k, nil
 }

@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apiextensions-apiserver/pkg/crdserverscheme"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresource"
@@ -18,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -34,8 +39,10 @@ import (
 
 // kindValidator is the compiled validation of one CRD version.
 type kindValidator struct {
-	strategy   rest.RESTCreateStrategy
-	namespaced bool
+	strategy        rest.RESTCreateStrategy
+	namespaced      bool
+	ss              *structuralschema.Structural
+	preserveUnknown bool // x-kubernetes-preserve-unknown-fields at the root
 }
 
 // crdVersion locates one served version's schema in a parsed CRD.
@@ -91,7 +98,8 @@ func (c crdVersion) build(gvk schema.GroupVersionKind) (*kindValidator, error) {
 	params.AddUnversionedTypes(gvk.GroupVersion(), &metav1.ListOptions{}, &metav1.GetOptions{}, &metav1.DeleteOptions{})
 	typer := validator.UnstructuredObjectTyper{Delegate: params, UnstructuredTyper: crdserverscheme.NewUnstructuredObjectTyper()}
 	strat := customresource.NewStrategy(typer, namespaced, gvk, schemaValidator, nil, ss, nil, nil, nil)
-	return &kindValidator{strategy: strat, namespaced: namespaced}, nil
+	preserve := props.XPreserveUnknownFields != nil && *props.XPreserveUnknownFields
+	return &kindValidator{strategy: strat, namespaced: namespaced, ss: ss, preserveUnknown: preserve}, nil
 }
 
 // validateParsed runs the cached strategy over an object decoded by
@@ -104,4 +112,48 @@ func (k *kindValidator) validateParsed(obj *unstructured.Unstructured) error {
 	}
 	rest.FillObjectMetaSystemFields(obj)
 	return rest.BeforeCreate(k.strategy, request.WithNamespace(context.Background(), obj.GetNamespace()), obj)
+}
+
+// coerce does to an object already in memory what kubectl-validate's strict
+// decoder does to a document (crd_decoder.go: unstructuredSchemaCoercer.apply,
+// then the defaulter): unknown fields are errors with their paths, metadata is
+// coerced, nulls pruned and schema defaults applied. It lets ValidateObject skip
+// the YAML round trip, which was most of BG007's remaining cost.
+func (k *kindValidator) coerce(u *unstructured.Unstructured) error {
+	var unknown []string
+	objectMeta, foundMeta, metaUnknown, err := schemaobjectmeta.GetObjectMetaWithOptions(u.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: true})
+	if err != nil {
+		return err
+	}
+	unknown = append(unknown, metaUnknown...)
+	if !k.preserveUnknown {
+		unknown = append(unknown, structuralpruning.PruneWithOptions(u.Object, k.ss, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})...)
+		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, k.ss)
+	}
+	// CoerceWithOptions returns a *field.Error: compare it before it becomes an
+	// error interface, or a typed nil would read as a failure.
+	ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, u.Object, k.ss, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: true})
+	if ferr != nil {
+		return ferr
+	}
+	unknown = append(unknown, paths...)
+	if foundMeta {
+		if err := schemaobjectmeta.SetObjectMeta(u.Object, objectMeta); err != nil {
+			return err
+		}
+	}
+	if len(unknown) > 0 {
+		errs := make([]error, 0, len(unknown))
+		for _, f := range unknown {
+			parts := strings.Split(f, ".")
+			p := field.NewPath(parts[0])
+			for _, c := range parts[1:] {
+				p = p.Child(c)
+			}
+			errs = append(errs, field.Invalid(p, field.OmitValueType{}, "value provided for unknown field"))
+		}
+		return errors.Join(errs...)
+	}
+	structuraldefaulting.Default(u.Object, k.ss)
+	return nil
 }
