@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.valkeyAddr, "valkey", "", "Valkey host:port on loopback; empty starts a private valkey-server")
 	fs.StringVar(&o.refBin, "reference-bin", "", "envoyproxy/ratelimit binary; empty builds it (go install, cached)")
 	fs.StringVar(&o.oursBin, "ours-bin", "", "our ratelimit binary; empty builds ./cmd/ratelimit")
-	fs.StringVar(&o.keyFormat, "key-format", "envoy", "our KEY_FORMAT (envoy writes the same keys as the reference)")
+	fs.StringVar(&o.keyFormat, "key-format", "envoy", "our KEY_FORMAT (envoy writes the same keys as the reference); memory-store runs ours on its embedded store (no Valkey) to show the service's own floor")
 	fs.StringVar(&o.only, "only", "", "run only 'ours' or 'reference'")
 	fs.StringVar(&o.client, "client", "h2", "load client: h2 (minimal HTTP/2 gRPC client, cheap) or grpc (grpc-go)")
 	fs.StringVar(&o.profile, "profile", "", "save a CPU profile of our service per round to <path>.<round>")
