@@ -21,15 +21,18 @@ import (
 // decoded. It spends far less CPU per call than grpc-go's client, so on a
 // shared 2-core machine more CPU is left to the services being compared. It
 // is a load generator, not a general client: no retries, no TLS.
+// Request headers are HPACK-indexed like a real client's, so servers pay the
+// usual header-decoding cost.
 type h2Client struct {
-	conn   net.Conn
-	hdr    []byte
-	fr     *http2.Framer
-	wmu    sync.Mutex
-	wq     []wreq
-	wcond  *sync.Cond
-	closed bool
-	err    error
+	conn     net.Conn
+	hdrFirst []byte // adds the headers to the dynamic table
+	hdr      []byte // indexes them
+	fr       *http2.Framer
+	wmu      sync.Mutex
+	wq       []wreq
+	wcond    *sync.Cond
+	closed   bool
+	err      error
 
 	mu     sync.Mutex // guards err and calls; taken inside wmu, never around it
 	nextID uint32     // guarded by wmu
@@ -56,15 +59,31 @@ func dialH2(addr string) (*h2Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Like grpc-go's and Envoy's clients, index the headers in HPACK's
+	// dynamic table: the first block adds them, every later block is the
+	// same few index bytes (the writer sends blocks in stream order, so the
+	// server's table always matches).
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", methodPath}, {":authority", addr},
-		{"content-type", "application/grpc"}, {"te", "trailers"}} {
-		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true}); err != nil {
-			return nil, err
+	block := func() ([]byte, error) {
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", methodPath}, {":authority", addr},
+			{"content-type", "application/grpc"}, {"te", "trailers"}} {
+			if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+				return nil, err
+			}
 		}
+		return bytes.Clone(hb.Bytes()), nil
 	}
-	c := &h2Client{conn: conn, hdr: hb.Bytes(), nextID: 1, calls: map[uint32]*h2call{}}
+	first, err := block()
+	if err != nil {
+		return nil, err
+	}
+	rest, err := block()
+	if err != nil {
+		return nil, err
+	}
+	c := &h2Client{conn: conn, hdrFirst: first, hdr: rest, nextID: 1, calls: map[uint32]*h2call{}}
 	c.wcond = sync.NewCond(&c.wmu)
 	bw := bufio.NewWriterSize(conn, 64<<10)
 	if _, err := bw.WriteString(http2.ClientPreface); err != nil {
@@ -105,7 +124,11 @@ func (c *h2Client) writer(bw *bufio.Writer, fr *http2.Framer) {
 			if r.ctrl != nil {
 				err = r.ctrl(fr)
 			} else {
-				err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: r.id, BlockFragment: c.hdr, EndHeaders: true})
+				hdr := c.hdr
+				if r.id == 1 {
+					hdr = c.hdrFirst
+				}
+				err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: r.id, BlockFragment: hdr, EndHeaders: true})
 				if err == nil {
 					err = fr.WriteData(r.id, true, r.body)
 				}
