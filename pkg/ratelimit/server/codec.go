@@ -15,7 +15,7 @@ import (
 // ways: ShouldRateLimit requests are decoded by our handler so a malformed
 // request (for example invalid UTF-8, which proto3 rejects) is answered with
 // InvalidArgument rather than grpc's Internal; and responses are marshalled
-// with the generated vtproto code, which is faster than reflection.
+// without reflection (appendResponse).
 type codec struct{}
 
 var _ encoding.Codec = codec{}
@@ -27,8 +27,13 @@ type vtMarshaler interface {
 }
 
 func (codec) Marshal(v any) ([]byte, error) {
+	if r, ok := v.(*rlpb.RateLimitResponse); ok {
+		if b, ok := appendResponse(make([]byte, 0, 64+24*len(r.Statuses)), r); ok {
+			return b, nil
+		}
+	}
 	if m, ok := v.(vtMarshaler); ok {
-		return m.MarshalVTStrict()
+		return m.MarshalVTStrict() // with the vtprotobuf build tag
 	}
 	return proto.Marshal(v.(proto.Message))
 }

@@ -1,7 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"math"
 	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -90,4 +96,40 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestAppendResponseMatchesProto(t *testing.T) {
+	for _, r := range []*rlpb.RateLimitResponse{
+		{},
+		{OverallCode: rlpb.RateLimitResponse_OVER_LIMIT},
+		{OverallCode: rlpb.RateLimitResponse_OK, Statuses: []*rlpb.RateLimitResponse_DescriptorStatus{
+			{Code: rlpb.RateLimitResponse_OK},
+			{Code: rlpb.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: 300, Unit: rlpb.RateLimitResponse_RateLimit_WEEK, Name: "per_user"},
+				DurationUntilReset: durationpb.New(86399 * time.Second)},
+			{Code: rlpb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32},
+			{Code: rlpb.RateLimitResponse_OK, CurrentLimit: &rlpb.RateLimitResponse_RateLimit{}, DurationUntilReset: &durationpb.Duration{}, LimitRemaining: 7},
+			{DurationUntilReset: &durationpb.Duration{Seconds: -5, Nanos: -3}},
+		}},
+	} {
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendResponse(nil, r)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("appendResponse(%v) = %x (ok %v), proto.Marshal = %x", r, got, ok, want)
+		}
+	}
+	withHeaders := &rlpb.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "a", Value: "b"}}}
+	if _, ok := appendResponse(nil, withHeaders); ok {
+		t.Fatal("a response with headers must fall back to proto.Marshal")
+	}
+	b, err := codec{}.Marshal(withHeaders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back rlpb.RateLimitResponse
+	if err := proto.Unmarshal(b, &back); err != nil || !proto.Equal(&back, withHeaders) {
+		t.Fatalf("fallback marshal: %v", err)
+	}
 }

@@ -277,8 +277,13 @@ func FuzzHandler(f *testing.F) {
 			}
 			return
 		}
-		if _, err := (codec{}).Marshal(resp); err != nil {
+		b, err := (codec{}).Marshal(resp)
+		if err != nil {
 			t.Fatalf("marshal: %v", err)
+		}
+		var back rlpb.RateLimitResponse
+		if err := proto.Unmarshal(b, &back); err != nil || !proto.Equal(&back, resp.(*rlpb.RateLimitResponse)) {
+			t.Fatalf("response does not round-trip: %v", err)
 		}
 	})
 }
