@@ -304,6 +304,14 @@ func errReason(err error) string {
 	return "other"
 }
 
+// oneResponse holds a single-descriptor response and its parts.
+type oneResponse struct {
+	resp rlpb.RateLimitResponse
+	st   [1]rlpb.RateLimitResponse_DescriptorStatus
+	p    [1]*rlpb.RateLimitResponse_DescriptorStatus
+	d    [1]durationpb.Duration
+}
+
 // item is the per-descriptor working state of one request.
 type item struct {
 	limit     *config.RateLimit
@@ -511,10 +519,22 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		}
 	}
 
-	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK}
-	statuses := make([]rlpb.RateLimitResponse_DescriptorStatus, n)
-	ptrs := make([]*rlpb.RateLimitResponse_DescriptorStatus, n)
-	var durs []durationpb.Duration
+	var (
+		resp     *rlpb.RateLimitResponse
+		statuses []rlpb.RateLimitResponse_DescriptorStatus
+		ptrs     []*rlpb.RateLimitResponse_DescriptorStatus
+		durs     []durationpb.Duration
+	)
+	if n == 1 {
+		// The common single-descriptor answer in one allocation.
+		one := new(oneResponse)
+		resp, statuses, ptrs, durs = &one.resp, one.st[:], one.p[:], one.d[:]
+	} else {
+		resp = &rlpb.RateLimitResponse{}
+		statuses = make([]rlpb.RateLimitResponse_DescriptorStatus, n)
+		ptrs = make([]*rlpb.RateLimitResponse_DescriptorStatus, n)
+	}
+	resp.OverallCode = rlpb.RateLimitResponse_OK
 	for i := range items {
 		it := &items[i]
 		st := &statuses[i]
