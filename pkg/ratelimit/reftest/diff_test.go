@@ -62,6 +62,16 @@ descriptors:
     rate_limit: {unit: month, requests_per_unit: 2}
   - key: year
     rate_limit: {unit: year, requests_per_unit: 2}
+  - key: files
+    value: f*
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: nested
+    value: n*
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 type step struct {
@@ -134,6 +144,13 @@ func sequence() []step {
 		for i := 0; i < 3; i++ {
 			add(fmt.Sprintf("%s %d", u, i), rq("diff", 0, dsc(u, "p")))
 		}
+	}
+	// share_threshold: every value under the wildcard shares one counter.
+	for _, v := range []string{"foo", "fab", "fx"} {
+		add("share_threshold "+v, rq("diff", 0, dsc("files", v)))
+	}
+	for _, v := range []string{"n1", "n2", "n1"} {
+		add("wildcard parent "+v, rq("diff", 0, dsc("nested", v, "leaf", "x")))
 	}
 	over := dsc("any", "thing")
 	over.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
