@@ -65,6 +65,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	registerStoreMetrics(reg, st)
 	defer func() {
 		if err := st.Close(); err != nil {
 			log.Warn("close store", "err", err)

@@ -157,6 +157,9 @@ func TestRunWithoutValkeyHotReload(t *testing.T) {
 	if got := call(t, s.client, "d", "user", "c").Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {
 		t.Fatalf("limit after rejected reload = %d, want the last good 100", got)
 	}
+	if !strings.Contains(get(t, s.debug+"/metrics"), "ratelimit_memory_counters ") {
+		t.Fatal("memory store metrics not exported")
+	}
 	if !strings.Contains(get(t, s.debug+"/rlconfig"), "requests_per_unit=100") {
 		t.Fatal("/rlconfig does not show the active config")
 	}
@@ -217,6 +220,9 @@ func TestRunValkeyCluster(t *testing.T) {
 				t.Fatalf("%s call %d: %v", u, j, resp)
 			}
 		}
+	}
+	if !strings.Contains(get(t, s.debug+"/metrics"), "ratelimit_valkey_lost_hits_total 0") {
+		t.Fatal("valkey store metrics not exported")
 	}
 	// Counters are spread over the nodes.
 	nodesWithKeys := 0
