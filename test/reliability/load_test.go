@@ -1,0 +1,294 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Bounds of the fault tests. Every call must be answered by the service
+// within the store deadline plus a slack for the gRPC round trip and
+// scheduling, plus the scheduling delay a probe goroutine measured in the
+// same run at the same percentile (the machine is a shared 2-core box).
+const (
+	// storeTimeout is the service's default STORE_TIMEOUT (engine.DefaultStoreTimeout),
+	// below Envoy Gateway's 20 ms rate limit timeout. The tests do not set it.
+	storeTimeout = 15 * time.Millisecond
+	// p99Slack: p99 <= storeTimeout + p99Slack (+ probe p99), i.e. within
+	// Envoy Gateway's 20 ms timeout on an idle machine.
+	p99Slack = 5 * time.Millisecond
+	// maxSlack: max <= storeTimeout + maxSlack (+ probe max).
+	maxSlack = 25 * time.Millisecond
+	// burstP99Slack and burstMaxSlack bound a burst call against control
+	// goroutines started in the same waves that only sleep storeTimeout:
+	// the slack is the gRPC work of 100 simultaneous calls on 2 cores.
+	burstP99Slack = 10 * time.Millisecond
+	burstMaxSlack = 25 * time.Millisecond
+	// recoveryBound: from Valkey answering again to the end of the first
+	// call answered from Valkey, same service instance (+ probe max).
+	recoveryBound = time.Second
+	// clientDeadline is the gRPC deadline of test calls: far above the
+	// bounds, so a late answer is measured rather than cut off.
+	clientDeadline = 2 * time.Second
+	// bigLimit is a daily limit never reached: an OK with limit_remaining
+	// below it came from Valkey, one with limit_remaining == bigLimit
+	// (allow) or OVER_LIMIT (deny) or Unavailable (error) from the failure
+	// policy.
+	bigLimit = 1_000_000_000
+)
+
+type answer uint8
+
+const (
+	fromStore  answer = iota // decided on Valkey's total
+	fromPolicy               // decided by the configured failure policy
+	wrong                    // an answer the policy does not allow
+)
+
+type callRec struct {
+	start time.Time
+	lat   time.Duration
+	kind  answer
+}
+
+// faultLoad is a bounded closed-loop load on one service: each worker owns
+// one principal (one counter) and calls ShouldRateLimit with hits 1, pausing
+// between calls. It checks every answer against the failure policy and, for
+// answers from Valkey, that the counter is never below the hits Valkey
+// acknowledged nor above the hits sent (nothing counted twice, no reset).
+type faultLoad struct {
+	s        *svc
+	policy   string // allow, deny or error
+	domain   string
+	prefix   string // principal prefix
+	workers  int
+	pause    time.Duration
+	maxCalls int // per worker
+
+	sent      atomic.Uint64 // hits of calls the service answered (all were charged or buffered)
+	errMu     sync.Mutex
+	errs      []string
+	wrongs    atomic.Int64
+	mu        sync.Mutex
+	recs      []callRec
+	stopCh    chan struct{}
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+	lastTotal []atomic.Uint64
+}
+
+func newFaultLoad(s *svc, policy, domain, prefix string, workers int) *faultLoad {
+	return &faultLoad{s: s, policy: policy, domain: domain, prefix: prefix, workers: workers,
+		pause: time.Millisecond, maxCalls: 20_000, stopCh: make(chan struct{}), lastTotal: make([]atomic.Uint64, workers)}
+}
+
+func (l *faultLoad) fail(format string, args ...any) {
+	l.wrongs.Add(1)
+	l.errMu.Lock()
+	if len(l.errs) < 10 {
+		l.errs = append(l.errs, fmt.Sprintf(format, args...))
+	}
+	l.errMu.Unlock()
+}
+
+// classify checks one answer against the policy.
+func classify(policy string, resp *rlpb.RateLimitResponse, err error) (answer, uint64, string) {
+	if err != nil {
+		if policy == "error" && status.Code(err) == codes.Unavailable {
+			return fromPolicy, 0, ""
+		}
+		return wrong, 0, fmt.Sprintf("policy %s: error %v", policy, err)
+	}
+	st := resp.GetStatuses()
+	if len(st) != 1 {
+		return wrong, 0, fmt.Sprintf("policy %s: %d statuses", policy, len(st))
+	}
+	switch {
+	case resp.OverallCode == rlpb.RateLimitResponse_OK && st[0].LimitRemaining < bigLimit:
+		return fromStore, bigLimit - uint64(st[0].LimitRemaining), ""
+	case policy == "allow" && resp.OverallCode == rlpb.RateLimitResponse_OK && st[0].LimitRemaining == bigLimit:
+		return fromPolicy, 0, ""
+	case policy == "deny" && resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT:
+		return fromPolicy, 0, ""
+	}
+	return wrong, 0, fmt.Sprintf("policy %s: unexpected answer %v", policy, resp)
+}
+
+func (l *faultLoad) start() *faultLoad {
+	for w := 0; w < l.workers; w++ {
+		l.wg.Add(1)
+		go func(w int) {
+			defer l.wg.Done()
+			r := req(l.domain, "user", l.prefix+strconv.Itoa(w))
+			c := l.s.client(w)
+			local := make([]callRec, 0, 2048)
+			var sent, acked uint64 // this worker's hits: answered, and acknowledged by Valkey
+			for i := 0; i < l.maxCalls; i++ {
+				select {
+				case <-l.stopCh:
+					i = l.maxCalls
+					continue
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), clientDeadline)
+				t0 := time.Now()
+				resp, err := c.ShouldRateLimit(ctx, r)
+				lat := time.Since(t0)
+				cancel()
+				kind, total, why := classify(l.policy, resp, err)
+				if kind == wrong {
+					l.fail("worker %d call %d at %s: %s", w, i, t0.Format("15:04:05.000"), why)
+				} else {
+					sent++
+					l.sent.Add(1)
+				}
+				if kind == fromStore {
+					acked++
+					// Only this worker charges its counter: the total can be
+					// neither below what Valkey acknowledged to it (no reset,
+					// no lost acknowledged hit) nor above what it sent (no hit
+					// counted twice).
+					if total < acked || total > sent {
+						l.fail("worker %d call %d: total %d outside [acknowledged %d, sent %d]", w, i, total, acked, sent)
+					}
+					l.lastTotal[w].Store(total)
+				}
+				local = append(local, callRec{start: t0, lat: lat, kind: kind})
+				time.Sleep(l.pause)
+			}
+			l.mu.Lock()
+			l.recs = append(l.recs, local...)
+			l.mu.Unlock()
+		}(w)
+	}
+	return l
+}
+
+func (l *faultLoad) stop() {
+	l.stopOnce.Do(func() { close(l.stopCh); l.wg.Wait() })
+}
+
+func (l *faultLoad) checkNoWrong(t *testing.T, name string) {
+	t.Helper()
+	if n := l.wrongs.Load(); n > 0 {
+		t.Errorf("%s: %d wrong answers, first: %q", name, n, l.errs)
+	}
+}
+
+// checkLatency asserts the p99 of all calls, and every single call,
+// against the bounds: p99 <= storeTimeout + p99Slack + the probe's p99;
+// each call <= storeTimeout + maxSlack + the time the probe was overdue
+// during that very call (a frozen machine delays everything; nothing else
+// may).
+func checkLatency(t *testing.T, name string, recs []callRec, pr *probe) {
+	t.Helper()
+	lag99, lagMax := pr.finish()
+	lat := make([]time.Duration, len(recs))
+	late, worstExcess := 0, time.Duration(0)
+	var worstRec callRec
+	for i, r := range recs {
+		lat[i] = r.lat
+		if excess := r.lat - storeTimeout - maxSlack - pr.stalled(r.start, r.start.Add(r.lat)); excess > 0 {
+			late++
+			if excess > worstExcess {
+				worstExcess, worstRec = excess, r
+			}
+		}
+	}
+	p50, p99, worst := pct(lat, 50), pct(lat, 99), pct(lat, 100)
+	t.Logf("%s: %d calls: p50 %v, p99 %v, max %v (probe: p99 %v, max %v)", name, len(lat), p50, p99, worst, lag99, lagMax)
+	if b := storeTimeout + p99Slack + lag99; p99 > b {
+		t.Errorf("%s: p99 %v above the bound %v (store timeout %v + %v + probe p99 %v)", name, p99, b, storeTimeout, p99Slack, lag99)
+	}
+	if late > 0 {
+		t.Errorf("%s: %d calls took longer than %v + %v + the machine's stall during the call; worst: started %s, took %v (stall seen by the probe during it: %v)",
+			name, late, storeTimeout, maxSlack, worstRec.start.Format("15:04:05.000"), worstRec.lat, pr.stalled(worstRec.start, worstRec.start.Add(worstRec.lat)))
+	}
+}
+
+// recovery returns the time from back to the end of the first call started
+// at or after back that was answered from Valkey (-1 if none).
+func recovery(recs []callRec, back time.Time) time.Duration {
+	best := time.Duration(-1)
+	for _, r := range recs {
+		if r.kind == fromStore && !r.start.Before(back) {
+			if d := r.start.Add(r.lat).Sub(back); best < 0 || d < best {
+				best = d
+			}
+		}
+	}
+	return best
+}
+
+// countIn counts calls started at or after from and answered before to, by
+// answer kind.
+func countIn(recs []callRec, from, to time.Time) (store, policy int) {
+	for _, r := range recs {
+		if r.start.Before(from) || !r.start.Add(r.lat).Before(to) {
+			continue
+		}
+		switch r.kind {
+		case fromStore:
+			store++
+		case fromPolicy:
+			policy++
+		}
+	}
+	return store, policy
+}
+
+// storeStats are the Valkey store's counters as the service exports them.
+type storeStats struct {
+	buffered, replayed, lost, expired, ambiguous, appliedOnError, noSlot, bufferKeys float64
+}
+
+func readStoreStats(text string) storeStats {
+	return storeStats{
+		buffered:       metric(text, "ratelimit_valkey_buffered_hits_total"),
+		replayed:       metric(text, "ratelimit_valkey_replayed_hits_total"),
+		lost:           metric(text, "ratelimit_valkey_lost_hits_total"),
+		expired:        metric(text, "ratelimit_valkey_expired_hits_total"),
+		ambiguous:      metric(text, "ratelimit_valkey_ambiguous_hits_total"),
+		appliedOnError: metric(text, "ratelimit_valkey_applied_on_error_hits_total"),
+		noSlot:         metric(text, "ratelimit_valkey_no_slot_total"),
+		bufferKeys:     metric(text, "ratelimit_valkey_buffer_keys"),
+	}
+}
+
+// checkTotals waits for the outage buffer to drain, then asserts that
+// Valkey's total for the service's keys lies in [sent - ambiguous, sent]:
+// no hit counted twice, and none lost except the ones in flight at the
+// instant of the fault (ambiguous: maybe applied, never re-sent; counted
+// and logged). Buffered hits must all have been replayed, none lost or
+// expired.
+func checkTotals(t *testing.T, name string, s *svc, addr, keyPrefix string, sent uint64) storeStats {
+	t.Helper()
+	var st storeStats
+	if !waitUntil(5*time.Second, func() bool {
+		st = readStoreStats(s.metrics())
+		return st.bufferKeys == 0 && st.replayed == st.buffered
+	}) {
+		t.Errorf("%s: outage buffer not drained within 5s: %+v", name, st)
+	}
+	total, keys := sumKeys(t, addr, keyPrefix)
+	t.Logf("%s: sent %d hits, Valkey total %d over %d keys; store: buffered %v, replayed %v, ambiguous %v, lost %v, expired %v, no-slot calls %v",
+		name, sent, total, keys, st.buffered, st.replayed, st.ambiguous, st.lost, st.expired, st.noSlot)
+	if st.lost != 0 || st.expired != 0 {
+		t.Errorf("%s: %v hits lost, %v expired; want 0 within the buffer bound", name, st.lost, st.expired)
+	}
+	if total > sent {
+		t.Errorf("%s: Valkey total %d above the %d hits sent: counted twice", name, total, sent)
+	}
+	if float64(total) < float64(sent)-st.ambiguous {
+		t.Errorf("%s: Valkey total %d below sent %d - ambiguous %v: hits lost", name, total, sent, st.ambiguous)
+	}
+	return st
+}
