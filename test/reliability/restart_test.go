@@ -188,7 +188,7 @@ func TestServiceValkeyRestartAOF(t *testing.T) {
 	}
 	ms, _ := strconv.ParseInt(got, 10, 64)
 	now := time.Now().UTC()
-	want := now.Truncate(24*time.Hour).Add(24*time.Hour + 300*time.Second)
+	want := now.Truncate(24 * time.Hour).Add(24*time.Hour + 300*time.Second)
 	if time.UnixMilli(ms).UTC() != want {
 		t.Errorf("expiry of %s after restart = %v, want %v", k, time.UnixMilli(ms).UTC(), want)
 	}
