@@ -166,10 +166,18 @@ func newLogger(s settings.Settings, out io.Writer) *slog.Logger {
 
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, string, error) {
 	if s.UseMemoryStore() {
-		return memory.New(memory.Options{}), "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters}), "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
-	user, pass := settings.RedisCredentials(s.RedisAuth)
-	suser, spass := settings.RedisCredentials(s.RedisSentinelAuth)
+	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
+	if err != nil {
+		return nil, "", err
+	}
+	sauth, err := secret(s.RedisSentinelAuth, s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
+	if err != nil {
+		return nil, "", err
+	}
+	user, pass := settings.RedisCredentials(auth)
+	suser, spass := settings.RedisCredentials(sauth)
 	o := valkey.Options{
 		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
 		DialTimeout: s.RedisTimeout, Logger: log,
@@ -199,6 +207,24 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, string, erro
 		return nil, "", err
 	}
 	return st, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+}
+
+// secret returns value, or the content of file (one trailing newline
+// dropped, as a mounted secret often has). Errors name the setting and the
+// path, never the content.
+func secret(value, file, setting string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return "", fmt.Errorf("%s: %s is empty", setting, file)
+	}
+	return v, nil
 }
 
 // redisTLS builds the client TLS config from REDIS_TLS_* files, as the

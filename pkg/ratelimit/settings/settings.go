@@ -92,6 +92,12 @@ type Settings struct {
 	RedisTLSClientKey                string
 	RedisTLSCACert                   string
 	RedisTLSSkipHostnameVerification bool
+	// RedisAuthFile and RedisSentinelAuthFile (REDIS_AUTH_FILE,
+	// REDIS_SENTINEL_AUTH_FILE, ours) name files holding the same values
+	// (a mounted Kubernetes secret), read at start; one trailing newline is
+	// dropped. Each excludes its env variant.
+	RedisAuthFile         string
+	RedisSentinelAuthFile string
 	// RedisTimeout (REDIS_TIMEOUT, 10s) bounds connecting.
 	RedisTimeout time.Duration
 	// ValkeyMaxFlushDelay (VALKEY_MAX_FLUSH_DELAY, ours; 50us) lets the
@@ -124,6 +130,10 @@ type Settings struct {
 	Grace time.Duration
 	// OverLimitCacheSize (OVER_LIMIT_CACHE_SIZE, ours; 100000 entries, -1 off).
 	OverLimitCacheSize int
+	// MemoryMaxCounters (MEMORY_MAX_COUNTERS, ours; 0 = the memory store's
+	// default of 1,000,000) bounds the embedded store's live counters; at
+	// the bound a call needing a new counter gets the failure policy.
+	MemoryMaxCounters int
 
 	// Unsupported lists reference settings that are set but have no effect
 	// here, one human-readable line each (values never included), sorted.
@@ -294,6 +304,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	str(&s.RedisType, "REDIS_TYPE")
 	str(&s.RedisAuth, "REDIS_AUTH")
 	str(&s.RedisSentinelAuth, "REDIS_SENTINEL_AUTH")
+	str(&s.RedisAuthFile, "REDIS_AUTH_FILE")
+	str(&s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
 	boolean(&s.RedisTLS, "REDIS_TLS")
 	str(&s.RedisTLSClientCert, "REDIS_TLS_CLIENT_CERT")
 	str(&s.RedisTLSClientKey, "REDIS_TLS_CLIENT_KEY")
@@ -323,6 +335,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	jitter := int(s.Grace / time.Second)
 	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
+	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -410,6 +423,15 @@ func (s Settings) Validate() error {
 	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
+	}
+	if s.MemoryMaxCounters < 0 {
+		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
+	}
+	if s.RedisAuth != "" && s.RedisAuthFile != "" {
+		errs = append(errs, errors.New("REDIS_AUTH and REDIS_AUTH_FILE are both set; set one"))
+	}
+	if s.RedisSentinelAuth != "" && s.RedisSentinelAuthFile != "" {
+		errs = append(errs, errors.New("REDIS_SENTINEL_AUTH and REDIS_SENTINEL_AUTH_FILE are both set; set one"))
 	}
 	if s.Grace < 0 {
 		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative"))
