@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/budgetgen/budgetgen/pkg/store"
+	"github.com/budgetgen/budgetgen/pkg/store/memory"
 )
 
 // batcher coalesces the store calls of concurrent requests: requests queue
@@ -122,7 +124,19 @@ func (b *batcher) flusher() {
 				totals = make([]uint64, len(counters))
 			}
 			totals = totals[:len(counters)]
-			err := b.st.Charge(b.deadlines.after(now, earliest.Sub(now)), counters, totals)
+			ctx := b.deadlines.after(now, earliest.Sub(now))
+			err := b.st.Charge(ctx, counters, totals)
+			if err != nil && len(live) > 1 && errors.Is(err, memory.ErrFull) {
+				// The memory store refuses a call whole, untouched, when it
+				// needs a new counter at its bound; one new principal in a
+				// batch must not refuse the others (a cardinality flood would
+				// otherwise fail existing principals open). Charge each
+				// request on its own.
+				for _, p := range live {
+					p.done <- b.st.Charge(ctx, p.counters, p.totals)
+				}
+				live = live[:0]
+			}
 			off := 0
 			for _, p := range live {
 				n := len(p.counters)
