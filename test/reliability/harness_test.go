@@ -52,6 +52,7 @@ type svc struct {
 	t        testing.TB
 	logs     *syncBuffer
 	grpcAddr string
+	httpURL  string
 	debugURL string
 	clients  []rlpb.RateLimitServiceClient
 	conns    []*grpc.ClientConn
@@ -136,8 +137,8 @@ func tryStartSvc(t testing.TB, o svcOptions) (*svc, error) {
 		cancel()
 		return nil, fmt.Errorf("service did not start within 30s\nlogs:\n%s", logs)
 	}
-	g, _, d, _ := srv.Addrs()
-	s.grpcAddr, s.debugURL = g.String(), "http://"+d.String()
+	g, h, d, _ := srv.Addrs()
+	s.grpcAddr, s.httpURL, s.debugURL = g.String(), "http://"+h.String(), "http://"+d.String()
 	creds := o.ClientTLS
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -399,8 +400,10 @@ func pct(d []time.Duration, q int) time.Duration {
 	return d[i]
 }
 
-// heapAfterGC returns the live heap after a full collection.
+// heapAfterGC returns the live heap after full collections (two, so that
+// sync.Pool caches, which survive one, are gone too).
 func heapAfterGC() uint64 {
+	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -429,3 +432,83 @@ func rssBytes(t testing.TB) uint64 {
 }
 
 const mib = 1 << 20
+
+// doAuth runs AUTH password and then one command on a fresh connection to
+// addr (a plain RESP client, independent of the code under test) and
+// returns the command's reply as text: integers and strings bare, arrays
+// joined by newlines.
+func doAuth(addr, password string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	for _, cmd := range [][]string{{"AUTH", password}, args} {
+		fmt.Fprintf(&b, "*%d\r\n", len(cmd))
+		for _, a := range cmd {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	if _, err := readRESP(r); err != nil {
+		return "", fmt.Errorf("AUTH: %w", err)
+	}
+	return readRESP(r)
+}
+
+func readRESP(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("valkey: %s", line[1:])
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "(nil)", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, _ := strconv.Atoi(line[1:])
+		parts := make([]string, 0, max(n, 0))
+		for i := 0; i < n; i++ {
+			p, err := readRESP(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return line, nil
+}
+
+// requirePassword makes a running Valkey require password for the default
+// user and adds an ACL user "budget" with the same password. (Set after
+// start: valkeytest waits for an unauthenticated PING.)
+func requirePassword(t testing.TB, addr, password string) {
+	t.Helper()
+	if _, err := valkeytest.Do(addr, "ACL", "SETUSER", "budget", "on", ">"+password, "~*", "+@all"); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	if _, err := valkeytest.Do(addr, "CONFIG", "SET", "requirepass", password); err != nil {
+		t.Fatalf("CONFIG SET requirepass: %v", err)
+	}
+}
