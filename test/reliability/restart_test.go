@@ -130,6 +130,7 @@ descriptors:
 // their absolute expiry, and every hit sent ends in Valkey except the
 // ambiguous ones in flight at the shutdown.
 func TestServiceValkeyRestartAOF(t *testing.T) {
+	awayFromMidnight()
 	vk := valkeytest.Start(t, valkeytest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "everysec"}})
 	dir := t.TempDir()
 	writeFile(t, dir, "rl.yaml", budgetsYAML)
