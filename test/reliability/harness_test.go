@@ -333,7 +333,9 @@ type probe struct {
 type span struct{ from, to time.Time }
 
 func startProbe() *probe {
-	p := &probe{stop: make(chan struct{}), done: make(chan struct{})}
+	// Preallocated: the soak measures this process's heap, so the probe's
+	// records must not grow during a run.
+	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: make([]time.Duration, 0, 200_000), late: make([]span, 0, 20_000)}
 	go func() {
 		defer close(p.done)
 		for {
@@ -346,10 +348,10 @@ func startProbe() *probe {
 			time.Sleep(2 * time.Millisecond)
 			t1 := time.Now()
 			lag := t1.Sub(t0) - 2*time.Millisecond
-			if len(p.lags) < 200_000 {
+			if len(p.lags) < cap(p.lags) {
 				p.lags = append(p.lags, lag)
 			}
-			if lag > time.Millisecond && len(p.late) < 100_000 {
+			if lag > time.Millisecond && len(p.late) < cap(p.late) {
 				p.late = append(p.late, span{t0.Add(2 * time.Millisecond), t1})
 			}
 		}

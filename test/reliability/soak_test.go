@@ -6,7 +6,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -111,6 +113,17 @@ type sample struct {
 	rss, heap  uint64
 	goroutines int
 	calls      uint64
+}
+
+func writeHeapProfile(t *testing.T, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func soakSettings(t *testing.T) (time.Duration, int) {
@@ -243,9 +256,13 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}()
+	profDir := os.Getenv("SOAK_HEAP_PROFILES") // optional: heap profiles at 1/3 and at the end, for pprof -base
 	for el := time.Second; el <= dur; el += time.Second {
 		time.Sleep(time.Until(start.Add(el)))
 		samples = append(samples, sample{at: el, rss: rssBytes(t), heap: heapAfterGC(), goroutines: runtime.NumGoroutine(), calls: calls.Load() - callsAtStart})
+		if profDir != "" && (len(samples) == int(dur/time.Second)/3 || el+time.Second > dur) {
+			writeHeapProfile(t, filepath.Join(profDir, fmt.Sprintf("heap-%03ds.pprof", int(el.Seconds()))))
+		}
 	}
 	close(stop)
 	wg.Wait()
