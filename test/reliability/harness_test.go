@@ -359,6 +359,49 @@ func startProbe() *probe {
 	return p
 }
 
+// startValkeyProbe measures Valkey's own responsiveness: a PING on a raw
+// connection every 2 ms; a PING that takes over 1 ms is recorded as a span
+// in which Valkey (a separate process, which the machine may deschedule
+// while this one runs) did not answer. Its lags are the PING round trips.
+func startValkeyProbe(t testing.TB, addr string) *probe {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatalf("valkey probe: %v", err)
+	}
+	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: make([]time.Duration, 0, 200_000), late: make([]span, 0, 20_000)}
+	go func() {
+		defer close(p.done)
+		defer c.Close()
+		buf := make([]byte, 16)
+		for {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			_ = c.SetDeadline(t0.Add(10 * time.Second))
+			if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+				return
+			}
+			if _, err := io.ReadAtLeast(c, buf, 7); err != nil {
+				return
+			}
+			t1 := time.Now()
+			lat := t1.Sub(t0)
+			if len(p.lags) < cap(p.lags) {
+				p.lags = append(p.lags, lat)
+			}
+			if lat > time.Millisecond && len(p.late) < cap(p.late) {
+				p.late = append(p.late, span{t0, t1})
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return p
+}
+
 // finish stops the probe and returns its p99 and max delay.
 func (p *probe) finish() (p99, worst time.Duration) {
 	p.once.Do(func() {
