@@ -335,7 +335,7 @@ type span struct{ from, to time.Time }
 func startProbe() *probe {
 	// Preallocated: the soak measures this process's heap, so the probe's
 	// records must not grow during a run.
-	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: make([]time.Duration, 0, 200_000), late: make([]span, 0, 20_000)}
+	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: resident[time.Duration](200_000), late: resident[span](20_000)}
 	go func() {
 		defer close(p.done)
 		for {
@@ -369,7 +369,7 @@ func startValkeyProbe(t testing.TB, addr string) *probe {
 	if err != nil {
 		t.Fatalf("valkey probe: %v", err)
 	}
-	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: make([]time.Duration, 0, 200_000), late: make([]span, 0, 20_000)}
+	p := &probe{stop: make(chan struct{}), done: make(chan struct{}), lags: resident[time.Duration](200_000), late: resident[span](20_000)}
 	go func() {
 		defer close(p.done)
 		defer c.Close()
@@ -400,6 +400,16 @@ func startValkeyProbe(t testing.TB, addr string) *probe {
 		}
 	}()
 	return p
+}
+
+// resident returns an empty slice with capacity n whose memory is already
+// written: fresh pages from the OS only become resident when first
+// touched, so filling a preallocated record during a soak would look like
+// RSS growth.
+func resident[T any](n int) []T {
+	s := make([]T, n)
+	clear(s) // writes every page
+	return s[:0]
 }
 
 // finish stops the probe and returns its p99 and max delay.

@@ -165,7 +165,7 @@ func TestSoak(t *testing.T) {
 		// Calls answered by the failure policy (store deadline missed),
 		// preallocated so that recording them does not grow the heap.
 		policyMu    sync.Mutex
-		policyCalls = make([]span, 0, 50_000)
+		policyCalls = resident[span](50_000)
 		policyOver  atomic.Uint64
 	)
 	do := func(w, i int) {
