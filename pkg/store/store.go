@@ -21,6 +21,15 @@ type Counter struct {
 	// (window end plus a grace period). It is never moved once set, so repeated
 	// charges cannot keep a counter alive past its window.
 	ExpireAt time.Time
+	// Ledger, when its Key is set and Hits > 0, also adds Hits to field
+	// Ledger.Field of hash Ledger.Key (the shadow-week ledger, pkg/ledger) in
+	// the same round trip. Its failure never fails the charge.
+	Ledger HashIncr
+}
+
+// HashIncr names one hash field a counter's hits are also added to.
+type HashIncr struct {
+	Key, Field string
 }
 
 // Store charges and reads counters.

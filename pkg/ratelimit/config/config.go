@@ -139,6 +139,10 @@ type Match struct {
 	// Override is true when the limit came from the request descriptor's own
 	// limit override rather than the config.
 	Override bool
+	// Free has bit i set when entry i (i < 64) was matched by a wildcard or a
+	// bare key, so its value came from the request (a principal); the ledger
+	// uses it to name the principal.
+	Free uint64
 }
 
 // Lookup finds the limit for one request descriptor exactly like the
@@ -184,6 +188,11 @@ func (c *Config) Lookup(domain string, d *rlcommon.RateLimitDescriptor, scratch 
 		}
 		if next == nil {
 			next = cur.children[e.GetKey()]
+			if next != nil && i < 64 {
+				m.Free |= 1 << uint(i)
+			}
+		} else if matchedWildcard != "" && i < 64 {
+			m.Free |= 1 << uint(i)
 		}
 		if matchedWildcard != "" && next != nil && next.shareThreshold && next.wildcardPattern != "" {
 			if m.SharePatterns == nil {

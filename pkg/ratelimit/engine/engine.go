@@ -23,10 +23,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/key"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/pkg/store"
+	"github.com/budgetgen/budgetgen/pkg/thresholds"
 )
 
 // FailurePolicy is what a request gets when the store fails or misses its
@@ -124,7 +126,17 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// Ledger, optional, records the shadow-week measurements of day-window
+	// rules (pkg/ledger): each charge's usage rides in the charge's round
+	// trip (store.Counter.Ledger); denials are batched by the Recorder.
+	Ledger *ledger.Recorder
+	// Thresholds, optional, emits the first crossings of 80/90/100% of a
+	// day-window rule's cap (pkg/thresholds).
+	Thresholds *thresholds.Detector
 }
+
+// dayDivider is the window of the rules the ledger and thresholds measure.
+const dayDivider = 86400
 
 type snapshot struct {
 	cfg   *config.Config
@@ -323,6 +335,11 @@ type item struct {
 	keyStart  int
 	keyEnd    int
 	window    int64
+	free      uint64 // config.Match.Free
+	// ledger names of a day-window rule's descriptor (set when measured)
+	lrule      ledger.RuleID
+	lprincipal string
+	named      bool
 }
 
 type scratch struct {
@@ -389,6 +406,16 @@ func (e *Engine) Validate(req *rlpb.RateLimitRequest) error {
 	return nil
 }
 
+// names returns (once per request) the ledger rule and principal of the
+// item's descriptor.
+func (it *item) names(domain, configRule string, entries []*rlcommon.RateLimitDescriptor_Entry) (ledger.RuleID, string) {
+	if !it.named {
+		it.lrule, it.lprincipal = ledger.FromDescriptor(domain, configRule, entries, it.free)
+		it.named = true
+	}
+	return it.lrule, it.lprincipal
+}
+
 // hitsAddend is the reference's utils.GetHitsAddends for one descriptor.
 func hitsAddend(req *rlpb.RateLimitRequest, d *rlcommon.RateLimitDescriptor) uint64 {
 	if h := d.GetHitsAddend(); h != nil {
@@ -429,7 +456,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	for i, d := range req.Descriptors {
 		var mt config.Match
 		mt, sc.lookup = snap.cfg.Lookup(req.Domain, d, sc.lookup)
-		items[i] = item{limit: mt.Limit, share: mt.SharePatterns, hits: hitsAddend(req, d), slot: -1}
+		items[i] = item{limit: mt.Limit, share: mt.SharePatterns, hits: hitsAddend(req, d), slot: -1, free: mt.Free}
 		if l := mt.Limit; l != nil {
 			for _, r := range l.Replaces {
 				if replacing == nil {
@@ -471,14 +498,25 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 			if m != nil {
 				m.CacheHits.Inc()
 			}
+			if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Divider == dayDivider {
+				// Charged later from the cache: no round trip to ride on.
+				r, p := it.names(req.Domain, l.Rule, req.Descriptors[i].Entries)
+				lg.Defer(lg.Usage(r, p, nowT, it.hits))
+			}
 			continue
 		}
 		it.slot = len(counters)
-		counters = append(counters, store.Counter{
+		c := store.Counter{
 			Key:      string(keys[it.keyStart:it.keyEnd]),
 			Hits:     it.hits,
 			ExpireAt: time.Unix(it.window+l.Divider, 0).Add(e.o.Grace),
-		})
+		}
+		if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Divider == dayDivider {
+			r, p := it.names(req.Domain, l.Rule, req.Descriptors[i].Entries)
+			u := lg.Usage(r, p, nowT, it.hits)
+			c.Ledger = store.HashIncr{Key: u.Key, Field: u.Field}
+		}
+		counters = append(counters, c)
 	}
 	sc.keys = keys
 	var storeErr error
@@ -578,6 +616,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 				st.LimitRemaining = uint32(limit - after)
 			}
 		}
+		if l.Divider == dayDivider && (e.o.Ledger != nil || e.o.Thresholds != nil) && (it.cached || storeErr == nil) {
+			e.measure(ctx, req.Domain, req.Descriptors[i].Entries, it, l, nowT, over, after)
+		}
 		rule := e.ruleMetrics(snap, l)
 		if rule != nil && it.hits > 0 {
 			rule.Tokens.Add(float64(it.hits))
@@ -627,6 +668,25 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		}
 	}
 	return resp, nil
+}
+
+// measure feeds the ledger's denial counts and the threshold events of a
+// day-window rule. A 429, would-be (shadow) or real, is a request-path check
+// (hits 0, Envoy Gateway's token rules) answered over the limit; a
+// response-path charge going over is tokens above the cap, not a 429.
+// Thresholds need the total after a charge the store answered.
+func (e *Engine) measure(ctx context.Context, domain string, entries []*rlcommon.RateLimitDescriptor_Entry, it *item, l *config.RateLimit, now time.Time, over bool, after uint64) {
+	if over && it.hits == 0 && e.o.Ledger != nil {
+		r, _ := it.names(domain, l.Rule, entries)
+		e.o.Ledger.Denied(r, now, l.ShadowMode || e.o.ShadowMode)
+	}
+	if !it.cached && it.hits > 0 && e.o.Thresholds != nil {
+		r, p := it.names(domain, l.Rule, entries)
+		e.o.Thresholds.Observe(ctx, thresholds.Charge{
+			Domain: r.Domain, Rule: r.Rule, Principal: ledger.PrincipalName(p),
+			Limit: uint64(l.RequestsPerUnit), Hits: it.hits, Total: after, Shadow: l.ShadowMode,
+		})
+	}
 }
 
 func (e *Engine) ruleMetrics(s *snapshot, l *config.RateLimit) *metrics.Rule {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/metrics"
@@ -27,6 +28,7 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/store"
 	"github.com/budgetgen/budgetgen/pkg/store/memory"
 	"github.com/budgetgen/budgetgen/pkg/store/valkey"
+	"github.com/budgetgen/budgetgen/pkg/thresholds"
 )
 
 // ErrUsage marks settings errors (exit code 2 in main).
@@ -61,7 +63,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	st, desc, err := openStore(s, log)
+	st, ledgerSink, desc, err := openStore(s, log)
 	if err != nil {
 		return err
 	}
@@ -73,7 +75,26 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}()
 	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
 
+	// The shadow-week ledger (per rule, day and principal usage; denials) and
+	// the 80/90/100% threshold events, read back by budgetgen report.
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix}, ledgerSink, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	ledgerDone := make(chan struct{})
+	go func() {
+		rec.Run(ledgerCtx, ledgerFlushInterval, func(err error) { log.Warn("ledger flush failed", "err", err) })
+		close(ledgerDone)
+	}()
+	defer func() { stopLedger(); <-ledgerDone }()
+	det, err := thresholds.New(thresholds.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
 	eng, err := engine.New(engine.Options{
+		Ledger: rec, Thresholds: det,
 		Store: st, Keys: keyEncoder(s), NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
 		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace,
 		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
@@ -164,17 +185,22 @@ func newLogger(s settings.Settings, out io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(out, o))
 }
 
-func openStore(s settings.Settings, log *slog.Logger) (store.Store, string, error) {
+// ledgerFlushInterval is how often the ledger's denial counts and expiries
+// are written (docs/measurement.md).
+const ledgerFlushInterval = 5 * time.Second
+
+func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
 	if s.UseMemoryStore() {
-		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters}), "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
 	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	sauth, err := secret(s.RedisSentinelAuth, s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	user, pass := settings.RedisCredentials(auth)
 	suser, spass := settings.RedisCredentials(sauth)
@@ -198,15 +224,15 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, string, erro
 	if s.RedisTLS {
 		tc, err := redisTLS(s)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		o.TLS = tc
 	}
 	st, err := valkey.New(o)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return st, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+	return st, ledger.NewValkeySink(st.Client()), fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
 }
 
 // secret returns value, or the content of file (one trailing newline

@@ -52,6 +52,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// Now is the clock used for expiry. Default time.Now.
 	Now func() time.Time
+	// Ledger receives Counter.Ledger writes (the shadow-week ledger,
+	// pkg/ledger.Memory); nil ignores them.
+	Ledger interface {
+		HIncrBy(key, field string, n uint64) bool
+	}
 }
 
 // Stats are cumulative counts since New, for metrics.
@@ -71,6 +76,10 @@ type Store struct {
 	count   atomic.Int64
 	refused atomic.Uint64
 	swept   atomic.Uint64
+
+	ledger interface {
+		HIncrBy(key, field string, n uint64) bool
+	}
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -116,6 +125,7 @@ func New(opts Options) *Store {
 		max:    int64(opts.MaxCounters),
 		now:    opts.Now,
 		stop:   make(chan struct{}),
+		ledger: opts.Ledger,
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]counter)
@@ -246,6 +256,13 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		m[c.Key] = cur
 	}
 	s.count.Add(delta - reserve)
+	if s.ledger != nil {
+		for _, c := range counters {
+			if c.Ledger.Key != "" && c.Hits > 0 {
+				s.ledger.HIncrBy(c.Ledger.Key, c.Ledger.Field, c.Hits)
+			}
+		}
+	}
 	return nil
 }
 

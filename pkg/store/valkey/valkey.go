@@ -448,6 +448,10 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	return err
 }
 
+// Client returns the store's client (shared: never close it), so the
+// shadow-week ledger (pkg/ledger) batches its writes on the same connections.
+func (s *Store) Client() Client { return s.client }
+
 func (s *Store) release(c *call) {
 	clear(c.counters) // drop key references
 	c.counters = c.counters[:0]
@@ -464,6 +468,10 @@ func (s *Store) build(c *call) {
 		c.cmds = append(c.cmds,
 			s.b.Incrby().Key(k.Key).Increment(int64(k.Hits)).Build(),
 			s.b.Arbitrary("PEXPIREAT").Keys(k.Key).Args(s.msString(k.ExpireAt), "NX").Build())
+		if k.Ledger.Key != "" {
+			// The shadow-week ledger: at most one extra command, same round trip.
+			c.cmds = append(c.cmds, s.b.Hincrby().Key(k.Ledger.Key).Field(k.Ledger.Field).Increment(int64(k.Hits)).Build())
+		}
 	}
 }
 
@@ -545,6 +553,13 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		}
 		incr, exp := res[j], res[j+1]
 		j += 2
+		if k.Ledger.Key != "" {
+			// A measurement, not a counter: its failure never fails the charge.
+			if err := res[j].Error(); err != nil {
+				s.log.Warn("ledger write failed", "key", k.Ledger.Key, "err", err)
+			}
+			j++
+		}
 		v, err := counterValue(incr, false)
 		if err != nil {
 			switch classify(incr.Error()) {
