@@ -77,7 +77,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
 	// the 80/90/100% threshold events, read back by budgetgen report.
-	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix}, ledgerSink, nil)
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays}, ledgerSink, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/key"
@@ -134,6 +135,10 @@ type Settings struct {
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
+	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
+	// [8, 92]) keeps each day of shadow-week measurements (pkg/ledger) this
+	// many days after it ends.
+	LedgerRetentionDays int
 
 	// Unsupported lists reference settings that are set but have no effect
 	// here, one human-readable line each (values never included), sorted.
@@ -155,6 +160,7 @@ func Defaults() Settings {
 		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
+		LedgerRetentionDays: ledger.DefaultRetentionDays,
 	}
 }
 
@@ -336,6 +342,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
+	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -368,6 +375,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.IntVar(&s.OverLimitCacheSize, "over-limit-cache-size", s.OverLimitCacheSize, "entries in the local over-limit cache, -1 disables (OVER_LIMIT_CACHE_SIZE)")
 	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
 	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
+	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -423,6 +431,9 @@ func (s Settings) Validate() error {
 	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
+	}
+	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
+		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
