@@ -55,7 +55,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Errorf("missing evidence: code %d %s", code, stderr)
 	}
 
-	// Day 8: accepted; only per-run's mode line changes and the date is recorded under it.
+	// Day 8: accepted; only per-run's line changes (mode and the date, in place).
 	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
 	if code != ExitOK {
 		t.Fatalf("day 8: code %d %s", code, stderr)
@@ -65,10 +65,13 @@ func TestPromoteDemoteCLI(t *testing.T) {
 	}
 	after, _ := os.ReadFile(p)
 	want := strings.Replace(string(before),
-		"      tokensPerDay: 5000000\n      mode: shadow\n",
-		"      tokensPerDay: 5000000\n      mode: enforce\n      enforcedSince: 2026-10-24\n", 1)
+		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16}",
+		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16}", 1)
 	if string(after) != want {
 		t.Fatalf("promoted spec:\n%s", after)
+	}
+	if n := changedLines(string(before), string(after)); n != 1 {
+		t.Errorf("promotion changed %d lines, want a one-line diff", n)
 	}
 	// Demote: back at once.
 	code, _, stderr = runCLI(t, "demote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z")
@@ -76,7 +79,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Fatalf("demote: %d %s", code, stderr)
 	}
 	back, _ := os.ReadFile(p)
-	wantBack := strings.Replace(string(before), "      mode: shadow\n      shadowSince: 2026-10-16\n", "      mode: shadow\n      shadowSince: 2026-10-25\n", 1)
+	wantBack := strings.Replace(string(before), "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16}", "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-25}", 1)
 	if string(back) != wantBack {
 		t.Fatalf("demoted spec:\n%s", back)
 	}
@@ -86,7 +89,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Fatalf("forced: %d %s", code, stderr)
 	}
 	fr, _ := os.ReadFile(p)
-	if !strings.Contains(string(fr), "    shadowSince: 2026-10-16\n    mode: enforce\n    enforcedSince: 2026-10-20\n    promotionReason: \"incident 42\"\n    killSwitch: false\n") {
+	if !strings.Contains(string(fr), `tokensPerDay: 50000000, mode: enforce, enforcedSince: 2026-10-20, promotionReason: "incident 42", shadowSince: 2026-10-16, killSwitch: false}`) {
 		t.Fatalf("forced frontier:\n%s", fr)
 	}
 }
@@ -121,4 +124,20 @@ func TestPromoteThenRenderAndAssert(t *testing.T) {
 	if code != ExitFailure || !strings.Contains(stdout+stderr, "BG002") {
 		t.Fatalf("assert without the spec should flag the enforcing rule: %d\n%s%s", code, stdout, stderr)
 	}
+}
+
+// changedLines counts the lines that differ between two texts of the same
+// line count (promotions edit in place), or returns -1 when the counts differ.
+func changedLines(a, b string) int {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	if len(la) != len(lb) {
+		return -1
+	}
+	n := 0
+	for i := range la {
+		if la[i] != lb[i] {
+			n++
+		}
+	}
+	return n
 }

@@ -67,7 +67,7 @@ func TestRenderCommand(t *testing.T) {
 
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
-	badSpec := strings.Replace(string(exampleData), "tokensPerDay: 2000000\n", "tokensPerDay: 0\n", 1)
+	badSpec := strings.Replace(string(exampleData), "tokensPerDay: 2000000,", "tokensPerDay: 0,", 1)
 	if err := os.WriteFile(bad, []byte(badSpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +87,9 @@ func TestRenderCommand(t *testing.T) {
 		{name: "file to stdout", args: []string{"render", examplePath}, code: 0, stdout: want},
 		{name: "stdin", stdin: string(exampleData), args: []string{"render", "-"}, code: 0, stdout: want},
 		{name: "bad spec", args: []string{"render", bad}, code: 1, noStdout: true,
-			stderrHas: "bad.yaml:42: spec.budgets[2].tokensPerDay: must be > 0"},
+			stderrHas: "bad.yaml:34: spec.budgets[2].tokensPerDay: must be > 0"},
 		{name: "bad spec stdin", stdin: badSpec, args: []string{"render", "-"}, code: 1, noStdout: true,
-			stderrHas: "budgetgen: <stdin>:42: spec.budgets[2].tokensPerDay: must be > 0"},
+			stderrHas: "budgetgen: <stdin>:34: spec.budgets[2].tokensPerDay: must be > 0"},
 		{name: "bad spec -o", args: []string{"render", bad, "-o", filepath.Join(dir, "out-bad")}, code: 1, noStdout: true,
 			outDir: filepath.Join(dir, "out-bad"), stderrHas: "spec.budgets[2].tokensPerDay"},
 		{name: "missing file", args: []string{"render", filepath.Join(dir, "nope.yaml")}, code: 2, noStdout: true, stderrHas: "nope.yaml"},

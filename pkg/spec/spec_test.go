@@ -40,7 +40,7 @@ func TestLoadExample(t *testing.T) {
 	if r.Kind != KindPerPrincipal || r.CapFor("acme-batch") != 20000000 || r.CapFor("someone") != 1000000 {
 		t.Errorf("per-api-key ref = %+v", r)
 	}
-	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 45 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 51 {
+	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 37 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 38 {
 		t.Errorf("positions: path %s line %d, override line %d", r.Path, bs.Line(r.Path), bs.Line(r.Path+".overrides[1].tokensPerDay"))
 	}
 	f, err := bs.Budget("frontier")
