@@ -251,11 +251,16 @@ func req(domain string, kv ...string) *rlpb.RateLimitRequest {
 	return &rlpb.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{d}}
 }
 
-// sumKeys reads every key with prefix from Valkey (KEYS, then GET each) and
-// returns their sum and count. Test-sized keyspaces only.
+// counterKeys is the KEYS pattern of the counters under CACHE_KEY_PREFIX
+// prefix in the default (safe) key format; the usage ledger's hashes under
+// the same prefix do not match it.
+func counterKeys(prefix string) string { return prefix + "bg1|*" }
+
+// sumKeys reads every counter under prefix from Valkey (KEYS, then GET
+// each) and returns their sum and count. Test-sized keyspaces only.
 func sumKeys(t testing.TB, addr, prefix string) (sum uint64, n int) {
 	t.Helper()
-	out, err := valkeytest.Do(addr, "KEYS", prefix+"*")
+	out, err := valkeytest.Do(addr, "KEYS", counterKeys(prefix))
 	if err != nil {
 		t.Fatalf("KEYS %s*: %v", prefix, err)
 	}
