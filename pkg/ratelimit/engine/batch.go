@@ -92,6 +92,7 @@ func (b *batcher) flusher() {
 	var batch []*pending
 	var counters []store.Counter
 	var totals []uint64
+	var orphans []store.Counter
 	for {
 		b.mu.Lock()
 		for len(b.queue) == 0 && !b.closed {
@@ -108,8 +109,19 @@ func (b *batcher) flusher() {
 		var earliest time.Time
 		counters = counters[:0]
 		live := batch[:0]
+		// orphans are the charged counters of requests whose deadline passed
+		// while they waited in the queue: their callers were already answered
+		// by the failure policy, but their hits were certainly never sent, so
+		// they still go to the store (after the live ones) instead of being
+		// lost. A store that cannot take them buffers them as unsent.
+		orphans = orphans[:0]
 		for _, p := range batch {
 			if !now.Before(p.deadline) {
+				for _, c := range p.counters {
+					if c.Hits > 0 {
+						orphans = append(orphans, c)
+					}
+				}
 				p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
 				continue
 			}
@@ -119,14 +131,18 @@ func (b *batcher) flusher() {
 			counters = append(counters, p.counters...)
 			live = append(live, p)
 		}
-		if len(live) > 0 {
+		if len(live) == 0 && len(orphans) > 0 {
+			earliest = now.Add(b.timeout)
+		}
+		counters = append(counters, orphans...)
+		if len(counters) > 0 {
 			if cap(totals) < len(counters) {
 				totals = make([]uint64, len(counters))
 			}
 			totals = totals[:len(counters)]
 			ctx := b.deadlines.after(now, earliest.Sub(now))
 			err := b.st.Charge(ctx, counters, totals)
-			if err != nil && len(live) > 1 && errors.Is(err, memory.ErrFull) {
+			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, memory.ErrFull) {
 				// The memory store refuses a call whole, untouched, when it
 				// needs a new counter at its bound; one new principal in a
 				// batch must not refuse the others (a cardinality flood would
@@ -136,6 +152,9 @@ func (b *batcher) flusher() {
 					p.done <- b.st.Charge(ctx, p.counters, p.totals)
 				}
 				live = live[:0]
+				for i := range orphans {
+					_ = b.st.Charge(ctx, orphans[i:i+1], totals[:1])
+				}
 			}
 			off := 0
 			for _, p := range live {
@@ -148,6 +167,7 @@ func (b *batcher) flusher() {
 			}
 		}
 		clear(counters) // drop key strings
+		clear(orphans)
 		clear(batch)
 		batch = batch[:0]
 	}
