@@ -150,22 +150,38 @@ func (s *Server) Do(args ...string) (string, error) { return Do(s.Addr, args...)
 // Do sends one command to addr and returns the reply as text.
 // Integers and simple strings are returned bare, bulk strings as their content,
 // nil as "(nil)", arrays as their elements joined by newlines.
-func Do(addr string, args ...string) (string, error) {
+func Do(addr string, args ...string) (string, error) { return DoAuth(addr, "", args...) }
+
+// DoAuth is Do on a connection first authenticated with AUTH password (the
+// default user); an empty password sends no AUTH.
+func DoAuth(addr, password string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	cmds := [][]string{args}
+	if password != "" {
+		cmds = [][]string{{"AUTH", password}, args}
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	for _, cmd := range cmds {
+		fmt.Fprintf(&b, "*%d\r\n", len(cmd))
+		for _, a := range cmd {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
 	if _, err := c.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(c))
+	r := bufio.NewReader(c)
+	if password != "" {
+		if _, err := readReply(r); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readReply(r)
 }
 
 func readReply(r *bufio.Reader) (string, error) {

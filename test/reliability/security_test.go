@@ -257,13 +257,13 @@ func TestTLSEndToEnd(t *testing.T) {
 // connection).
 func countAuthed(t *testing.T, addr, pattern string) int {
 	t.Helper()
-	out, err := doAuth(addr, rightPassword, "KEYS", pattern)
+	out, err := valkeytest.DoAuth(addr, rightPassword, "KEYS", pattern)
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)
 	}
 	total := 0
 	for _, k := range strings.Fields(out) {
-		v, err := doAuth(addr, rightPassword, "GET", k)
+		v, err := valkeytest.DoAuth(addr, rightPassword, "GET", k)
 		if err != nil {
 			t.Fatalf("GET %s: %v", k, err)
 		}
