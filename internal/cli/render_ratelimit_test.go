@@ -86,3 +86,35 @@ func TestRenderRateLimitConfig(t *testing.T) {
 		t.Errorf("--ratelimit-config on a file: exit %d, want %d", code, ExitUsage)
 	}
 }
+
+// The committed examples/ratelimit (what `go run ./cmd/ratelimit --config-dir
+// examples/ratelimit` serves) is what render writes from the example spec today.
+// Regenerate with: go run ./cmd/budgetgen render examples/budgets.yaml -o examples/rendered --ratelimit-config examples/ratelimit
+func TestExampleRateLimitConfigUpToDate(t *testing.T) {
+	committed := filepath.Join("..", "..", "examples", "ratelimit")
+	fresh := filepath.Join(t.TempDir(), "rls")
+	if code, _, stderr := runStdin(t, "", "render", examplePath, "--ratelimit-config", fresh); code != ExitOK {
+		t.Fatalf("render: exit %d: %s", code, stderr)
+	}
+	want, err := os.ReadDir(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadDir(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("examples/ratelimit has %d files, render writes %d", len(got), len(want))
+	}
+	for _, e := range want {
+		w, _ := os.ReadFile(filepath.Join(fresh, e.Name()))
+		g, err := os.ReadFile(filepath.Join(committed, e.Name()))
+		if err != nil || string(g) != string(w) {
+			t.Errorf("examples/ratelimit/%s is stale (err %v); regenerate it (see the test's comment)", e.Name(), err)
+		}
+	}
+	if _, err := rlconfig.LoadDir(rlconfig.DirOptions{Root: committed}); err != nil {
+		t.Errorf("the service cannot load examples/ratelimit: %v", err)
+	}
+}
