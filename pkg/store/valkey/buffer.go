@@ -10,13 +10,21 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// buffer holds charges that certainly did not reach Valkey, summed per key,
-// with their absolute expiry. Bounded in keys.
+// buffer holds writes that certainly did not reach Valkey, summed per
+// target, with their absolute replay deadline: counter adds (per key) and the
+// shadow-week ledger's hash-field adds (per hash and field, store.Counter.Ledger).
+// Bounded in entries: a counter key and a ledger field each count as one.
 type buffer struct {
 	mu   sync.Mutex
-	m    map[string]pending
+	m    map[target]pending
 	max  int
 	size atomic.Int64
+}
+
+// target is a counter key (field empty, hash false) or a ledger hash field.
+type target struct {
+	key, field string
+	hash       bool
 }
 
 type pending struct {
@@ -25,29 +33,31 @@ type pending struct {
 }
 
 type entry struct {
-	key string
+	target
 	pending
 }
 
-func newBuffer(max int) *buffer { return &buffer{m: make(map[string]pending), max: max} }
+func newBuffer(max int) *buffer { return &buffer{m: make(map[target]pending), max: max} }
 
-// add sums hits into key's entry; false when the buffer is full (the caller
-// counts the loss). hits == 0 records only that key's expiry must be set.
-func (b *buffer) add(key string, hits uint64, exp time.Time) bool {
+// add sums hits into t's entry; false when the buffer is full (the caller
+// counts the loss). hits == 0 on a counter records only that its expiry must
+// be set. exp is the counter's expiry, or the replay deadline of a ledger
+// field.
+func (b *buffer) add(t target, hits uint64, exp time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p, ok := b.m[key]; ok {
+	if p, ok := b.m[t]; ok {
 		if p.hits > math.MaxInt64-hits {
 			return false
 		}
 		p.hits += hits
-		b.m[key] = p
+		b.m[t] = p
 		return true
 	}
 	if len(b.m) >= b.max {
 		return false
 	}
-	b.m[key] = pending{hits: hits, exp: exp}
+	b.m[t] = pending{hits: hits, exp: exp}
 	b.size.Store(int64(len(b.m)))
 	return true
 }
@@ -57,28 +67,33 @@ func (b *buffer) take(n int) []entry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]entry, 0, min(n, len(b.m)))
-	for k, p := range b.m {
+	for t, p := range b.m {
 		if len(out) == n {
 			break
 		}
-		out = append(out, entry{key: k, pending: p})
-		delete(b.m, k)
+		out = append(out, entry{target: t, pending: p})
+		delete(b.m, t)
 	}
 	b.size.Store(int64(len(b.m)))
 	return out
 }
 
-// drain empties the buffer and returns what it held.
-func (b *buffer) drain() (hits uint64, keys int) {
+// drain empties the buffer and returns what it held: counter hits, ledger
+// hits and entries.
+func (b *buffer) drain() (hits, ledgerHits uint64, entries int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, p := range b.m {
-		hits += p.hits
+	for t, p := range b.m {
+		if t.hash {
+			ledgerHits += p.hits
+		} else {
+			hits += p.hits
+		}
 	}
-	keys = len(b.m)
+	entries = len(b.m)
 	clear(b.m)
 	b.size.Store(0)
-	return hits, keys
+	return hits, ledgerHits, entries
 }
 
 const replayBatch = 256
@@ -133,17 +148,23 @@ func (s *Store) replayOnce() bool {
 	live := batch[:0]
 	for _, e := range batch {
 		if !e.exp.After(now) {
-			// The window is over: the counter is gone in Valkey too.
-			if e.hits > 0 {
-				total := s.expired.Add(e.hits)
-				s.log.Warn("valkey store: buffered charges expired before Valkey came back", "expired_hits_total", total)
-			}
+			// The window is over: the counter is gone in Valkey too (and
+			// the ledger's Recorder may no longer set the hash's expiry).
+			s.expire(e)
 			continue
 		}
-		if e.hits > 0 {
-			cmds = append(cmds, s.b.Incrby().Key(e.key).Increment(int64(e.hits)).Build())
+		switch {
+		case e.hash:
+			// The hash's expiry comes from the ledger Recorder's periodic
+			// EXPIREAT, as on the normal path; the deadline keeps the
+			// replay within the days it still covers.
+			cmds = append(cmds, s.b.Hincrby().Key(e.key).Field(e.field).Increment(int64(e.hits)).Build())
+		case e.hits > 0:
+			cmds = append(cmds, s.b.Incrby().Key(e.key).Increment(int64(e.hits)).Build(),
+				s.b.Arbitrary("PEXPIREAT").Keys(e.key).Args(s.msString(e.exp), "NX").Build())
+		default:
+			cmds = append(cmds, s.b.Arbitrary("PEXPIREAT").Keys(e.key).Args(s.msString(e.exp), "NX").Build())
 		}
-		cmds = append(cmds, s.b.Arbitrary("PEXPIREAT").Keys(e.key).Args(s.msString(e.exp), "NX").Build())
 		live = append(live, e)
 	}
 	if len(cmds) == 0 {
@@ -155,14 +176,26 @@ func (s *Store) replayOnce() bool {
 	if len(res) != len(cmds) {
 		// Not a valkey-go reply shape: nothing is known to be applied.
 		for _, e := range live {
-			s.maybeSent(e.hits)
+			s.ambiguousEntry(e)
 		}
 		return false
 	}
 	ok := true
-	var hits uint64
+	var hits, ledgerHits uint64
 	j := 0
 	for _, e := range live {
+		if e.hash {
+			r := res[j]
+			j++
+			if err := r.Error(); err != nil {
+				ok = false
+				s.ledgerFailed(e.target, e.hits, e.exp, err)
+				continue
+			}
+			ledgerHits += e.hits
+			s.ledgerReplayed.Add(e.hits)
+			continue
+		}
 		if e.hits > 0 {
 			r := res[j]
 			j++
@@ -170,7 +203,7 @@ func (s *Store) replayOnce() bool {
 				ok = false
 				switch classify(err) {
 				case notApplied:
-					if !s.buf.add(e.key, e.hits, e.exp) {
+					if !s.buf.add(e.target, e.hits, e.exp) {
 						s.loss(e.hits, "outage buffer full")
 					}
 				case maybeApplied:
@@ -187,14 +220,36 @@ func (s *Store) replayOnce() bool {
 		if err := res[j].Error(); err != nil {
 			ok = false
 			// PEXPIREAT NX is idempotent: always safe to send again.
-			s.buf.add(e.key, 0, e.exp)
+			s.buf.add(e.target, 0, e.exp)
 		}
 		j++
 	}
-	if hits > 0 {
-		s.log.Info("valkey store: replayed buffered charges", "hits", hits, "keys", len(live), "buffer_keys", s.buf.size.Load())
+	if hits > 0 || ledgerHits > 0 {
+		s.log.Info("valkey store: replayed buffered charges", "hits", hits, "ledger_hits", ledgerHits, "entries", len(live), "buffer_entries", s.buf.size.Load())
 	}
 	return ok
+}
+
+// expire drops a buffered entry whose deadline passed (counted, logged).
+func (s *Store) expire(e entry) {
+	if e.hits == 0 {
+		return
+	}
+	if e.hash {
+		total := s.ledgerExpired.Add(e.hits)
+		s.log.Warn("valkey store: buffered ledger increments expired before Valkey came back", "expired_ledger_hits_total", total)
+		return
+	}
+	total := s.expired.Add(e.hits)
+	s.log.Warn("valkey store: buffered charges expired before Valkey came back", "expired_hits_total", total)
+}
+
+func (s *Store) ambiguousEntry(e entry) {
+	if e.hash {
+		s.ledgerMaybeSent(e.hits)
+		return
+	}
+	s.maybeSent(e.hits)
 }
 
 func (s *Store) probeTimeout() time.Duration { return s.connWrite }

@@ -160,7 +160,15 @@ type Stats struct {
 	// error to the caller (it gave up at its deadline, or another command of
 	// the call failed): counted, though the caller applied its failure policy.
 	AppliedOnError uint64
-	BufferKeys     int64 // keys waiting in the buffer now
+	BufferKeys     int64 // entries waiting in the buffer now (counter keys and ledger fields)
+
+	// The same for the shadow-week ledger's increments (store.Counter.Ledger),
+	// in tokens: a measurement, so its failures never fail a charge.
+	LedgerBuffered  uint64 // put in the outage buffer
+	LedgerReplayed  uint64 // buffered and applied to Valkey
+	LedgerLost      uint64 // dropped: buffer full or disabled, wrong type, closed
+	LedgerExpired   uint64 // buffered, dropped because their counter's window ended first
+	LedgerAmbiguous uint64 // sent but unanswered: maybe applied, never re-sent
 }
 
 // Store is the Valkey store.Store. Safe for concurrent use.
@@ -186,7 +194,8 @@ type Store struct {
 	workers   sync.WaitGroup // in-flight call goroutines
 
 	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
-	lastLossLog, lastAmbLog, lastBufLog                                          atomic.Int64
+	ledgerBuffered, ledgerReplayed, ledgerLost, ledgerExpired, ledgerAmbiguous   atomic.Uint64
+	lastLossLog, lastAmbLog, lastBufLog, lastLedgerLog                           atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -367,6 +376,12 @@ func (s *Store) Stats() Stats {
 		Ambiguous: s.ambiguous.Load(),
 
 		AppliedOnError: s.appliedOnErr.Load(),
+
+		LedgerBuffered:  s.ledgerBuffered.Load(),
+		LedgerReplayed:  s.ledgerReplayed.Load(),
+		LedgerLost:      s.ledgerLost.Load(),
+		LedgerExpired:   s.ledgerExpired.Load(),
+		LedgerAmbiguous: s.ledgerAmbiguous.Load(),
 	}
 	if s.buf != nil {
 		st.BufferKeys = s.buf.size.Load()
@@ -553,36 +568,41 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		}
 		incr, exp := res[j], res[j+1]
 		j += 2
+		var ledgerErr error
 		if k.Ledger.Key != "" {
-			// A measurement, not a counter: its failure never fails the charge.
-			if err := res[j].Error(); err != nil {
-				s.log.Warn("ledger write failed", "key", k.Ledger.Key, "err", err)
-			}
+			ledgerErr = res[j].Error()
 			j++
 		}
 		v, err := counterValue(incr, false)
 		if err != nil {
 			switch classify(incr.Error()) {
 			case notApplied:
-				s.notSent(c.counters[i : i+1])
+				// The counter only: its ledger write is dealt with below.
+				s.bufferAdd(target{key: k.Key}, k.Hits, k.ExpireAt)
 			case maybeApplied:
 				s.maybeSent(k.Hits)
 			case permanent:
 				s.loss(k.Hits, "the key holds something that is not a counter")
 			}
 			first = cmp(first, fmt.Errorf("charge counter %d: %w", i, err))
-			continue
-		}
-		c.totals[i] = v
-		c.applied += k.Hits
-		if err := exp.Error(); err != nil {
-			// The add is applied but its expiry may not be: have the buffer
-			// set it (PEXPIREAT NX is idempotent), or the counter would live
-			// forever.
-			if s.buf != nil {
-				s.bufferAdd(k.Key, 0, k.ExpireAt)
+		} else {
+			c.totals[i] = v
+			c.applied += k.Hits
+			if err := exp.Error(); err != nil {
+				// The add is applied but its expiry may not be: have the buffer
+				// set it (PEXPIREAT NX is idempotent), or the counter would live
+				// forever.
+				if s.buf != nil {
+					s.bufferAdd(target{key: k.Key}, 0, k.ExpireAt)
+				}
+				first = cmp(first, fmt.Errorf("set expiry of counter %d: %w", i, wrapErr(err)))
 			}
-			first = cmp(first, fmt.Errorf("set expiry of counter %d: %w", i, wrapErr(err)))
+		}
+		if ledgerErr != nil {
+			// A measurement, not a counter: its failure never fails the
+			// charge, but what certainly was not applied is buffered (after
+			// the counter, as when a call is not sent at all).
+			s.ledgerFailed(ledgerTarget(k.Ledger), k.Hits, k.ExpireAt, ledgerErr)
 		}
 	}
 	return first
@@ -678,27 +698,82 @@ func validate(counters []store.Counter, totals []uint64) error {
 }
 
 // notSent buffers the charged counters of a call that certainly did not
-// reach Valkey.
+// reach Valkey, with their ledger increments.
 func (s *Store) notSent(counters []store.Counter) {
 	for _, k := range counters {
 		if k.Hits > 0 {
-			s.bufferAdd(k.Key, k.Hits, k.ExpireAt)
+			s.bufferAdd(target{key: k.Key}, k.Hits, k.ExpireAt)
+			if k.Ledger.Key != "" {
+				s.ledgerBufferAdd(ledgerTarget(k.Ledger), k.Hits, k.ExpireAt)
+			}
 		}
 	}
 }
 
-func (s *Store) bufferAdd(key string, hits uint64, exp time.Time) {
+func ledgerTarget(h store.HashIncr) target { return target{key: h.Key, field: h.Field, hash: true} }
+
+func (s *Store) bufferAdd(t target, hits uint64, exp time.Time) {
 	if s.buf == nil {
 		s.loss(hits, "outage buffer disabled")
 		return
 	}
-	if !s.buf.add(key, hits, exp) {
+	if !s.buf.add(t, hits, exp) {
 		s.loss(hits, "outage buffer full")
 		return
 	}
 	if total := s.buffered.Add(hits); hits > 0 && every(&s.lastBufLog, time.Second) {
 		s.log.Warn("valkey store: valkey unreachable, charges buffered for replay",
 			"buffered_hits_total", total, "buffer_keys", s.buf.size.Load())
+	}
+}
+
+// ledgerBufferAdd buffers a ledger increment that certainly did not reach
+// Valkey. Its replay deadline is the counter's expiry: the engine only
+// attaches ledger writes to day-window counters, whose expiry (the day's end
+// plus a grace period) falls within the next day, while the ledger Recorder
+// still re-sends the hash's EXPIREAT at every flush. So a replayed hash gets
+// its expiry the way a normal one does, and no per-charge command is added.
+func (s *Store) ledgerBufferAdd(t target, hits uint64, exp time.Time) {
+	if s.buf == nil {
+		s.ledgerLoss(hits, "outage buffer disabled")
+		return
+	}
+	if !s.buf.add(t, hits, exp) {
+		s.ledgerLoss(hits, "outage buffer full")
+		return
+	}
+	s.ledgerBuffered.Add(hits)
+}
+
+// ledgerFailed deals with a failed HINCRBY of the ledger (on the charge path
+// or in a replay): buffered when certainly not applied, else counted.
+func (s *Store) ledgerFailed(t target, hits uint64, exp time.Time, err error) {
+	switch classify(err) {
+	case notApplied:
+		s.ledgerBufferAdd(t, hits, exp)
+	case maybeApplied:
+		s.ledgerMaybeSent(hits)
+	case permanent:
+		s.ledgerLoss(hits, "the ledger key holds something that is not a hash of integers")
+	}
+}
+
+func (s *Store) ledgerLoss(hits uint64, reason string) {
+	if hits == 0 {
+		return
+	}
+	total := s.ledgerLost.Add(hits)
+	if every(&s.lastLedgerLog, time.Second) {
+		s.log.Error("valkey store: ledger increments lost", "reason", reason,
+			"lost_ledger_hits_total", total, "buffer_keys", s.Stats().BufferKeys)
+	}
+}
+
+func (s *Store) ledgerMaybeSent(hits uint64) {
+	total := s.ledgerAmbiguous.Add(hits)
+	if every(&s.lastLedgerLog, time.Second) {
+		s.log.Warn("valkey store: ledger increments sent but unanswered; maybe applied, not re-sent",
+			"ambiguous_ledger_hits_total", total)
 	}
 }
 
@@ -744,9 +819,10 @@ func (s *Store) Close() error {
 					break
 				}
 			}
-			if hits, keys := s.buf.drain(); hits > 0 {
+			if hits, ledgerHits, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 {
 				s.lost.Add(hits)
-				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "keys", keys)
+				s.ledgerLost.Add(ledgerHits)
+				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "entries", entries)
 			}
 		}
 		s.client.Close()
