@@ -17,9 +17,11 @@
 // Outage buffer. Charges that certainly did not reach Valkey (no token before
 // the deadline, connection refused, an error reply such as LOADING or READONLY)
 // are summed per key in a bounded buffer and replayed (INCRBY + PEXPIREAT NX)
-// once Valkey answers again. A charge that was sent but not answered (the
-// connection broke, the call timed out) may or may not have been applied: a
-// stalled server executes what is in its socket when it resumes. Those charges
+// once Valkey answers again, with the charges' ledger increments
+// (Counter.Ledger, summed per hash and field, HINCRBY in the same batch;
+// counted apart in Stats().Ledger*). A charge that was sent but not answered
+// (the connection broke, the call timed out) may or may not have been applied:
+// a stalled server executes what is in its socket when it resumes. Those charges
 // are never re-sent, to avoid counting them twice; they are counted in
 // Stats().Ambiguous and logged. Beyond the buffer's bound the lost hits are
 // counted in Stats().Lost and logged, never silently dropped.
@@ -71,7 +73,8 @@ const (
 	// DefaultMaxInFlight caps calls outstanding at once; it must stay below
 	// the ring size so the ring never fills.
 	DefaultMaxInFlight = 256
-	// DefaultBufferMaxKeys bounds the outage buffer (keys, each summed).
+	// DefaultBufferMaxKeys bounds the outage buffer (entries, each summed: a
+	// counter key or a ledger hash field).
 	DefaultBufferMaxKeys = 100_000
 	// DefaultReplayInterval is how often the outage buffer tries to replay.
 	DefaultReplayInterval = 100 * time.Millisecond
@@ -120,7 +123,8 @@ type Options struct {
 	// MaxInFlight caps outstanding calls; must be below 2^RingScale.
 	// Default DefaultMaxInFlight (or half the ring if that is smaller).
 	MaxInFlight int
-	// BufferMaxKeys bounds the outage buffer. Default DefaultBufferMaxKeys;
+	// BufferMaxKeys bounds the outage buffer in entries (counter keys and
+	// ledger hash fields). Default DefaultBufferMaxKeys;
 	// negative disables the buffer (failed charges are then only counted in
 	// Stats().Lost). A service that denies on store errors may prefer that,
 	// since a denied request consumed nothing.
