@@ -7,14 +7,23 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
-// ruleIdentity: a Distinct selector keys a bucket on a header value. Unless
-// the gateway sets that header from a verified credential and strips any
+// ruleIdentity: a header match selects which bucket a request is charged to
+// (Distinct: one bucket per value; Exact/RegularExpression: membership of a
+// group, or an override's own bucket; inverted: an exclusion). Unless the
+// gateway sets that header from a verified credential and strips any
 // client-sent copy before auth runs, a client picks its own bucket (a fresh
-// value per request) or escapes it.
+// value per request), joins a group it is not in, or escapes a cap. The one
+// header exempt is the model header, which Envoy AI Gateway sets from the
+// request body itself.
+//
+// Sections: a policy with a sectionName covers that listener only. A header
+// counts as removed (or set) for a budget policy only when a policy on the
+// whole Gateway, or on the budget policy's own section, removes (or sets) it;
+// a ClientTrafficPolicy on one listener does not protect the others.
 var ruleIdentity = &Rule{
 	ID:       "BG006",
 	Name:     "verified-identity",
-	Doc:      "identity headers of Distinct selectors are set by a SecurityPolicy and removed early by a ClientTrafficPolicy on the same Gateway",
+	Doc:      "headers that select a budget (all but the model header) are set by a SecurityPolicy and removed early by a ClientTrafficPolicy on the same Gateway or listener",
 	Severity: Error,
 	Check: func(p *Pass) error {
 		setters := map[GatewayKey]map[string]bool{}  // gateway -> headers set from a credential
@@ -22,7 +31,13 @@ var ruleIdentity = &Rule{
 		for _, sp := range p.Index.SecurityPolicies {
 			hs := credentialHeaders(sp)
 			for _, t := range p.Index.Targets(sp) {
-				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
+				// Route-level policies count for their Gateway as a whole (a
+				// documented limit: routes without one carry no header, so
+				// their traffic is not charged, but nothing is spoofed).
+				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, t.Gateway.Section}
+				if t.Via != "" {
+					gk.Section = ""
+				}
 				addAll(setters, gk, hs)
 			}
 		}
@@ -33,16 +48,26 @@ var ruleIdentity = &Rule{
 			}
 			for _, t := range p.Index.Targets(ctp) {
 				if t.Via == "" {
-					addAll(removers, GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}, hs)
+					addAll(removers, GatewayKey{t.Gateway.Namespace, t.Gateway.Name, t.Gateway.Section}, hs)
 				}
 			}
+		}
+		model := strings.ToLower(p.Options.modelHeader())
+		// covered reports whether m holds header h for a budget policy
+		// targeting gk: through a policy on the whole Gateway, or on gk's
+		// own section when gk names one.
+		covered := func(m map[GatewayKey]map[string]bool, gk GatewayKey, h string) bool {
+			if m[GatewayKey{gk.Namespace, gk.Name, ""}][h] {
+				return true
+			}
+			return gk.Section != "" && m[gk][h]
 		}
 		for _, pol := range p.Index.BudgetPolicies() {
 			targets := p.Index.Targets(pol.Obj)
 			seen := map[string]bool{}
 			for _, r := range pol.Rules {
 				for _, hm := range r.Headers() {
-					if hm.Type != "Distinct" || seen[hm.Name] {
+					if hm.Name == model || seen[hm.Name] {
 						continue
 					}
 					seen[hm.Name] = true // one finding per header and policy, at its first use
@@ -53,12 +78,16 @@ var ruleIdentity = &Rule{
 					}
 					var unset, kept []string
 					for _, t := range targets {
-						gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
-						if !setters[gk][hm.Name] {
-							unset = append(unset, gk.Namespace+"/"+gk.Name)
+						gk := t.Gateway
+						where := gk.Namespace + "/" + gk.Name
+						if gk.Section != "" {
+							where += " listener " + gk.Section
 						}
-						if !removers[gk][hm.Name] {
-							kept = append(kept, gk.Namespace+"/"+gk.Name)
+						if !covered(setters, gk, hm.Name) {
+							unset = append(unset, where)
+						}
+						if !covered(removers, gk, hm.Name) {
+							kept = append(kept, where)
 						}
 					}
 					if len(unset) > 0 {
