@@ -2,6 +2,7 @@ package engine
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -71,7 +72,13 @@ func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits uint64) bool 
 		sh.mu.Unlock()
 		return false
 	}
-	e.pending += hits
+	// Saturate rather than wrap: counters are signed 64-bit in Valkey, and a
+	// wrapped sum would charge a tiny amount for an enormous one.
+	if hits > math.MaxInt64-min(e.pending, math.MaxInt64) {
+		e.pending = math.MaxInt64
+	} else {
+		e.pending += hits
+	}
 	sh.mu.Unlock()
 	return true
 }

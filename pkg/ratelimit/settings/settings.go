@@ -463,6 +463,14 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("CONFIG_TYPE: %q is not FILE or GRPC_XDS_SOTW", s.ConfigType))
 	}
 	if s.RedisURL != "" {
+		// Credentials never ride in REDIS_URL: the addresses are logged at
+		// start and appear in connection errors, and this message must not
+		// echo them either.
+		for i, a := range strings.Split(s.RedisURL, ",") {
+			if strings.Contains(a, "@") {
+				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
+			}
+		}
 		if strings.ToLower(s.RedisSocketType) != "tcp" {
 			errs = append(errs, fmt.Errorf("REDIS_SOCKET_TYPE: %q is not supported (set tcp; REDIS_URL is set)", s.RedisSocketType))
 		}
@@ -477,6 +485,9 @@ func (s Settings) Validate() error {
 		}
 		if strings.ToLower(s.RedisType) != "sentinel" {
 			for _, a := range strings.Split(s.RedisURL, ",") {
+				if strings.Contains(a, "@") {
+					continue // reported above, without the value
+				}
 				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
 					errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
 				}

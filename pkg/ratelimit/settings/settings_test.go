@@ -108,3 +108,22 @@ func TestInvalidSettings(t *testing.T) {
 		})
 	}
 }
+
+// Credentials in REDIS_URL are refused without echoing them: the addresses
+// reach start-up logs and connection errors.
+func TestRedisURLCredentialsRefusedUnechoed(t *testing.T) {
+	for _, typ := range []string{"single", "cluster", "sentinel"} {
+		env := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": typ,
+			"REDIS_URL": "redis://default:s3cretPW@valkey:6379"}
+		if typ == "sentinel" {
+			env["REDIS_URL"] = "mymaster,user:s3cretPW@sentinel-0:26379"
+		}
+		_, err := Load(nil, envOf(env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "holds credentials") {
+			t.Fatalf("%s: err = %v, want a credentials error", typ, err)
+		}
+		if strings.Contains(err.Error(), "s3cretPW") {
+			t.Fatalf("%s: the error echoes the password: %v", typ, err)
+		}
+	}
+}

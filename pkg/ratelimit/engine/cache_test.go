@@ -1,0 +1,27 @@
+package engine
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// Pending charges on a cached over-limit key saturate at the store's signed
+// 64-bit range instead of wrapping to a small number.
+func TestOverCachePendingSaturates(t *testing.T) {
+	c := newOverCache(16)
+	k := []byte("k")
+	end := time.Now().Add(time.Hour)
+	if !c.put(k, 10, 0, end.Unix(), end) {
+		t.Fatal("put refused")
+	}
+	for i := 0; i < 3; i++ {
+		if !c.hit(k, 5, 0, math.MaxInt64-1) {
+			t.Fatal("cached key not hit")
+		}
+	}
+	out := c.drain(0, nil)
+	if len(out) != 1 || out[0].Hits != math.MaxInt64 {
+		t.Fatalf("drained %+v, want one counter with Hits = MaxInt64", out)
+	}
+}
