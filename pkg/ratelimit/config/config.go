@@ -162,7 +162,11 @@ func (c *Config) Lookup(domain string, d *rlcommon.RateLimitDescriptor, scratch 
 		// The reference applies a request's override whenever the domain is
 		// known, before matching, with no shadow mode and no name.
 		u := Unit(o.GetUnit())
-		return Match{Override: true, Limit: &RateLimit{
+		// Every entry's value came from the request (nothing in the config
+		// matched it), so all are Free: the ledger must not take the first
+		// value as a rule name, or a caller could mint rules (and metric
+		// series) at will.
+		return Match{Override: true, Free: ^uint64(0), Limit: &RateLimit{
 			Index: -1, Domain: domain, Rule: domain + ".override", Unit: u, Divider: Divider(u),
 			RequestsPerUnit: o.GetRequestsPerUnit(),
 			Proto:           &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,6 +138,15 @@ func TestLookupOverride(t *testing.T) {
 	m, _ := c.Lookup("mongo_cps", d, nil)
 	if m.Limit == nil || !m.Override || m.Limit.RequestsPerUnit != 42 || m.Limit.Divider != 3600 {
 		t.Fatalf("override not applied: %+v", m)
+	}
+	// Nothing in the config matched the entries: all are request-supplied,
+	// so the ledger names the rule after the config ("<domain>.override"),
+	// never after a caller's value.
+	if m.Free != ^uint64(0) {
+		t.Errorf("override Free = %b, want every entry free", m.Free)
+	}
+	if r, _ := ledger.FromDescriptor("mongo_cps", m.Limit.Rule, d.GetEntries(), m.Free); r.Rule != "mongo_cps.override" {
+		t.Errorf("ledger rule of an override = %q, want mongo_cps.override", r.Rule)
 	}
 	if m2, _ := c.Lookup("unknown", d, nil); m2.Limit != nil {
 		t.Fatal("override applied to an unknown domain; the reference ignores it")
