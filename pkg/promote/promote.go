@@ -293,11 +293,19 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 	first := shadowDay.AddDate(0, 0, 1)
 	last := utcDay(o.Now).AddDate(0, 0, -1)
 	var covered, principalDays, over int
+	seen := map[string]bool{}
 	for _, d := range eb.PerDay {
 		day, err := time.Parse(report.DateLayout, d.Date)
 		if err != nil || day.Before(first) || day.After(last) {
 			continue
 		}
+		if seen[d.Date] {
+			// A report lists each day once; a repeated day (an edited
+			// file) must not stretch the coverage.
+			reasons = append(reasons, fmt.Sprintf("evidence lists day %s twice", d.Date))
+			continue
+		}
+		seen[d.Date] = true
 		covered++
 		principalDays += d.PrincipalDays
 		over += d.OverCap

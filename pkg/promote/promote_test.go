@@ -226,6 +226,14 @@ func TestPromoteEvidence(t *testing.T) {
 			}
 		})
 	}
+	// An edited report that repeats a day cannot stretch 6 days into 7.
+	dup := evidence("2026-10-18", 6, 100, 0, 5000000)
+	for i := range dup.Budgets {
+		dup.Budgets[i].PerDay = append(dup.Budgets[i].PerDay, dup.Budgets[i].PerDay[0])
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: dup}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("evidence with a repeated day: %v", err)
+	}
 	ev := evidence("2026-10-17", 7, 100, 0, 5000000)
 	ev.Version = "v0"
 	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: ev}); err == nil || !strings.Contains(err.Error(), "regenerate") {
