@@ -37,6 +37,21 @@ type h2Client struct {
 	mu     sync.Mutex // guards err and calls; taken inside wmu, never around it
 	nextID uint32     // guarded by wmu
 	calls  map[uint32]*h2call
+
+	// Reader-goroutine state: the HPACK decoder and what it emitted for the
+	// header block being decoded.
+	hdec       *hpack.Decoder
+	hStatus    string
+	hGRPCState string
+}
+
+func (c *h2Client) emit(f hpack.HeaderField) {
+	switch f.Name {
+	case ":status":
+		c.hStatus = f.Value
+	case "grpc-status":
+		c.hGRPCState = f.Value
+	}
 }
 
 type wreq struct {
@@ -99,8 +114,11 @@ func dialH2(addr string) (*h2Client, error) {
 	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
+	// Header blocks are decoded by the reader itself (no MetaHeadersFrame:
+	// that allocates a field slice and strings per block); the emit callback
+	// keeps only :status and grpc-status, which the server sends indexed.
 	c.fr = http2.NewFramer(nil, bufio.NewReaderSize(conn, 64<<10))
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.hdec = hpack.NewDecoder(4096, c.emit)
 	go c.writer(bw, wfr)
 	go c.reader()
 	return c, nil
@@ -200,7 +218,22 @@ func (c *h2Client) reader() {
 			if call != nil {
 				call.data = append(call.data, f.Data()...)
 			}
-		case *http2.MetaHeadersFrame:
+		case *http2.HeadersFrame:
+			if !f.HeadersEnded() {
+				// The services answer with one frame per block; CONTINUATION
+				// is not supported by this load generator.
+				c.fail(fmt.Errorf("stream %d: header block split into CONTINUATION frames", f.StreamID))
+				return
+			}
+			c.hStatus, c.hGRPCState = "", ""
+			if _, err := c.hdec.Write(f.HeaderBlockFragment()); err != nil {
+				c.fail(fmt.Errorf("stream %d: hpack: %w", f.StreamID, err))
+				return
+			}
+			if err := c.hdec.Close(); err != nil {
+				c.fail(fmt.Errorf("stream %d: hpack: %w", f.StreamID, err))
+				return
+			}
 			c.mu.Lock()
 			call := c.calls[f.StreamID]
 			if call != nil && f.StreamEnded() {
@@ -210,10 +243,10 @@ func (c *h2Client) reader() {
 			if call == nil {
 				continue
 			}
-			if s := f.PseudoValue("status"); s != "" && s != "200" {
+			if s := c.hStatus; s != "" && s != "200" {
 				call.err = fmt.Errorf("http status %s", s)
 			}
-			if v := headerValue(f, "grpc-status"); v != "" {
+			if v := c.hGRPCState; v != "" {
 				call.status = v
 			}
 			if f.StreamEnded() {
@@ -230,15 +263,6 @@ func (c *h2Client) reader() {
 			}
 		}
 	}
-}
-
-func headerValue(f *http2.MetaHeadersFrame, name string) string {
-	for _, hf := range f.Fields {
-		if hf.Name == name {
-			return hf.Value
-		}
-	}
-	return ""
 }
 
 var errTimeout = errors.New("call timed out")
