@@ -25,9 +25,11 @@ const (
 	// Gateway's 20 ms rate limit timeout).
 	callDeadline = 10 * time.Millisecond
 	// p99Slack and maxSlack bound how late a call may return past its
-	// deadline (scheduling on a shared 2-core machine).
-	p99Slack = 5 * time.Millisecond
-	maxSlack = 10 * time.Millisecond
+	// deadline (scheduling on a shared, possibly loaded 2-core CI machine).
+	// The failure guarded against, a call waiting on the faulty server,
+	// takes the rest of the fault: seconds.
+	p99Slack = 10 * time.Millisecond
+	maxSlack = 25 * time.Millisecond
 	// recoveryBound: first successful charge after Valkey is back.
 	recoveryBound = time.Second
 )
