@@ -30,6 +30,7 @@ type options struct {
 	duration, warmup                                time.Duration
 	maxRequests                                     int64
 	valkeyAddr, refBin, oursBin, workDir            string
+	valkeyPID                                       int // private valkey-server, for its CPU per call; 0 when -valkey is given
 	limit                                           uint
 	keyFormat                                       string
 	only                                            string
@@ -88,12 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		o.workDir = d
 	}
 	if o.valkeyAddr == "" {
-		addr, stopValkey, err := startValkey(ctx, o.workDir)
+		addr, pid, stopValkey, err := startValkey(ctx, o.workDir)
 		if err != nil {
 			return err
 		}
 		defer stopValkey()
-		o.valkeyAddr = addr
+		o.valkeyAddr, o.valkeyPID = addr, pid
 	}
 	if !strings.HasPrefix(o.valkeyAddr, "127.0.0.1:") && !strings.HasPrefix(o.valkeyAddr, "localhost:") {
 		return fmt.Errorf("valkey address %q is not on loopback", o.valkeyAddr)

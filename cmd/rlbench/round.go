@@ -46,14 +46,15 @@ type result struct {
 	p50, p99, p999              time.Duration
 	cpuPerCall                  time.Duration
 	genCPUPerCall               time.Duration // the load generator's own CPU
+	valkeyCPUPerCall            time.Duration // the private valkey-server's CPU (0 if not ours)
 }
 
 func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
 func (r result) String() string {
-	return fmt.Sprintf("%9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus  (generator %5.1fus)  requests %d errors %d over_limit %d",
+	return fmt.Sprintf("%9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus  (generator %5.1fus, valkey %5.1fus)  requests %d errors %d over_limit %d",
 		r.rps(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond),
-		float64(r.cpuPerCall.Nanoseconds())/1000, float64(r.genCPUPerCall.Nanoseconds())/1000, r.requests, r.errors, r.overLimit)
+		float64(r.cpuPerCall.Nanoseconds())/1000, float64(r.genCPUPerCall.Nanoseconds())/1000, float64(r.valkeyCPUPerCall.Nanoseconds())/1000, r.requests, r.errors, r.overLimit)
 }
 
 func freePort() (int, error) {
@@ -234,6 +235,10 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			return result{}, err
 		}
 		gen0, _ := cpuTime(os.Getpid())
+		var vk0 time.Duration
+		if o.valkeyPID != 0 {
+			vk0, _ = cpuTime(o.valkeyPID)
+		}
 		start := time.Now()
 		if record && o.profile != "" && name == "ours" && d > 2*time.Second {
 			go fetchProfile(debugAddr, d-time.Second, fmt.Sprintf("%s.%d", o.profile, round), logw)
@@ -292,6 +297,10 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			return result{}, err
 		}
 		gen1, _ := cpuTime(os.Getpid())
+		var vk1 time.Duration
+		if o.valkeyPID != 0 {
+			vk1, _ = cpuTime(o.valkeyPID)
+		}
 		n := count.Load()
 		if n > max {
 			n = max
@@ -300,6 +309,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 		if res.requests > 0 {
 			res.cpuPerCall = (cpu1 - cpu0) / time.Duration(res.requests)
 			res.genCPUPerCall = (gen1 - gen0) / time.Duration(res.requests)
+			res.valkeyCPUPerCall = (vk1 - vk0) / time.Duration(res.requests)
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		pct := func(p float64) time.Duration {

@@ -13,10 +13,10 @@ import (
 )
 
 // startValkey runs a private valkey-server on a free loopback port.
-func startValkey(ctx context.Context, dir string) (string, func(), error) {
+func startValkey(ctx context.Context, dir string) (string, int, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
@@ -24,13 +24,13 @@ func startValkey(ctx context.Context, dir string) (string, func(), error) {
 		"--save", "", "--appendonly", "no", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start valkey-server (install it, see notes/valkey.md): %w", err)
+		return "", 0, nil, fmt.Errorf("start valkey-server (install it, see notes/valkey.md): %w", err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
 	if err := valkeytest.WaitReady(addr, 5*time.Second); err != nil {
 		stop()
-		return "", nil, err
+		return "", 0, nil, err
 	}
-	return addr, stop, nil
+	return addr, cmd.Process.Pid, stop, nil
 }
