@@ -158,12 +158,11 @@ func (s *Store) replayOnce() bool {
 			// The hash's expiry comes from the ledger Recorder's periodic
 			// EXPIREAT, as on the normal path; the deadline keeps the
 			// replay within the days it still covers.
-			cmds = append(cmds, s.b.Hincrby().Key(e.key).Field(e.field).Increment(int64(e.hits)).Build())
+			cmds = append(cmds, s.cmd.hincrby(e.key, e.field, e.hits))
 		case e.hits > 0:
-			cmds = append(cmds, s.b.Incrby().Key(e.key).Increment(int64(e.hits)).Build(),
-				s.b.Arbitrary("PEXPIREAT").Keys(e.key).Args(s.msString(e.exp), "NX").Build())
+			cmds = append(cmds, s.cmd.incrby(e.key, e.hits), s.cmd.pexpireatNX(e.key, s.msString(e.exp)))
 		default:
-			cmds = append(cmds, s.b.Arbitrary("PEXPIREAT").Keys(e.key).Args(s.msString(e.exp), "NX").Build())
+			cmds = append(cmds, s.cmd.pexpireatNX(e.key, s.msString(e.exp)))
 		}
 		live = append(live, e)
 	}

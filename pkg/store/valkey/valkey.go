@@ -179,6 +179,7 @@ type Stats struct {
 type Store struct {
 	client      Client
 	b           valkey.Builder
+	cmd         commands
 	sem         chan struct{}
 	detach      time.Duration
 	connWrite   time.Duration
@@ -345,6 +346,7 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 	s := &Store{
 		client: c,
 		b:      c.B(),
+		cmd:    commands{b: c.B(), slotted: opts.Mode == Cluster},
 		sem:    make(chan struct{}, opts.MaxInFlight),
 		// A call's goroutine waits for valkey-go to give the ring slot back:
 		// a stalled connection is torn down after about 2*PingInterval +
@@ -481,15 +483,15 @@ func (s *Store) release(c *call) {
 func (s *Store) build(c *call) {
 	for _, k := range c.counters {
 		if k.Hits == 0 {
-			c.cmds = append(c.cmds, s.b.Get().Key(k.Key).Build())
+			c.cmds = append(c.cmds, s.cmd.get(k.Key))
 			continue
 		}
 		c.cmds = append(c.cmds,
-			s.b.Incrby().Key(k.Key).Increment(int64(k.Hits)).Build(),
-			s.b.Arbitrary("PEXPIREAT").Keys(k.Key).Args(s.msString(k.ExpireAt), "NX").Build())
+			s.cmd.incrby(k.Key, k.Hits),
+			s.cmd.pexpireatNX(k.Key, s.msString(k.ExpireAt)))
 		if k.Ledger.Key != "" {
 			// The shadow-week ledger: at most one extra command, same round trip.
-			c.cmds = append(c.cmds, s.b.Hincrby().Key(k.Ledger.Key).Field(k.Ledger.Field).Increment(int64(k.Hits)).Build())
+			c.cmds = append(c.cmds, s.cmd.hincrby(k.Ledger.Key, k.Ledger.Field, k.Hits))
 		}
 	}
 }
