@@ -124,7 +124,7 @@ func TestAppendResponseMatchesProto(t *testing.T) {
 	if _, ok := appendResponse(nil, withHeaders); ok {
 		t.Fatal("a response with headers must fall back to proto.Marshal")
 	}
-	b, err := codec{}.Marshal(withHeaders)
+	b, err := marshalResponse(nil, withHeaders)
 	if err != nil {
 		t.Fatal(err)
 	}

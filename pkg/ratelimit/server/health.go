@@ -4,9 +4,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Health components, as in the reference's HealthChecker.
@@ -18,16 +15,15 @@ const (
 
 // Health is healthy when every component is: HTTP /healthcheck answers 200
 // "OK" or 500, and the gRPC health service reports SERVING or NOT_SERVING for
-// "" and "ratelimit".
+// "" and "ratelimit" (Check; Watch is not served, see docs/benchmarks.md).
 type Health struct {
 	mu    sync.Mutex
-	grpc  *health.Server
 	comps map[string]bool
 	ok    atomic.Bool
 }
 
-func newHealth(g *health.Server, requireConfig bool) *Health {
-	h := &Health{grpc: g, comps: map[string]bool{ComponentStore: true, ComponentShutdown: true}}
+func newHealth(requireConfig bool) *Health {
+	h := &Health{comps: map[string]bool{ComponentStore: true, ComponentShutdown: true}}
 	if requireConfig {
 		h.comps[ComponentConfig] = false
 	}
@@ -41,12 +37,6 @@ func (h *Health) update() {
 		all = all && v
 	}
 	h.ok.Store(all)
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if all {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	h.grpc.SetServingStatus("", st)
-	h.grpc.SetServingStatus(HealthServiceName, st)
 }
 
 // OK marks a component healthy.

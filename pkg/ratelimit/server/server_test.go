@@ -246,7 +246,7 @@ func TestCodecMarshalsLikeProto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vt, err := codec{}.Marshal(resp)
+	vt, err := marshalResponse(nil, resp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,21 +269,19 @@ func FuzzHandler(f *testing.F) {
 	eng.SetConfig(c)
 	s := &Server{d: eng}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dec := func(v any) error { return codec{}.Unmarshal(bytes.Clone(data), v) }
-		resp, err := shouldRateLimitHandler(s, context.Background(), dec, nil)
+		b, err := s.serveShouldRateLimit(context.Background(), bytes.Clone(data), nil)
 		if err != nil {
 			if c := status.Code(err); c != codes.InvalidArgument {
 				t.Fatalf("code %s: %v", c, err)
 			}
 			return
 		}
-		b, err := (codec{}).Marshal(resp)
-		if err != nil {
-			t.Fatalf("marshal: %v", err)
-		}
 		var back rlpb.RateLimitResponse
-		if err := proto.Unmarshal(b, &back); err != nil || !proto.Equal(&back, resp.(*rlpb.RateLimitResponse)) {
-			t.Fatalf("response does not round-trip: %v", err)
+		if err := proto.Unmarshal(b, &back); err != nil {
+			t.Fatalf("response does not decode: %v", err)
+		}
+		if back.OverallCode == rlpb.RateLimitResponse_UNKNOWN {
+			t.Fatalf("answer without an overall code: %v", &back)
 		}
 	})
 }

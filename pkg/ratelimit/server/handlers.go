@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Full gRPC method names served on the gRPC port.
+const (
+	methodShouldRateLimit = rlpb.RateLimitService_ShouldRateLimit_FullMethodName
+	methodHealthCheck     = healthpb.Health_Check_FullMethodName
+)
+
+// serveShouldRateLimit is the wire handler of ShouldRateLimit: our decoder
+// (a malformed request, for example invalid UTF-8, which proto3 rejects, is
+// answered with InvalidArgument) and our encoder (no reflection).
+func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]byte, error) {
+	var r rlpb.RateLimitRequest
+	if err := decodeRequest(req, &r); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", err)
+	}
+	resp, err := s.d.ShouldRateLimit(ctx, &r)
+	if err != nil {
+		return nil, err
+	}
+	return marshalResponse(dst, resp)
+}
+
+// marshalResponse appends r's wire form to dst: appendResponse for the
+// shapes the engine produces, proto.Marshal for anything else.
+func marshalResponse(dst []byte, r *rlpb.RateLimitResponse) ([]byte, error) {
+	if b, ok := appendResponse(dst, r); ok {
+		return b, nil
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, r)
+}
+
+// serveHealthCheck is grpc.health.v1.Health/Check as grpc-go's health
+// server answers it: SERVING or NOT_SERVING for "" and "ratelimit",
+// NotFound for any other service name.
+func (h *Health) serveHealthCheck(_ context.Context, req, dst []byte) ([]byte, error) {
+	var in healthpb.HealthCheckRequest
+	if err := proto.Unmarshal(req, &in); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "malformed HealthCheckRequest: %v", err)
+	}
+	if in.Service != "" && in.Service != HealthServiceName {
+		return nil, status.Error(codes.NotFound, "unknown service")
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if h.Healthy() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, &healthpb.HealthCheckResponse{Status: st})
+}

@@ -1,0 +1,877 @@
+package unarygrpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+)
+
+const (
+	errCodeNo        = http2.ErrCodeNo
+	maxWindow        = 1<<31 - 1
+	defaultFrameSize = 16384
+)
+
+// conn is one HTTP/2 connection. One goroutine (serve) reads frames; handlers
+// answer from worker goroutines, writing under wmu.
+type conn struct {
+	s   *Server
+	raw net.Conn // closed to stop everything, TLS or not
+	fr  *http2.Framer
+
+	// Writing. Frames are appended to pending under wmu; the flusher
+	// goroutine writes what has accumulated in one write, so answers that
+	// finish together (a store batch completes many calls at once) share a
+	// syscall: one write per answer was a fifth of the CPU per call.
+	wmu              sync.Mutex
+	nc               net.Conn
+	pending          []byte
+	kick             chan struct{} // wakes the flusher (capacity 1)
+	scheduled        bool          // a kick is pending
+	closeWhenFlushed bool
+	dead             bool      // a write failed or the connection closed: nothing more is written
+	sendConn         int64     // the peer's connection window
+	peerInit         int64     // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	maxFrame         int       // the peer's SETTINGS_MAX_FRAME_SIZE
+	blocked          []*stream // answers waiting for window, in order
+
+	// Streams.
+	smu        sync.Mutex
+	streams    map[uint32]*stream
+	lastStream uint32
+	goneAway   bool // we sent GOAWAY: no new streams
+	peerGone   bool // the peer sent GOAWAY
+	closeOnce  sync.Once
+	closed     chan struct{}
+
+	// Read side, serve's goroutine only.
+	br          *bufio.Reader
+	recvConn    int64 // what the peer may still send on the connection
+	recvUnacked int64 // consumed, not yet returned by WINDOW_UPDATE
+	ctlStart    time.Time
+	ctlCount    int
+	answersSeen uint64
+
+	answers atomic.Uint64 // answers written; control frames after one are not abuse
+}
+
+// stream is one call. It is its handler's context.
+type stream struct {
+	c       *conn
+	id      uint32
+	h       Handler
+	enc     string  // grpc-encoding
+	msgBuf  *[]byte // pooled holder of msg
+	msg     []byte  // the request body as received (gRPC length-prefixed)
+	req     []byte  // the message inside msg
+	ended   bool    // END_STREAM received (read side only)
+	recvWin int64   // read side only
+	done    chan struct{}
+	once    sync.Once
+
+	// Under c.wmu.
+	reset       bool
+	sendCredit  int64 // WINDOW_UPDATE increments for this stream
+	sendUsed    int64
+	headersSent bool
+	out         []byte // DATA payload not yet sent
+	trailers    []byte
+}
+
+var _ context.Context = (*stream)(nil)
+
+func (st *stream) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (st *stream) Done() <-chan struct{}       { return st.done }
+func (st *stream) Value(any) any               { return nil }
+func (st *stream) Err() error {
+	select {
+	case <-st.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (st *stream) cancel() { st.once.Do(func() { close(st.done) }) }
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	return &conn{
+		s:        s,
+		raw:      nc,
+		kick:     make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+		streams:  map[uint32]*stream{},
+		sendConn: 65535,
+		peerInit: 65535,
+		maxFrame: defaultFrameSize,
+		recvConn: connWindow,
+	}
+}
+
+func (c *conn) serve() {
+	defer c.s.removeConn(c)
+	// Whatever ends the read loop, frames already queued (a GOAWAY, answers)
+	// are written before the connection closes.
+	defer c.closeAfterFlush()
+	nc, br, err := c.s.handshake(c.raw)
+	if err != nil {
+		c.s.log.Debug("grpc: connection refused", "remote", c.raw.RemoteAddr().String(), "err", err)
+		c.close()
+		return
+	}
+	c.wmu.Lock()
+	c.nc = nc
+	c.br = br
+	c.fr = http2.NewFramer((*pendingWriter)(c), br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = c.s.o.MaxHeaderListSize
+	c.fr.SetReuseFrames()
+	c.wmu.Unlock()
+	go c.flusher()
+	c.write(func() error {
+		if err := c.fr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.o.MaxConcurrentStreams},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.s.o.MaxHeaderListSize},
+		); err != nil {
+			return err
+		}
+		return c.fr.WriteWindowUpdate(0, connWindow-65535)
+	})
+	if age := c.s.o.MaxConnectionAge; age > 0 {
+		// ±10% jitter, as grpc-go, so connections made together do not
+		// all go away together.
+		age += time.Duration((rand.Float64()*0.2 - 0.1) * float64(age))
+		t1 := time.AfterFunc(age, func() { c.goAway(errCodeNo) })
+		defer t1.Stop()
+		if grace := c.s.o.MaxConnectionAgeGrace; grace > 0 {
+			t2 := time.AfterFunc(age+grace, c.close)
+			defer t2.Stop()
+		}
+	}
+	if err := c.readLoop(); err != nil {
+		c.s.log.Debug("grpc: connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
+	}
+}
+
+// pendingWriter is the framer's writer: frames go to pending (under wmu).
+type pendingWriter conn
+
+func (w *pendingWriter) Write(p []byte) (int, error) {
+	w.pending = append(w.pending, p...)
+	return len(p), nil
+}
+
+// flusher writes pending frames, as many as have accumulated, until the
+// connection closes.
+func (c *conn) flusher() {
+	var spare []byte
+	for {
+		select {
+		case <-c.kick:
+		case <-c.closed:
+			return
+		}
+		c.wmu.Lock()
+		small := len(c.pending) < 4096 && !c.closeWhenFlushed
+		c.wmu.Unlock()
+		if small {
+			// Let the other answers that are ready be appended first (as
+			// grpc-go's loopy writer does): fewer, larger writes.
+			runtime.Gosched()
+		}
+		c.wmu.Lock()
+		buf := c.pending
+		c.pending, c.scheduled = spare[:0], false
+		closeNow := c.closeWhenFlushed
+		dead := c.dead
+		c.wmu.Unlock()
+		if len(buf) > 0 && !dead {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.wmu.Lock()
+				c.failLocked(err)
+				c.wmu.Unlock()
+				return
+			}
+		}
+		if cap(buf) <= 64<<10 {
+			spare = buf[:0]
+		} else {
+			spare = nil // let a burst's large buffer go
+		}
+		if closeNow {
+			c.close()
+			return
+		}
+	}
+}
+
+// close tears the connection down: handlers still running are canceled and
+// their answers dropped.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.raw.Close()
+		c.wmu.Lock()
+		c.dead = true
+		c.wmu.Unlock()
+		c.smu.Lock()
+		for _, st := range c.streams {
+			st.cancel()
+		}
+		c.smu.Unlock()
+	})
+}
+
+// closeAfterFlush closes the connection once the frames queued so far are
+// written.
+func (c *conn) closeAfterFlush() {
+	c.wmu.Lock()
+	c.closeWhenFlushed = true
+	ready := c.fr != nil && !c.dead
+	c.kickLocked()
+	c.wmu.Unlock()
+	if !ready {
+		c.close()
+	}
+}
+
+// write runs f (frame writes) under wmu and wakes the flusher.
+func (c *conn) write(f func() error) {
+	c.wmu.Lock()
+	if !c.dead {
+		if err := f(); err != nil {
+			c.failLocked(err)
+		}
+		if len(c.pending) > 0 {
+			c.kickLocked()
+		}
+	}
+	c.wmu.Unlock()
+}
+
+func (c *conn) kickLocked() {
+	if !c.scheduled {
+		c.scheduled = true
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *conn) failLocked(err error) {
+	if !c.dead {
+		c.dead = true
+		c.s.log.Debug("grpc: write failed", "err", err)
+		go c.close()
+	}
+}
+
+func (c *conn) lookup(id uint32) *stream {
+	c.smu.Lock()
+	st := c.streams[id]
+	c.smu.Unlock()
+	return st
+}
+
+// removeStream frees a stream's slot; a connection going away closes when
+// its last stream is done.
+func (c *conn) removeStream(st *stream) {
+	c.smu.Lock()
+	delete(c.streams, st.id)
+	last := len(c.streams) == 0 && (c.goneAway || c.peerGone)
+	c.smu.Unlock()
+	if last {
+		c.closeAfterFlush()
+	}
+}
+
+// goAway sends GOAWAY: streams up to the last one seen are answered, later
+// ones were not processed and the client may retry them elsewhere.
+func (c *conn) goAway(code http2.ErrCode) {
+	c.smu.Lock()
+	if c.goneAway {
+		c.smu.Unlock()
+		return
+	}
+	c.goneAway = true
+	last, idle := c.lastStream, len(c.streams) == 0
+	c.smu.Unlock()
+	c.wmu.Lock()
+	ready := c.fr != nil
+	c.wmu.Unlock()
+	if !ready {
+		c.close() // still in the handshake
+		return
+	}
+	c.write(func() error { return c.fr.WriteGoAway(last, code, nil) })
+	if idle || code != errCodeNo {
+		c.closeAfterFlush()
+	}
+}
+
+func (c *conn) rst(id uint32, code http2.ErrCode) {
+	c.write(func() error { return c.fr.WriteRSTStream(id, code) })
+}
+
+// errConn is a connection error: GOAWAY with the code, then close.
+type errConn struct {
+	code http2.ErrCode
+	why  string
+}
+
+func (e errConn) Error() string { return fmt.Sprintf("http2 %v: %s", e.code, e.why) }
+
+func (c *conn) readLoop() error {
+	for {
+		if c.br.Buffered() == 0 {
+			// Before blocking in read: let the calls just dispatched run
+			// first, so more requests arrive per read.
+			runtime.Gosched()
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.smu.Lock()
+				if se.StreamID > c.lastStream && se.StreamID%2 == 1 {
+					c.lastStream = se.StreamID
+				}
+				st := c.streams[se.StreamID]
+				c.smu.Unlock()
+				if st != nil {
+					c.resetStream(st)
+				}
+				c.rst(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce))
+				return err
+			}
+			return err
+		}
+		if err := c.handle(f); err != nil {
+			var ec errConn
+			if errors.As(err, &ec) {
+				c.goAway(ec.code)
+			}
+			return err
+		}
+	}
+}
+
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.control(); err != nil {
+			return err
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.control(); err != nil {
+			return err
+		}
+		data := f.Data
+		c.write(func() error { return c.fr.WritePing(true, data) })
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		if st := c.lookup(f.StreamID); st != nil {
+			c.resetStream(st)
+		}
+	case *http2.GoAwayFrame:
+		c.smu.Lock()
+		c.peerGone = true
+		idle := len(c.streams) == 0
+		c.smu.Unlock()
+		if idle {
+			return errors.New("peer sent GOAWAY")
+		}
+	case *http2.PushPromiseFrame:
+		return errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	}
+	// PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
+	return nil
+}
+
+// control rate-limits frames that make the server write (PING, SETTINGS).
+// As in grpc-go's server, a PING that follows an answer is not counted:
+// grpc-go clients probe bandwidth with a PING per burst of data received.
+func (c *conn) control() error {
+	now := time.Now()
+	if n := c.answers.Load(); n != c.answersSeen {
+		c.answersSeen = n
+		c.ctlStart, c.ctlCount = now, 0
+	}
+	if now.Sub(c.ctlStart) > time.Second {
+		c.ctlStart, c.ctlCount = now, 0
+	}
+	c.ctlCount++
+	if c.ctlCount > c.s.o.ControlFramesPerSecond {
+		return errConn{http2.ErrCodeEnhanceYourCalm, "too many PING/SETTINGS frames"}
+	}
+	return nil
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	var bad error
+	c.wmu.Lock()
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			bad = err
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			c.peerInit = int64(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.maxFrame = int(s.Val)
+		}
+		return nil
+	})
+	c.wmu.Unlock()
+	if bad != nil {
+		return errConn{http2.ErrCodeProtocol, bad.Error()}
+	}
+	c.write(func() error {
+		if err := c.fr.WriteSettingsAck(); err != nil {
+			return err
+		}
+		return c.pushBlockedLocked() // a larger window may free answers
+	})
+	return nil
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	var st *stream
+	if f.StreamID != 0 {
+		if st = c.lookup(f.StreamID); st == nil {
+			return nil // a stream already answered
+		}
+	}
+	var overflow bool
+	c.write(func() error {
+		if st == nil {
+			c.sendConn += int64(f.Increment)
+			overflow = c.sendConn > maxWindow
+		} else {
+			st.sendCredit += int64(f.Increment)
+		}
+		return c.pushBlockedLocked()
+	})
+	if overflow {
+		return errConn{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+	}
+	return nil
+}
+
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.smu.Lock()
+	if st := c.streams[id]; st != nil {
+		c.smu.Unlock()
+		// Trailers from the client (gRPC clients send none): they must end
+		// the request.
+		if !f.StreamEnded() {
+			return errConn{http2.ErrCodeProtocol, "HEADERS after the request headers without END_STREAM"}
+		}
+		if !st.ended {
+			c.endRequest(st)
+		}
+		return nil
+	}
+	if id%2 == 0 {
+		c.smu.Unlock()
+		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on server stream id %d", id)}
+	}
+	if id <= c.lastStream {
+		c.smu.Unlock()
+		return nil // a stream already answered or refused: ignore
+	}
+	c.lastStream = id
+	if c.goneAway || c.peerGone || uint32(len(c.streams)) >= c.s.o.MaxConcurrentStreams {
+		c.smu.Unlock()
+		c.rst(id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow}
+	c.streams[id] = st
+	c.smu.Unlock()
+
+	if f.Truncated {
+		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
+		return nil
+	}
+	if m := f.PseudoValue("method"); m != "POST" {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeProtocol)
+		return nil
+	}
+	var ct, timeout string
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "content-type":
+			ct = hf.Value
+		case "grpc-encoding":
+			st.enc = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		}
+	}
+	if !isGRPCContentType(ct) {
+		c.answerEarly(st, f.StreamEnded(), 415, codes.Internal, "invalid gRPC request content-type "+quote(ct))
+		return nil
+	}
+	if timeout != "" {
+		if _, err := parseTimeout(timeout); err != nil {
+			c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "malformed grpc-timeout: "+err.Error())
+			return nil
+		}
+	}
+	path := f.PseudoValue("path")
+	if st.h = c.s.methods[path]; st.h == nil {
+		c.answerEarly(st, f.StreamEnded(), 200, codes.Unimplemented, c.s.unknown(path))
+		return nil
+	}
+	if f.StreamEnded() {
+		c.endRequest(st)
+	}
+	return nil
+}
+
+// unknown words an unknown method as grpc-go does.
+func (s *Server) unknown(path string) string {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !ok {
+		return "malformed method name: " + quote(path)
+	}
+	for p := range s.methods {
+		if strings.HasPrefix(p, "/"+svc+"/") {
+			return fmt.Sprintf("unknown method %s for service %s", method, svc)
+		}
+	}
+	return "unknown service " + svc
+}
+
+func isGRPCContentType(ct string) bool {
+	if !strings.HasPrefix(ct, "application/grpc") {
+		return false
+	}
+	rest := ct[len("application/grpc"):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
+}
+
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := int64(f.Length)
+	c.recvConn -= n
+	if c.recvConn < 0 {
+		return errConn{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+	}
+	c.recvUnacked += n
+	if c.recvUnacked >= connWindow/4 {
+		inc := c.recvUnacked
+		c.recvUnacked, c.recvConn = 0, c.recvConn+inc
+		c.write(func() error { return c.fr.WriteWindowUpdate(0, uint32(inc)) })
+	}
+	id := f.StreamID
+	st := c.lookup(id)
+	if st == nil {
+		c.smu.Lock()
+		idle := id > c.lastStream
+		c.smu.Unlock()
+		if idle {
+			return errConn{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
+		}
+		return nil // a stream answered early or reset: ignore its rest
+	}
+	if st.ended {
+		c.rst(id, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	if st.recvWin -= n; st.recvWin < 0 {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	data := f.Data()
+	if len(st.msg) < 5 && len(st.msg)+len(data) >= 5 {
+		// The length prefix is complete: refuse an oversized message
+		// before buffering it.
+		var hdr [5]byte
+		k := copy(hdr[:], st.msg)
+		copy(hdr[k:], data)
+		if size := binary.BigEndian.Uint32(hdr[1:]); int64(size) > int64(c.s.o.MaxRecvMsgSize) {
+			c.answerEarly(st, f.StreamEnded(), 200, codes.ResourceExhausted,
+				fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, c.s.o.MaxRecvMsgSize))
+			return nil
+		}
+	}
+	if len(st.msg)+len(data) > c.s.o.MaxRecvMsgSize+5 {
+		c.answerEarly(st, f.StreamEnded(), 200, codes.ResourceExhausted,
+			fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", len(st.msg)+len(data)-5, c.s.o.MaxRecvMsgSize))
+		return nil
+	}
+	if st.msgBuf == nil {
+		st.msgBuf = getBuf()
+		st.msg = (*st.msgBuf)[:0]
+	}
+	st.msg = append(st.msg, data...)
+	if f.StreamEnded() {
+		c.endRequest(st)
+		return nil
+	}
+	if st.recvWin < streamWindow/2 {
+		inc := streamWindow - st.recvWin
+		st.recvWin = streamWindow
+		c.write(func() error { return c.fr.WriteWindowUpdate(id, uint32(inc)) })
+	}
+	return nil
+}
+
+// endRequest checks the request message and hands the call to a handler.
+func (c *conn) endRequest(st *stream) {
+	st.ended = true
+	if len(st.msg) < 5 {
+		c.answerEarly(st, true, 200, codes.Internal, "grpc: request has no message")
+		return
+	}
+	if st.msg[0]&1 == 1 {
+		c.answerEarly(st, true, 200, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", st.enc))
+		return
+	}
+	if size := binary.BigEndian.Uint32(st.msg[1:5]); int64(size) != int64(len(st.msg)-5) {
+		c.answerEarly(st, true, 200, codes.Internal, fmt.Sprintf("grpc: malformed request: message of %d bytes, %d received", size, len(st.msg)-5))
+		return
+	}
+	st.req = st.msg[5:]
+	c.s.dispatch(st)
+}
+
+// run calls the handler and writes its answer.
+func (c *conn) run(st *stream) {
+	holder := getBuf()
+	out, err := st.h(st, st.req, append((*holder)[:0], 0, 0, 0, 0, 0))
+	if err == nil && len(out) < 5 {
+		err = errors.New("unarygrpc: handler did not append to dst")
+	}
+	if err != nil {
+		c.finish(st, nil, statusTrailers(nil, 200, err))
+	} else {
+		out[0] = 0
+		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+		c.finish(st, out, okTrailers)
+		*holder = out // keep the grown buffer
+	}
+	st.releaseMsg()
+	putBuf(holder)
+}
+
+func (st *stream) releaseMsg() {
+	if st.msgBuf != nil {
+		*st.msgBuf = st.msg
+		putBuf(st.msgBuf)
+	}
+	st.msgBuf, st.msg, st.req = nil, nil, nil
+}
+
+// answerEarly answers before (or instead of) calling a handler: a
+// trailers-only response, then RST_STREAM NO_ERROR if the client is still
+// sending, so it stops.
+func (c *conn) answerEarly(st *stream, clientDone bool, httpStatus int, code codes.Code, msg string) {
+	st.ended = true
+	block := statusTrailers(nil, httpStatus, statusError{code, msg})
+	c.write(func() error {
+		if st.reset {
+			return nil
+		}
+		if err := c.writeBlockLocked(st.id, block, true); err != nil {
+			return err
+		}
+		if !clientDone {
+			return c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		}
+		return nil
+	})
+	st.releaseMsg()
+	c.removeStream(st)
+}
+
+// finish writes an answer: headers, the message (out, nil for a
+// trailers-only error answer) and the trailers block.
+func (c *conn) finish(st *stream, out, trailers []byte) {
+	done := true
+	c.write(func() error {
+		if st.reset {
+			return nil
+		}
+		if out == nil {
+			return c.writeBlockLocked(st.id, trailers, true)
+		}
+		st.out, st.trailers = out, trailers
+		var err error
+		done, err = c.pushLocked(st)
+		if !done {
+			// Wait for WINDOW_UPDATE with a copy: out goes back to the pool.
+			st.out = append([]byte(nil), st.out...)
+			c.blocked = append(c.blocked, st)
+		}
+		return err
+	})
+	if done {
+		c.removeStream(st)
+	}
+}
+
+// pushLocked writes as much of st's answer as the windows allow; done
+// reports that all of it, trailers included, is written.
+func (c *conn) pushLocked(st *stream) (done bool, err error) {
+	if !st.headersSent {
+		st.headersSent = true
+		c.answers.Add(1)
+		if err := c.writeBlockLocked(st.id, okHeaders, false); err != nil {
+			return true, err
+		}
+	}
+	for len(st.out) > 0 {
+		n := int64(len(st.out))
+		n = min(n, c.sendConn, c.peerInit+st.sendCredit-st.sendUsed, int64(c.maxFrame))
+		if n <= 0 {
+			return false, nil
+		}
+		if err := c.fr.WriteData(st.id, false, st.out[:n]); err != nil {
+			return true, err
+		}
+		c.sendConn -= n
+		st.sendUsed += n
+		st.out = st.out[n:]
+	}
+	return true, c.writeBlockLocked(st.id, st.trailers, true)
+}
+
+// pushBlockedLocked retries answers waiting for window, in order.
+func (c *conn) pushBlockedLocked() error {
+	if len(c.blocked) == 0 {
+		return nil
+	}
+	keep := c.blocked[:0]
+	var finished []*stream
+	var err error
+	for _, st := range c.blocked {
+		if st.reset {
+			continue
+		}
+		if err != nil {
+			keep = append(keep, st)
+			continue
+		}
+		var done bool
+		if done, err = c.pushLocked(st); done {
+			finished = append(finished, st)
+		} else {
+			keep = append(keep, st)
+		}
+	}
+	clear(c.blocked[len(keep):])
+	c.blocked = keep
+	if len(finished) > 0 {
+		// removeStream takes smu and may close: not under wmu.
+		go func() {
+			for _, st := range finished {
+				c.removeStream(st)
+			}
+		}()
+	}
+	return err
+}
+
+// writeBlockLocked writes a header block, split into CONTINUATION frames if
+// it is larger than the peer's frame size.
+func (c *conn) writeBlockLocked(id uint32, block []byte, endStream bool) error {
+	first := block
+	if len(first) > c.maxFrame {
+		first = block[:c.maxFrame]
+	}
+	rest := block[len(first):]
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: endStream, EndHeaders: len(rest) == 0}); err != nil {
+		return err
+	}
+	for len(rest) > 0 {
+		frag := rest
+		if len(frag) > c.maxFrame {
+			frag = rest[:c.maxFrame]
+		}
+		rest = rest[len(frag):]
+		if err := c.fr.WriteContinuation(id, len(rest) == 0, frag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resetStream cancels a call the client reset: its answer is not written.
+func (c *conn) resetStream(st *stream) {
+	st.cancel()
+	c.wmu.Lock()
+	st.reset = true
+	for i, b := range c.blocked {
+		if b == st {
+			c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+			break
+		}
+	}
+	c.wmu.Unlock()
+	if !st.ended {
+		// No handler owns it: free the slot now. A running handler frees it
+		// when it returns, so resets cannot pile up work.
+		st.ended = true
+		st.releaseMsg()
+		c.removeStream(st)
+	}
+}
+
+// bufPool holds request and answer buffers; the holders are pooled too so
+// that putting one back allocates nothing.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(p *[]byte) {
+	if cap(*p) > 64<<10 {
+		return // let large buffers go
+	}
+	*p = (*p)[:0]
+	bufPool.Put(p)
+}

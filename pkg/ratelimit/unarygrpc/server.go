@@ -1,0 +1,338 @@
+// Package unarygrpc serves unary gRPC methods over HTTP/2 with less work per
+// call than grpc-go's server transport.
+//
+// The rate limit service answers one unary method, ShouldRateLimit, tens of
+// thousands of times a second; in its CPU profile grpc-go's server transport
+// (per-stream contexts, metadata maps, the loopy writer's control queue,
+// stream bookkeeping for features a unary call never uses) was about half of
+// the service's CPU per decision. This package keeps what a unary call needs
+// and nothing else: x/net's HTTP/2 framer and HPACK decoder read the frames,
+// a call's request message is handed to its method's Handler on a reusable
+// worker goroutine, and the answer goes out as pre-encoded HEADERS, one DATA
+// frame and the trailers, coalesced with other answers into one write.
+//
+// What it implements: the HTTP/2 connection preface and SETTINGS exchange,
+// flow control in both directions (large static receive windows, the peer's
+// windows honoured on send, answers that do not fit wait for WINDOW_UPDATE),
+// PING, RST_STREAM (cancels the call's context), GOAWAY in both directions
+// (graceful stop and MaxConnectionAge), MAX_CONCURRENT_STREAMS (a stream
+// counts until its handler returns, so resetting streams cannot pile up
+// work: the HTTP/2 "rapid reset" attack), a header list size limit, a
+// control-frame rate limit, gRPC length-prefixed messages up to
+// MaxRecvMsgSize, grpc-status and percent-encoded grpc-message trailers, and
+// TLS (ALPN h2). What it does not: server or client streaming, compression
+// (a compressed request is refused with Unimplemented, as grpc-go does
+// without a registered decompressor), and the grpc-timeout deadline, which
+// is parsed and validated but not turned into a context deadline: the rate
+// limit engine bounds every call by its own store timeout, shorter than
+// Envoy Gateway's, and a client that gives up resets the stream, which
+// cancels the call.
+package unarygrpc
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// Handler answers one call. It appends the response message to dst and
+// returns the result, or returns an error; a google.golang.org/grpc/status
+// error keeps its code and message, any other error is sent as Unknown.
+// ctx is canceled when the client resets the stream or the connection
+// closes. req is only valid until Handler returns.
+type Handler func(ctx context.Context, req []byte, dst []byte) ([]byte, error)
+
+// Defaults for Options.
+const (
+	DefaultMaxRecvMsgSize       = 4 << 20 // grpc-go's default
+	DefaultMaxConcurrentStreams = 4096
+	DefaultMaxHeaderListSize    = 16 << 10
+	// DefaultControlFramesPerSecond bounds PING and SETTINGS frames a peer
+	// may send (each makes the server write an ACK).
+	DefaultControlFramesPerSecond = 100
+	// streamWindow and connWindow are the receive windows advertised: a
+	// request is a few hundred bytes, so WINDOW_UPDATEs are rare.
+	streamWindow = 1 << 20
+	connWindow   = 1 << 24
+	// handshakeTimeout bounds the TLS handshake and the client preface.
+	handshakeTimeout = 10 * time.Second
+	// writeTimeout bounds one flush to a peer that stopped reading.
+	writeTimeout = 10 * time.Second
+)
+
+// Options configure a Server. The zero value serves plaintext HTTP/2
+// (h2c with prior knowledge, as gRPC clients speak it) with the defaults.
+type Options struct {
+	// TLS, when non-nil, serves TLS with this config; "h2" is added to its
+	// NextProtos.
+	TLS *tls.Config
+	// MaxConnectionAge, when > 0, sends GOAWAY to a connection this old so
+	// clients spread over replicas; MaxConnectionAgeGrace later it is closed.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// MaxRecvMsgSize bounds a request message; larger ones are answered
+	// with ResourceExhausted. Default DefaultMaxRecvMsgSize.
+	MaxRecvMsgSize int
+	// MaxConcurrentStreams per connection, advertised in SETTINGS; a stream
+	// over it is refused (REFUSED_STREAM, safe for the client to retry).
+	// Default DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds a request's headers. Default DefaultMaxHeaderListSize.
+	MaxHeaderListSize uint32
+	// ControlFramesPerSecond bounds PING and SETTINGS frames per connection;
+	// a peer over it gets GOAWAY ENHANCE_YOUR_CALM. Default DefaultControlFramesPerSecond.
+	ControlFramesPerSecond int
+	// Workers > 0 keeps that many goroutines to run handlers on (no
+	// goroutine start and stack growth per call); a call that finds them
+	// all busy runs on a new goroutine. 0 starts a goroutine per call.
+	Workers int
+	Logger  *slog.Logger
+}
+
+// ErrServerStopped is returned by Serve after Stop or GracefulStop.
+var ErrServerStopped = errors.New("unarygrpc: server stopped")
+
+// Server serves registered methods. Create with New, register with Handle,
+// then Serve.
+type Server struct {
+	o       Options
+	log     *slog.Logger
+	methods map[string]Handler
+	work    chan *stream
+
+	mu       sync.Mutex
+	lis      map[net.Listener]struct{}
+	conns    map[*conn]struct{}
+	stopping bool
+	connWG   sync.WaitGroup
+	workers  sync.WaitGroup
+	quit     chan struct{}
+}
+
+// New returns a server with no methods.
+func New(o Options) *Server {
+	if o.MaxRecvMsgSize <= 0 {
+		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.MaxHeaderListSize == 0 {
+		o.MaxHeaderListSize = DefaultMaxHeaderListSize
+	}
+	if o.ControlFramesPerSecond <= 0 {
+		o.ControlFramesPerSecond = DefaultControlFramesPerSecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.TLS != nil {
+		o.TLS = withH2(o.TLS)
+		if get := o.TLS.GetConfigForClient; get != nil {
+			// Configs made per handshake (certificate rotation) need h2 too,
+			// or clients that enforce ALPN (grpc-go >= 1.67) refuse them.
+			o.TLS.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+				c, err := get(hi)
+				if c == nil || err != nil {
+					return c, err
+				}
+				return withH2(c), nil
+			}
+		}
+	}
+	s := &Server{
+		o:       o,
+		log:     o.Logger,
+		methods: map[string]Handler{},
+		lis:     map[net.Listener]struct{}{},
+		conns:   map[*conn]struct{}{},
+		quit:    make(chan struct{}),
+	}
+	if o.Workers > 0 {
+		s.work = make(chan *stream)
+		for i := 0; i < o.Workers; i++ {
+			s.workers.Add(1)
+			go s.worker()
+		}
+	}
+	return s
+}
+
+// withH2 returns a copy of c that offers ALPN "h2".
+func withH2(c *tls.Config) *tls.Config {
+	c = c.Clone()
+	if !contains(c.NextProtos, "h2") {
+		c.NextProtos = append([]string{"h2"}, c.NextProtos...)
+	}
+	return c
+}
+
+func contains(l []string, s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Handle registers h for the full method name "/package.Service/Method".
+// Call it before Serve.
+func (s *Server) Handle(fullMethod string, h Handler) {
+	s.methods[fullMethod] = h
+}
+
+func (s *Server) worker() {
+	defer s.workers.Done()
+	for {
+		select {
+		case st := <-s.work:
+			st.c.run(st)
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// dispatch runs a call on an idle worker, or on a new goroutine.
+func (s *Server) dispatch(st *stream) {
+	if s.work != nil {
+		select {
+		case s.work <- st:
+			return
+		default:
+		}
+	}
+	go st.c.run(st)
+}
+
+// Serve accepts connections on l until Stop or GracefulStop, then returns
+// ErrServerStopped; another accept error is returned as is.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerStopped
+	}
+	s.lis[l] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			stopping := s.stopping
+			s.mu.Unlock()
+			if stopping {
+				return ErrServerStopped
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: back off, as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerStopped
+		}
+		c := s.newConn(nc)
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) closeListeners() {
+	for l := range s.lis {
+		l.Close()
+	}
+	clear(s.lis)
+}
+
+// GracefulStop stops accepting, sends GOAWAY to every connection, waits for
+// the calls in flight to be answered, and closes the connections.
+func (s *Server) GracefulStop() {
+	s.mu.Lock()
+	s.stopping = true
+	s.closeListeners()
+	for c := range s.conns {
+		c.goAway(errCodeNo)
+	}
+	s.mu.Unlock()
+	s.connWG.Wait()
+	s.stopWorkers()
+}
+
+// Stop closes every listener and connection at once; calls in flight are
+// canceled.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	s.stopping = true
+	s.closeListeners()
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	s.connWG.Wait()
+	s.stopWorkers()
+}
+
+func (s *Server) stopWorkers() {
+	s.mu.Lock()
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
+	}
+	s.mu.Unlock()
+	s.workers.Wait()
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connWG.Done()
+}
+
+// handshake runs TLS (if configured) and reads the client preface.
+func (s *Server) handshake(nc net.Conn) (net.Conn, *bufio.Reader, error) {
+	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if s.o.TLS != nil {
+		tc := tls.Server(nc, s.o.TLS)
+		if err := tc.Handshake(); err != nil {
+			return nil, nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "h2" {
+			return nil, nil, fmt.Errorf("tls: client negotiated %q, not h2", p)
+		}
+		nc = tc
+	}
+	br := bufio.NewReaderSize(nc, 32<<10)
+	preface := make([]byte, len(clientPreface))
+	if _, err := io.ReadFull(br, preface); err != nil {
+		return nil, nil, fmt.Errorf("read client preface: %w", err)
+	}
+	if string(preface) != clientPreface {
+		return nil, nil, errors.New("not an HTTP/2 client preface (gRPC needs HTTP/2 with prior knowledge)")
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, br, nil
+}
+
+const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
