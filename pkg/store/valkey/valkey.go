@@ -1,7 +1,10 @@
 // Package valkey is the Valkey-backed store.Store: valkey-go, auto-pipelined,
-// one round trip per Charge (INCRBY + PEXPIREAT NX per charged counter, GET per
-// checked counter, all in one DoMulti), standalone, cluster or sentinel, with
-// TLS and ACL users.
+// one round trip per Charge (INCRBY per charged counter, GET per checked
+// counter, all in one DoMulti), standalone, cluster or sentinel, with TLS and
+// ACL users. The call that creates a counter (its INCRBY returned exactly its
+// own hits) sets the counter's absolute expiry (PEXPIREAT NX) in a second
+// round trip before it returns: once per counter and window, so a day's
+// counter charged all day costs one command per charge, not two.
 //
 // Deadlines. valkey-go queues each call in a per-connection ring (1024 slots by
 // default) and a call that finds the ring full waits for a free slot without
@@ -400,6 +403,7 @@ func (s *Store) Stats() Stats {
 type call struct {
 	counters []store.Counter
 	cmds     []valkey.Completed
+	created  []int // counters this call created: they need their expiry
 	totals   []uint64
 	err      error
 	applied  uint64       // hits Valkey confirmed
@@ -477,6 +481,7 @@ func (s *Store) release(c *call) {
 	clear(c.counters) // drop key references
 	c.counters = c.counters[:0]
 	c.cmds = c.cmds[:0]
+	c.created = c.created[:0]
 	s.calls.Put(c)
 }
 
@@ -486,9 +491,10 @@ func (s *Store) build(c *call) {
 			c.cmds = append(c.cmds, s.cmd.get(k.Key))
 			continue
 		}
-		c.cmds = append(c.cmds,
-			s.cmd.incrby(k.Key, k.Hits),
-			s.cmd.pexpireatNX(k.Key, s.msString(k.ExpireAt)))
+		// The expiry is set only by the call that creates the counter (see
+		// setExpiries): a day's counter is created once and charged many
+		// times, so this is one command per charge instead of two.
+		c.cmds = append(c.cmds, s.cmd.incrby(k.Key, k.Hits))
 		if k.Ledger.Key != "" {
 			// The shadow-week ledger: at most one extra command, same round trip.
 			c.cmds = append(c.cmds, s.cmd.hincrby(k.Ledger.Key, k.Ledger.Field, k.Hits))
@@ -538,9 +544,13 @@ func (s *Store) detached() context.Context {
 // run executes c on its own goroutine, holding a slot until valkey-go returns.
 func (s *Store) run(c *call) {
 	defer s.workers.Done()
-	res := s.client.DoMulti(s.detached(), c.cmds...)
-	<-s.sem
+	ctx := s.detached()
+	res := s.client.DoMulti(ctx, c.cmds...)
 	c.err = s.collect(c, res)
+	if len(c.created) > 0 {
+		c.err = cmp(c.err, s.setExpiries(ctx, c))
+	}
+	<-s.sem
 	if c.state.CompareAndSwap(running, finished) {
 		if c.err != nil {
 			s.appliedOnErr.Add(c.applied)
@@ -572,8 +582,8 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 			c.totals[i] = v
 			continue
 		}
-		incr, exp := res[j], res[j+1]
-		j += 2
+		incr := res[j]
+		j++
 		var ledgerErr error
 		if k.Ledger.Key != "" {
 			ledgerErr = res[j].Error()
@@ -594,14 +604,11 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		} else {
 			c.totals[i] = v
 			c.applied += k.Hits
-			if err := exp.Error(); err != nil {
-				// The add is applied but its expiry may not be: have the buffer
-				// set it (PEXPIREAT NX is idempotent), or the counter would live
-				// forever.
-				if s.buf != nil {
-					s.bufferAdd(target{key: k.Key}, 0, k.ExpireAt)
-				}
-				first = cmp(first, fmt.Errorf("set expiry of counter %d: %w", i, wrapErr(err)))
+			if v == k.Hits {
+				// INCRBY returned exactly this call's hits: the counter did
+				// not exist, this call created it (every other INCRBY of a
+				// counter returns more than its own hits, which are > 0).
+				c.created = append(c.created, i)
 			}
 		}
 		if ledgerErr != nil {
@@ -609,6 +616,31 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 			// charge, but what certainly was not applied is buffered (after
 			// the counter, as when a call is not sent at all).
 			s.ledgerFailed(ledgerTarget(k.Ledger), k.Hits, k.ExpireAt, ledgerErr)
+		}
+	}
+	return first
+}
+
+// setExpiries gives the counters c created their absolute expiry, in a
+// second round trip made only by the call that created them (once per
+// counter and window). Until it is answered the counter has no expiry; if it
+// fails, the outage buffer sets it (PEXPIREAT NX is idempotent), and the
+// call reports the error like any store error, as when both commands shared
+// a round trip.
+func (s *Store) setExpiries(ctx context.Context, c *call) error {
+	cmds := make([]valkey.Completed, len(c.created))
+	for n, i := range c.created {
+		k := c.counters[i]
+		cmds[n] = s.cmd.pexpireatNX(k.Key, s.msString(k.ExpireAt))
+	}
+	var first error
+	for n, r := range s.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			k := c.counters[c.created[n]]
+			if s.buf != nil {
+				s.bufferAdd(target{key: k.Key}, 0, k.ExpireAt)
+			}
+			first = cmp(first, fmt.Errorf("set expiry of counter %d: %w", c.created[n], wrapErr(err)))
 		}
 	}
 	return first

@@ -1,0 +1,153 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+	"github.com/budgetgen/budgetgen/pkg/store"
+)
+
+func calls(t *testing.T, addr, cmd string) int {
+	t.Helper()
+	out, err := valkeytest.Do(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, _ := strconv.Atoi(n)
+			return v
+		}
+	}
+	return 0
+}
+
+// TestExpirySetByTheCreatingCall: the charge that creates a counter sets its
+// absolute expiry before it returns; later charges of the counter send
+// INCRBY only; a counter lost by the server (and so recreated) gets its
+// expiry again.
+func TestExpirySetByTheCreatingCall(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
+	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	charge := func(hits uint64, keys ...string) []uint64 {
+		t.Helper()
+		cs := make([]store.Counter, len(keys))
+		for i, k := range keys {
+			cs[i] = store.Counter{Key: k, Hits: hits, ExpireAt: exp}
+		}
+		totals := make([]uint64, len(keys))
+		if err := s.Charge(context.Background(), cs, totals); err != nil {
+			t.Fatal(err)
+		}
+		return totals
+	}
+	wantExpiry := func(k string) {
+		t.Helper()
+		if out, _ := srv.Do("PEXPIRETIME", k); out != strconv.FormatInt(exp.UnixMilli(), 10) {
+			t.Fatalf("PEXPIRETIME %s = %s, want %d", k, out, exp.UnixMilli())
+		}
+	}
+	charge(3, "a", "b")
+	wantExpiry("a")
+	wantExpiry("b")
+	p0, i0 := calls(t, srv.Addr, "pexpireat"), calls(t, srv.Addr, "incrby")
+	for i := 0; i < 20; i++ {
+		charge(5, "a", "b")
+	}
+	if p, i := calls(t, srv.Addr, "pexpireat")-p0, calls(t, srv.Addr, "incrby")-i0; p != 0 || i != 40 {
+		t.Fatalf("20 charges of 2 existing counters sent %d PEXPIREAT and %d INCRBY, want 0 and 40", p, i)
+	}
+	// Concurrent first charges: exactly one of them created the counter
+	// and sets its expiry.
+	p1 := calls(t, srv.Addr, "pexpireat")
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Charge(context.Background(), []store.Counter{{Key: "c", Hits: 2, ExpireAt: exp}}, make([]uint64, 1)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got, _ := srv.Do("GET", "c"); got != "40" {
+		t.Fatalf("c = %s, want 40", got)
+	}
+	if p := calls(t, srv.Addr, "pexpireat") - p1; p != 1 {
+		t.Fatalf("20 concurrent first charges sent %d PEXPIREAT, want 1", p)
+	}
+	wantExpiry("c")
+	// The server loses a counter (restart without persistence, failover):
+	// the next charge recreates it and sets its expiry again.
+	if _, err := srv.Do("DEL", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := charge(7, "a", "b"); got[0] != 7 || got[1] != 3+20*5+7 {
+		t.Fatalf("totals %v", got)
+	}
+	wantExpiry("a")
+}
+
+// failingExpiry passes commands to a real client but fails PEXPIREAT calls
+// while fail is set, as a connection that breaks between the two round trips.
+type failingExpiry struct {
+	valkey.Client
+	fail atomic.Bool
+}
+
+func (f *failingExpiry) DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+	if len(multi) > 0 && f.fail.Load() {
+		if cmd := multi[0].Commands(); len(cmd) > 0 && cmd[0] == "PEXPIREAT" {
+			return errResults(len(multi), &setupError{err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}})
+		}
+	}
+	return f.Client.DoMulti(ctx, multi...)
+}
+
+func TestExpiryFailureIsBufferedAndReported(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &failingExpiry{Client: vc}
+	fc.fail.Store(true)
+	logger, _ := testLogger(t)
+	s, err := NewWithClient(fc, Options{Addresses: []string{srv.Addr}, Logger: logger, ReplayInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	err = s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 4, ExpireAt: exp}}, make([]uint64, 1))
+	if err == nil || !strings.Contains(err.Error(), "set expiry of counter 0") {
+		t.Fatalf("err = %v, want the expiry failure reported", err)
+	}
+	if got, _ := srv.Do("GET", "k"); got != "4" {
+		t.Fatalf("k = %s, want 4 (the INCRBY was applied)", got)
+	}
+	if st := s.Stats(); st.BufferKeys != 1 || st.Buffered != 0 || st.Lost != 0 {
+		t.Fatalf("stats %+v: want the expiry, and no hits, in the buffer", st)
+	}
+	fc.fail.Store(false)
+	waitDrained(t, s, 3*time.Second)
+	if out, _ := srv.Do("PEXPIRETIME", "k"); out != strconv.FormatInt(exp.UnixMilli(), 10) {
+		t.Fatalf("PEXPIRETIME k = %s after the replay, want %d", out, exp.UnixMilli())
+	}
+	if got, _ := srv.Do("GET", "k"); got != "4" {
+		t.Fatalf("k = %s after the replay, want 4 (counted once)", got)
+	}
+}
