@@ -59,13 +59,27 @@ type conn struct {
 
 	// Read side, serve's goroutine only.
 	br          *bufio.Reader
-	recvConn    int64 // what the peer may still send on the connection
-	recvUnacked int64 // consumed, not yet returned by WINDOW_UPDATE
 	ctlStart    time.Time
 	ctlCount    int
 	answersSeen uint64
 
 	answers atomic.Uint64 // answers written; control frames after one are not abuse
+
+	// Receive flow control. Connection window is returned when request
+	// bytes are released (the call is answered, refused or reset), not when
+	// they arrive: a peer can have at most connWindow bytes of requests held
+	// by the server at a time.
+	recvConn atomic.Int64 // what the peer may still send on the connection
+	unacked  atomic.Int64 // released, not yet returned by WINDOW_UPDATE
+	// writing is the size of the write the flusher is making; with pending
+	// it bounds what is queued for a peer that does not read (backpressure
+	// on the read loop, see readLoop).
+	writing int
+	drained *sync.Cond // on wmu: the flusher wrote, or the connection died
+	// tableSized: the first header block has set the peer's HPACK dynamic
+	// table size to 0 (answers never use the table, so any
+	// SETTINGS_HEADER_TABLE_SIZE the peer sends is respected).
+	tableSized bool
 }
 
 // stream is one call. It is its handler's context.
@@ -78,6 +92,7 @@ type stream struct {
 	msg     []byte  // the request body as received (gRPC length-prefixed)
 	req     []byte  // the message inside msg
 	ended   bool    // END_STREAM received (read side only)
+	held    int64   // DATA bytes (padding included) not yet released to the connection window
 	recvWin int64   // read side only
 	done    chan struct{}
 	once    sync.Once
@@ -107,7 +122,7 @@ func (st *stream) Err() error {
 func (st *stream) cancel() { st.once.Do(func() { close(st.done) }) }
 
 func (s *Server) newConn(nc net.Conn) *conn {
-	return &conn{
+	c := &conn{
 		s:        s,
 		raw:      nc,
 		kick:     make(chan struct{}, 1),
@@ -116,7 +131,28 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		sendConn: 65535,
 		peerInit: 65535,
 		maxFrame: defaultFrameSize,
-		recvConn: connWindow,
+	}
+	c.recvConn.Store(connWindow)
+	c.drained = sync.NewCond(&c.wmu)
+	return c
+}
+
+// maxQueued bounds the answers and control frames queued for one peer
+// before the read loop stops reading from it.
+const maxQueued = 1 << 20
+
+// releaseConn returns n bytes of connection window once they are no longer
+// held, in WINDOW_UPDATEs of at least a quarter window.
+func (c *conn) releaseConn(n int64) {
+	if n <= 0 {
+		return
+	}
+	if c.unacked.Add(n) < connWindow/4 {
+		return
+	}
+	if inc := c.unacked.Swap(0); inc > 0 {
+		c.recvConn.Add(inc)
+		c.write(func() error { return c.fr.WriteWindowUpdate(0, uint32(inc)) })
 	}
 }
 
@@ -195,15 +231,21 @@ func (c *conn) flusher() {
 		c.wmu.Lock()
 		buf := c.pending
 		c.pending, c.scheduled = spare[:0], false
+		c.writing = len(buf)
 		closeNow := c.closeWhenFlushed
 		dead := c.dead
 		c.wmu.Unlock()
 		if len(buf) > 0 && !dead {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if _, err := c.nc.Write(buf); err != nil {
-				c.wmu.Lock()
+			_, err := c.nc.Write(buf)
+			c.wmu.Lock()
+			c.writing = 0
+			if err != nil {
 				c.failLocked(err)
-				c.wmu.Unlock()
+			}
+			c.drained.Broadcast()
+			c.wmu.Unlock()
+			if err != nil {
 				return
 			}
 		}
@@ -227,6 +269,7 @@ func (c *conn) close() {
 		c.raw.Close()
 		c.wmu.Lock()
 		c.dead = true
+		c.drained.Broadcast()
 		c.wmu.Unlock()
 		c.smu.Lock()
 		for _, st := range c.streams {
@@ -310,15 +353,19 @@ func (c *conn) goAway(code http2.ErrCode) {
 	}
 	c.goneAway = true
 	last, idle := c.lastStream, len(c.streams) == 0
-	c.smu.Unlock()
 	c.wmu.Lock()
 	ready := c.fr != nil
 	c.wmu.Unlock()
 	if !ready {
+		c.smu.Unlock()
 		c.close() // still in the handshake
 		return
 	}
+	// Queued while smu is held, so the last stream's removal (which may
+	// close the connection after a flush) cannot come first. smu is never
+	// taken under wmu, so this order is safe.
 	c.write(func() error { return c.fr.WriteGoAway(last, code, nil) })
+	c.smu.Unlock()
 	if idle || code != errCodeNo {
 		c.closeAfterFlush()
 	}
@@ -338,6 +385,14 @@ func (e errConn) Error() string { return fmt.Sprintf("http2 %v: %s", e.code, e.w
 
 func (c *conn) readLoop() error {
 	for {
+		c.wmu.Lock()
+		for len(c.pending)+c.writing > maxQueued && !c.dead {
+			// The peer is not reading what it asked for: stop reading
+			// from it until the flusher gets through (or the write
+			// deadline kills the connection).
+			c.drained.Wait()
+		}
+		c.wmu.Unlock()
 		if c.br.Buffered() == 0 {
 			// Before blocking in read: let the calls just dispatched run
 			// first, so more requests arrive per read.
@@ -363,6 +418,9 @@ func (c *conn) readLoop() error {
 			if errors.As(err, &ce) {
 				c.goAway(http2.ErrCode(ce))
 				return err
+			}
+			if errors.Is(err, http2.ErrFrameTooLarge) {
+				c.goAway(http2.ErrCodeFrameSize)
 			}
 			return err
 		}
@@ -457,6 +515,10 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	})
 	c.wmu.Unlock()
 	if bad != nil {
+		var ce http2.ConnectionError
+		if errors.As(bad, &ce) {
+			return errConn{http2.ErrCode(ce), bad.Error()} // FLOW_CONTROL_ERROR for a window over 2^31-1
+		}
 		return errConn{http2.ErrCodeProtocol, bad.Error()}
 	}
 	c.write(func() error {
@@ -472,21 +534,32 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	var st *stream
 	if f.StreamID != 0 {
 		if st = c.lookup(f.StreamID); st == nil {
+			c.smu.Lock()
+			idle := f.StreamID > c.lastStream
+			c.smu.Unlock()
+			if idle {
+				return errConn{http2.ErrCodeProtocol, fmt.Sprintf("WINDOW_UPDATE on idle stream %d", f.StreamID)}
+			}
 			return nil // a stream already answered
 		}
 	}
-	var overflow bool
+	var overflow, streamOverflow bool
 	c.write(func() error {
 		if st == nil {
 			c.sendConn += int64(f.Increment)
 			overflow = c.sendConn > maxWindow
 		} else {
 			st.sendCredit += int64(f.Increment)
+			streamOverflow = c.peerInit+st.sendCredit-st.sendUsed > maxWindow
 		}
 		return c.pushBlockedLocked()
 	})
 	if overflow {
 		return errConn{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+	}
+	if streamOverflow {
+		c.resetStream(st)
+		c.rst(st.id, http2.ErrCodeFlowControl)
 	}
 	return nil
 }
@@ -596,18 +669,14 @@ func quote(s string) string {
 
 func (c *conn) onData(f *http2.DataFrame) error {
 	n := int64(f.Length)
-	c.recvConn -= n
-	if c.recvConn < 0 {
+	if c.recvConn.Add(-n) < 0 {
 		return errConn{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
-	}
-	c.recvUnacked += n
-	if c.recvUnacked >= connWindow/4 {
-		inc := c.recvUnacked
-		c.recvUnacked, c.recvConn = 0, c.recvConn+inc
-		c.write(func() error { return c.fr.WriteWindowUpdate(0, uint32(inc)) })
 	}
 	id := f.StreamID
 	st := c.lookup(id)
+	if st == nil || st.ended {
+		c.releaseConn(n) // nothing keeps these bytes
+	}
 	if st == nil {
 		c.smu.Lock()
 		idle := id > c.lastStream
@@ -618,9 +687,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return nil // a stream answered early or reset: ignore its rest
 	}
 	if st.ended {
+		// DATA after END_STREAM: the stream is closed for good, so its
+		// answer must not be sent after this RST_STREAM either.
+		c.resetStream(st)
 		c.rst(id, http2.ErrCodeStreamClosed)
 		return nil
 	}
+	st.held += n
 	if st.recvWin -= n; st.recvWin < 0 {
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeFlowControl)
@@ -705,6 +778,9 @@ func (st *stream) releaseMsg() {
 		putBuf(st.msgBuf)
 	}
 	st.msgBuf, st.msg, st.req = nil, nil, nil
+	held := st.held
+	st.held = 0
+	st.c.releaseConn(held)
 }
 
 // answerEarly answers before (or instead of) calling a handler: a
@@ -791,6 +867,7 @@ func (c *conn) pushBlockedLocked() error {
 	var err error
 	for _, st := range c.blocked {
 		if st.reset {
+			finished = append(finished, st) // removal is idempotent
 			continue
 		}
 		if err != nil {
@@ -820,6 +897,10 @@ func (c *conn) pushBlockedLocked() error {
 // writeBlockLocked writes a header block, split into CONTINUATION frames if
 // it is larger than the peer's frame size.
 func (c *conn) writeBlockLocked(id uint32, block []byte, endStream bool) error {
+	if !c.tableSized {
+		c.tableSized = true
+		block = append([]byte{0x20}, block...) // dynamic table size update: 0
+	}
 	first := block
 	if len(first) > c.maxFrame {
 		first = block[:c.maxFrame]
@@ -846,13 +927,21 @@ func (c *conn) resetStream(st *stream) {
 	st.cancel()
 	c.wmu.Lock()
 	st.reset = true
+	wasBlocked := false
 	for i, b := range c.blocked {
 		if b == st {
 			c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+			wasBlocked = true
 			break
 		}
 	}
 	c.wmu.Unlock()
+	if wasBlocked {
+		// Its handler is done (finish left it waiting for window): nobody
+		// else frees its slot.
+		c.removeStream(st)
+		return
+	}
 	if !st.ended {
 		// No handler owns it: free the slot now. A running handler frees it
 		// when it returns, so resets cannot pile up work.

@@ -52,7 +52,7 @@ type Handler func(ctx context.Context, req []byte, dst []byte) ([]byte, error)
 // Defaults for Options.
 const (
 	DefaultMaxRecvMsgSize       = 4 << 20 // grpc-go's default
-	DefaultMaxConcurrentStreams = 4096
+	DefaultMaxConcurrentStreams = 1024
 	DefaultMaxHeaderListSize    = 16 << 10
 	// DefaultControlFramesPerSecond bounds PING and SETTINGS frames a peer
 	// may send (each makes the server write an ACK).
