@@ -202,9 +202,9 @@ func TestSimulatedWeek(t *testing.T) {
 
 	// At most one extra command per charge: ten charges of fresh principals
 	// (below the cap, so none is answered from the local cache) cost ten
-	// INCRBY, ten HINCRBY and, as each creates its counter, ten PEXPIREAT NX;
-	// ten more charges of the same principals cost ten INCRBY and ten
-	// HINCRBY, nothing else.
+	// INCRBY, ten HINCRBY and, as each is its counter's first, ten
+	// PEXPIREAT NX; ten more charges of the same principals cost ten INCRBY
+	// and ten HINCRBY, nothing else.
 	checkCommandsPerCharge(t, srv.Addr, eng, routeLimits, clock, dayStart(0).Add(10*time.Hour))
 
 	exp := expected{usage: map[string]map[string]map[int]uint64{}, would429: map[string]uint64{}, crossing: map[string]int{}}

@@ -33,11 +33,10 @@ func calls(t *testing.T, addr, cmd string) int {
 	return 0
 }
 
-// TestExpirySetByTheCreatingCall: the charge that creates a counter sets its
-// absolute expiry before it returns; later charges of the counter send
-// INCRBY only; a counter lost by the server (and so recreated) gets its
-// expiry again.
-func TestExpirySetByTheCreatingCall(t *testing.T) {
+// TestExpiryKnownAfterFirstCharge: the first charge of a counter sends
+// INCRBY + PEXPIREAT NX in one round trip; later charges send INCRBY only; a
+// counter lost by the server (and so recreated) gets its expiry again.
+func TestExpiryKnownAfterFirstCharge(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -59,9 +58,13 @@ func TestExpirySetByTheCreatingCall(t *testing.T) {
 			t.Fatalf("PEXPIRETIME %s = %s, want %d", k, out, exp.UnixMilli())
 		}
 	}
+	p0 := calls(t, srv.Addr, "pexpireat")
 	charge(3, "a", "b")
 	wantExpiry("a")
 	wantExpiry("b")
+	if p := calls(t, srv.Addr, "pexpireat") - p0; p != 2 {
+		t.Fatalf("first charges of 2 counters sent %d PEXPIREAT, want 2", p)
+	}
 	p0, i0 := calls(t, srv.Addr, "pexpireat"), calls(t, srv.Addr, "incrby")
 	for i := 0; i < 20; i++ {
 		charge(5, "a", "b")
@@ -69,8 +72,8 @@ func TestExpirySetByTheCreatingCall(t *testing.T) {
 	if p, i := calls(t, srv.Addr, "pexpireat")-p0, calls(t, srv.Addr, "incrby")-i0; p != 0 || i != 40 {
 		t.Fatalf("20 charges of 2 existing counters sent %d PEXPIREAT and %d INCRBY, want 0 and 40", p, i)
 	}
-	// Concurrent first charges: exactly one of them created the counter
-	// and sets its expiry.
+	// Concurrent first charges: each may send PEXPIREAT NX (the first wins),
+	// the counter is exact and has its expiry.
 	p1 := calls(t, srv.Addr, "pexpireat")
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
@@ -86,35 +89,84 @@ func TestExpirySetByTheCreatingCall(t *testing.T) {
 	if got, _ := srv.Do("GET", "c"); got != "40" {
 		t.Fatalf("c = %s, want 40", got)
 	}
-	if p := calls(t, srv.Addr, "pexpireat") - p1; p != 1 {
-		t.Fatalf("20 concurrent first charges sent %d PEXPIREAT, want 1", p)
+	if p := calls(t, srv.Addr, "pexpireat") - p1; p < 1 || p > 20 {
+		t.Fatalf("20 concurrent first charges sent %d PEXPIREAT, want 1-20", p)
 	}
 	wantExpiry("c")
 	// The server loses a counter (restart without persistence, failover):
-	// the next charge recreates it and sets its expiry again.
+	// the next charge recreates it and sets its expiry again, in a second
+	// round trip.
 	if _, err := srv.Do("DEL", "a"); err != nil {
 		t.Fatal(err)
 	}
+	p2 := calls(t, srv.Addr, "pexpireat")
 	if got := charge(7, "a", "b"); got[0] != 7 || got[1] != 3+20*5+7 {
 		t.Fatalf("totals %v", got)
 	}
 	wantExpiry("a")
+	if p := calls(t, srv.Addr, "pexpireat") - p2; p != 1 {
+		t.Fatalf("recreating one counter sent %d PEXPIREAT, want 1", p)
+	}
 }
 
-// failingExpiry passes commands to a real client but fails PEXPIREAT calls
-// while fail is set, as a connection that breaks between the two round trips.
+// TestExpiryCacheBounded: past its bound the cache forgets (ended windows
+// first), and a forgotten counter just gets PEXPIREAT NX again.
+func TestExpiryCacheBounded(t *testing.T) {
+	c := newExpiryCache(32) // 2 per shard
+	for i := 0; i < 1000; i++ {
+		c.add("k"+strconv.Itoa(i), 2000, 1000)
+	}
+	if n := c.len(); n > 32 {
+		t.Fatalf("%d entries, bound 32", n)
+	}
+	c.add("old", 500, 1000) // already ended
+	if !c.has("old", 500) || c.has("old", 600) {
+		t.Fatal("has must match key and expiry")
+	}
+	var nilCache *expiryCache
+	nilCache.add("x", 1, 0)
+	if nilCache.has("x", 1) {
+		t.Fatal("a disabled cache knows nothing")
+	}
+	// Disabled in the store: every charge sends PEXPIREAT NX.
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}, KnownExpiries: -1})
+	p0 := calls(t, srv.Addr, "pexpireat")
+	for i := 0; i < 3; i++ {
+		if err := s.Charge(context.Background(), []store.Counter{{Key: "d", Hits: 1, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := calls(t, srv.Addr, "pexpireat") - p0; p != 3 {
+		t.Fatalf("%d PEXPIREAT with the cache off, want 3", p)
+	}
+}
+
+// failingExpiry passes commands to a real client but, while fail is set,
+// does not send PEXPIREAT commands and answers them with a connection error.
 type failingExpiry struct {
 	valkey.Client
 	fail atomic.Bool
 }
 
 func (f *failingExpiry) DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
-	if len(multi) > 0 && f.fail.Load() {
-		if cmd := multi[0].Commands(); len(cmd) > 0 && cmd[0] == "PEXPIREAT" {
-			return errResults(len(multi), &setupError{err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}})
+	if !f.fail.Load() {
+		return f.Client.DoMulti(ctx, multi...)
+	}
+	var keep []valkey.Completed
+	var idx []int
+	for i := range multi {
+		if cmd := multi[i].Commands(); len(cmd) == 0 || cmd[0] != "PEXPIREAT" {
+			keep, idx = append(keep, multi[i]), append(idx, i)
 		}
 	}
-	return f.Client.DoMulti(ctx, multi...)
+	out := errResults(len(multi), &setupError{err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}})
+	if len(keep) > 0 {
+		for n, r := range f.Client.DoMulti(ctx, keep...) {
+			out[idx[n]] = r
+		}
+	}
+	return out
 }
 
 func TestExpiryFailureIsBufferedAndReported(t *testing.T) {
@@ -149,5 +201,22 @@ func TestExpiryFailureIsBufferedAndReported(t *testing.T) {
 	}
 	if got, _ := srv.Do("GET", "k"); got != "4" {
 		t.Fatalf("k = %s after the replay, want 4 (counted once)", got)
+	}
+	// The same for the second round trip of a counter Valkey lost.
+	if _, err := srv.Do("DEL", "k"); err != nil {
+		t.Fatal(err)
+	}
+	fc.fail.Store(true)
+	err = s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 2, ExpireAt: exp}}, make([]uint64, 1))
+	if err == nil || !strings.Contains(err.Error(), "set expiry of counter 0") {
+		t.Fatalf("recreated counter: err = %v, want the expiry failure reported", err)
+	}
+	if out, _ := srv.Do("PEXPIRETIME", "k"); out != "-1" {
+		t.Fatalf("PEXPIRETIME k = %s before the replay, want -1 (no expiry yet)", out)
+	}
+	fc.fail.Store(false)
+	waitDrained(t, s, 3*time.Second)
+	if out, _ := srv.Do("PEXPIRETIME", "k"); out != strconv.FormatInt(exp.UnixMilli(), 10) {
+		t.Fatalf("PEXPIRETIME k = %s after the replay, want %d", out, exp.UnixMilli())
 	}
 }

@@ -1,10 +1,9 @@
 // Package valkey is the Valkey-backed store.Store: valkey-go, auto-pipelined,
-// one round trip per Charge (INCRBY per charged counter, GET per checked
-// counter, all in one DoMulti), standalone, cluster or sentinel, with TLS and
-// ACL users. The call that creates a counter (its INCRBY returned exactly its
-// own hits) sets the counter's absolute expiry (PEXPIREAT NX) in a second
-// round trip before it returns: once per counter and window, so a day's
-// counter charged all day costs one command per charge, not two.
+// one round trip per Charge (INCRBY per charged counter, with PEXPIREAT NX
+// unless the counter's expiry is known to be set (expiryCache), and GET per
+// checked counter, all in one DoMulti), standalone, cluster or sentinel, with
+// TLS and ACL users. A day's counter charged all day thus costs one command
+// per charge, not two.
 //
 // Deadlines. valkey-go queues each call in a per-connection ring (1024 slots by
 // default) and a call that finds the ring full waits for a free slot without
@@ -79,6 +78,9 @@ const (
 	// DefaultBufferMaxKeys bounds the outage buffer (entries, each summed: a
 	// counter key or a ledger hash field).
 	DefaultBufferMaxKeys = 100_000
+	// DefaultKnownExpiries bounds the counters remembered as having their
+	// expiry set (about 100-150 bytes each).
+	DefaultKnownExpiries = 200_000
 	// DefaultReplayInterval is how often the outage buffer tries to replay.
 	DefaultReplayInterval = 100 * time.Millisecond
 	// DefaultSentinelRefresh is how often the sentinel topology is reconciled
@@ -135,6 +137,10 @@ type Options struct {
 	// ReplayInterval is how often buffered charges are retried. Default
 	// DefaultReplayInterval.
 	ReplayInterval time.Duration
+	// KnownExpiries bounds the counters remembered as having their expiry
+	// set, whose charges then skip PEXPIREAT NX. Default
+	// DefaultKnownExpiries; negative sends PEXPIREAT NX with every charge.
+	KnownExpiries int
 	// SentinelRefresh reconciles the sentinel topology periodically.
 	// Default DefaultSentinelRefresh.
 	SentinelRefresh time.Duration
@@ -183,6 +189,7 @@ type Store struct {
 	client      Client
 	b           valkey.Builder
 	cmd         commands
+	known       *expiryCache // nil when disabled
 	sem         chan struct{}
 	detach      time.Duration
 	connWrite   time.Duration
@@ -325,6 +332,9 @@ func defaults(o *Options) error {
 	if o.BufferMaxKeys == 0 {
 		o.BufferMaxKeys = DefaultBufferMaxKeys
 	}
+	if o.KnownExpiries == 0 {
+		o.KnownExpiries = DefaultKnownExpiries
+	}
 	if o.ReplayInterval <= 0 {
 		o.ReplayInterval = DefaultReplayInterval
 	}
@@ -363,6 +373,9 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 	}
 	if opts.BufferMaxKeys > 0 {
 		s.buf = newBuffer(opts.BufferMaxKeys)
+	}
+	if opts.KnownExpiries > 0 {
+		s.known = newExpiryCache(opts.KnownExpiries)
 	}
 	s.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	if s.buf != nil {
@@ -403,7 +416,8 @@ func (s *Store) Stats() Stats {
 type call struct {
 	counters []store.Counter
 	cmds     []valkey.Completed
-	created  []int // counters this call created: they need their expiry
+	withExp  []bool // per counter: PEXPIREAT NX sent with its INCRBY
+	created  []int  // counters recreated without an expiry: they need it
 	totals   []uint64
 	err      error
 	applied  uint64       // hits Valkey confirmed
@@ -481,6 +495,7 @@ func (s *Store) release(c *call) {
 	clear(c.counters) // drop key references
 	c.counters = c.counters[:0]
 	c.cmds = c.cmds[:0]
+	c.withExp = c.withExp[:0]
 	c.created = c.created[:0]
 	s.calls.Put(c)
 }
@@ -489,12 +504,15 @@ func (s *Store) build(c *call) {
 	for _, k := range c.counters {
 		if k.Hits == 0 {
 			c.cmds = append(c.cmds, s.cmd.get(k.Key))
+			c.withExp = append(c.withExp, false)
 			continue
 		}
-		// The expiry is set only by the call that creates the counter (see
-		// setExpiries): a day's counter is created once and charged many
-		// times, so this is one command per charge instead of two.
 		c.cmds = append(c.cmds, s.cmd.incrby(k.Key, k.Hits))
+		withExp := !s.known.has(k.Key, k.ExpireAt.UnixMilli())
+		if withExp {
+			c.cmds = append(c.cmds, s.cmd.pexpireatNX(k.Key, s.msString(k.ExpireAt)))
+		}
+		c.withExp = append(c.withExp, withExp)
 		if k.Ledger.Key != "" {
 			// The shadow-week ledger: at most one extra command, same round trip.
 			c.cmds = append(c.cmds, s.cmd.hincrby(k.Ledger.Key, k.Ledger.Field, k.Hits))
@@ -584,6 +602,11 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		}
 		incr := res[j]
 		j++
+		var exp valkey.ValkeyResult
+		if c.withExp[i] {
+			exp = res[j]
+			j++
+		}
 		var ledgerErr error
 		if k.Ledger.Key != "" {
 			ledgerErr = res[j].Error()
@@ -604,10 +627,24 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		} else {
 			c.totals[i] = v
 			c.applied += k.Hits
-			if v == k.Hits {
-				// INCRBY returned exactly this call's hits: the counter did
-				// not exist, this call created it (every other INCRBY of a
-				// counter returns more than its own hits, which are > 0).
+			switch {
+			case c.withExp[i]:
+				if err := exp.Error(); err != nil {
+					// The add is applied but its expiry may not be: have the
+					// buffer set it (PEXPIREAT NX is idempotent), or the
+					// counter would live forever.
+					if s.buf != nil {
+						s.bufferAdd(target{key: k.Key}, 0, k.ExpireAt)
+					}
+					first = cmp(first, fmt.Errorf("set expiry of counter %d: %w", i, wrapErr(err)))
+				} else {
+					s.known.add(k.Key, k.ExpireAt.UnixMilli(), s.now().UnixMilli())
+				}
+			case v == k.Hits:
+				// Known to have its expiry, yet INCRBY returned exactly this
+				// call's hits: Valkey lost the counter and this call created
+				// it anew, without an expiry (every other INCRBY returns more
+				// than its own hits, which are > 0).
 				c.created = append(c.created, i)
 			}
 		}
@@ -621,12 +658,10 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 	return first
 }
 
-// setExpiries gives the counters c created their absolute expiry, in a
-// second round trip made only by the call that created them (once per
-// counter and window). Until it is answered the counter has no expiry; if it
-// fails, the outage buffer sets it (PEXPIREAT NX is idempotent), and the
-// call reports the error like any store error, as when both commands shared
-// a round trip.
+// setExpiries gives the counters c recreated (Valkey lost them while this
+// store knew their expiry) their absolute expiry, in a second round trip
+// before the call returns. If it fails, the outage buffer sets it (PEXPIREAT
+// NX is idempotent), and the call reports the error like any store error.
 func (s *Store) setExpiries(ctx context.Context, c *call) error {
 	cmds := make([]valkey.Completed, len(c.created))
 	for n, i := range c.created {
