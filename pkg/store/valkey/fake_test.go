@@ -122,22 +122,25 @@ func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
 	if m := f.maxInFlight.Load(); m != 64 {
 		t.Fatalf("client saw %d concurrent calls, want exactly MaxInFlight 64", m)
 	}
+	// On a loaded machine (CI under -race) a caller may reach Charge after
+	// its deadline: it is refused on entry and charges nothing (Canceled).
 	st := s.Stats()
-	if st.NoSlot != callers-64 || st.Buffered != callers-64 || st.InFlight != 64 {
+	charged := callers - st.Canceled
+	if st.NoSlot+st.Canceled != callers-64 || st.Buffered != st.NoSlot || st.InFlight != 64 {
 		t.Fatalf("stats while stalled = %+v", st)
 	}
 	close(release) // the stalled calls now fail with a refused dial: buffered too
 	waitUntil(t, time.Second, func() bool { return s.Stats().InFlight == 0 })
 	st = s.Stats()
-	if st.Buffered != callers || st.BufferKeys != 1 || st.Ambiguous != 0 || st.Lost != 0 {
-		t.Fatalf("stats after release = %+v", st)
+	if st.Buffered != charged || st.BufferKeys != 1 || st.Ambiguous != 0 || st.Lost != 0 {
+		t.Fatalf("stats after release = %+v (%d callers charged)", st, charged)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// Closing with charges still buffered (the fake never answers PING)
 	// counts them as lost.
-	if st := s.Stats(); st.Lost != callers || !f.closed.Load() {
+	if st := s.Stats(); st.Lost != charged || !f.closed.Load() {
 		t.Fatalf("after Close: %+v, client closed %v", st, f.closed.Load())
 	}
 }
