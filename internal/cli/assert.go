@@ -123,7 +123,11 @@ func inputError(err error) error {
 }
 
 func runAssert(ctx context.Context, e *env, o *assertOptions) error {
-	objs, err := manifest.ReadPaths(ctx, o.Paths, e.stdin, manifest.Options{MaxFileBytes: o.MaxFileSize})
+	objs, err := manifest.ReadPaths(ctx, o.Paths, e.stdin, manifest.Options{MaxFileBytes: o.MaxFileSize,
+		// A GitOps tree holds CI configs and Helm values next to manifests.
+		SkipForeign: func(file string) {
+			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", file)
+		}})
 	if err != nil {
 		return inputError(fmt.Errorf("read input: %w", err))
 	}

@@ -100,6 +100,25 @@ func TestAssertExitCodes(t *testing.T) {
 	}
 }
 
+// TestAssertWholeRepoSkipsForeignYAML: asserting a whole GitOps checkout
+// (CI configs and pre-commit hooks next to manifests) reads the manifests,
+// names the skipped files on stderr, and passes; naming such a file
+// directly is still an input error.
+func TestAssertWholeRepoSkipsForeignYAML(t *testing.T) {
+	repo := "../../examples/gitops"
+	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", repo+"/budgets/budgets.yaml", repo)
+	if code != 0 || !strings.Contains(out, "ok: 0 errors") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "skipped "+repo+"/.pre-commit-config.yaml: no Kubernetes object") {
+		t.Fatalf("skipped file not reported:\n%s", errOut)
+	}
+	code, _, errOut = runAssertCLI(t, "", "assert", repo+"/.pre-commit-config.yaml")
+	if code != 2 || !strings.Contains(errOut, "not a Kubernetes object") {
+		t.Fatalf("named foreign file: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
 func TestAssertOutputFormats(t *testing.T) {
 	for format, want := range map[string]string{
 		"json":   `"rule": "BG009"`,

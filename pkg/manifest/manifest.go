@@ -50,6 +50,13 @@ type Options struct {
 	MaxNodes int
 	// MaxDepth limits nesting. Default DefaultMaxDepth.
 	MaxDepth int
+	// SkipForeign, when set, makes ReadPaths skip a file found by walking a
+	// directory when none of its documents is a Kubernetes object (no
+	// apiVersion and kind: CI configuration, Helm values, pre-commit
+	// hooks), and pass its name here instead of failing. A file named
+	// directly, or one that mixes objects with other documents, still fails
+	// with ErrNotAnObject.
+	SkipForeign func(file string)
 }
 
 func (o Options) withDefaults() Options {

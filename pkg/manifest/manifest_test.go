@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -259,5 +260,52 @@ func TestReadPathsBoundsTotalSize(t *testing.T) {
 	_, err = ReadPaths(context.Background(), []string{dir}, nil, Options{MaxTotalBytes: int64(4*len(doc) + 10)})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "f4.yaml") || !strings.Contains(err.Error(), "inputs together exceed") {
 		t.Errorf("over the total: %v", err)
+	}
+}
+
+func TestSkipForeignFilesInWalks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("app/policy.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")
+	values := write("app/values.yaml", "replicaCount: 2\nimage: {tag: v1}\n")
+	write(".pre-commit-config.yaml", "repos:\n  - repo: local\n    hooks: []\n")
+	write("list.yml", "- a\n- b\n---\n# only a comment\n")
+	var skipped []string
+	opts := Options{SkipForeign: func(f string) { skipped = append(skipped, f) }}
+	objs, err := ReadPaths(context.Background(), []string{dir}, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0].Kind != "ConfigMap" {
+		t.Fatalf("objects %v", objs)
+	}
+	want := []string{filepath.Join(dir, ".pre-commit-config.yaml"), values, filepath.Join(dir, "list.yml")}
+	sort.Strings(want)
+	sort.Strings(skipped)
+	if strings.Join(skipped, ",") != strings.Join(want, ",") {
+		t.Fatalf("skipped %v, want %v", skipped, want)
+	}
+	// Without SkipForeign, or for a file named directly, it is an error.
+	if _, err := ReadPaths(context.Background(), []string{dir}, nil, Options{}); !errors.Is(err, ErrNotAnObject) {
+		t.Fatalf("no SkipForeign: err = %v", err)
+	}
+	if _, err := ReadPaths(context.Background(), []string{values}, nil, opts); !errors.Is(err, ErrNotAnObject) {
+		t.Fatalf("named file: err = %v", err)
+	}
+	// A file mixing an object with another document is a mistake, not a
+	// foreign file.
+	write("app/mixed.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n---\nreplicaCount: 2\n")
+	if _, err := ReadPaths(context.Background(), []string{dir}, nil, opts); !errors.Is(err, ErrNotAnObject) || !strings.Contains(err.Error(), "mixed.yaml:5") {
+		t.Fatalf("mixed file: err = %v", err)
 	}
 }

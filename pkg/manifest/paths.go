@@ -1,7 +1,9 @@
 package manifest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -9,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Stdin is the path that means "read standard input".
@@ -29,10 +33,28 @@ func IsManifestFile(path string) bool {
 // "-" kept for stdin. The result keeps argument order, each directory's
 // files sorted, so runs are reproducible.
 func Files(paths []string) ([]string, error) {
-	var out []string
+	in, err := inputs(paths)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(in))
+	for i, f := range in {
+		out[i] = f.path
+	}
+	return out, nil
+}
+
+// input is one file to read; walked is true for files found in a directory.
+type input struct {
+	path   string
+	walked bool
+}
+
+func inputs(paths []string) ([]input, error) {
+	var out []input
 	for _, p := range paths {
 		if p == Stdin {
-			out = append(out, p)
+			out = append(out, input{path: p})
 			continue
 		}
 		st, err := os.Stat(p)
@@ -40,7 +62,7 @@ func Files(paths []string) ([]string, error) {
 			return nil, &Error{File: p, Err: pathErr(err)}
 		}
 		if !st.IsDir() {
-			out = append(out, p)
+			out = append(out, input{path: p})
 			continue
 		}
 		var found []string
@@ -63,7 +85,9 @@ func Files(paths []string) ([]string, error) {
 			return nil, err
 		}
 		sort.Strings(found)
-		out = append(out, found...)
+		for _, f := range found {
+			out = append(out, input{path: f, walked: true})
+		}
 	}
 	return out, nil
 }
@@ -79,7 +103,7 @@ func pathErr(err error) error {
 // A file larger than the limit is refused from its size, before reading.
 func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Options) ([]*Object, error) {
 	opts = opts.withDefaults()
-	files, err := Files(paths)
+	files, err := inputs(paths)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +113,7 @@ func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Option
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		got, n, err := readOne(f, stdin, opts, left)
+		got, n, err := readOne(f.path, stdin, opts, left, f.walked)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +125,7 @@ func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Option
 
 // readOne reads one input of at most min(MaxFileBytes, left) bytes and
 // returns its objects and size.
-func readOne(path string, stdin io.Reader, opts Options, left int64) ([]*Object, int64, error) {
+func readOne(path string, stdin io.Reader, opts Options, left int64, walked bool) ([]*Object, int64, error) {
 	limit := min(opts.MaxFileBytes, left)
 	tooLarge := func(name string, size int64) error {
 		if left < opts.MaxFileBytes && size > left {
@@ -144,5 +168,29 @@ func readOne(path string, stdin io.Reader, opts Options, left int64) ([]*Object,
 		return nil, 0, tooLarge(name, int64(len(data)))
 	}
 	objs, err := Parse(name, data, opts)
+	if err != nil && walked && opts.SkipForeign != nil && errors.Is(err, ErrNotAnObject) && foreign(data) {
+		opts.SkipForeign(name)
+		return nil, int64(len(data)), nil
+	}
 	return objs, int64(len(data)), err
+}
+
+// foreign reports whether no document of data is a Kubernetes object (a
+// mapping with apiVersion and kind). It is only asked about data that Parse
+// read without a YAML or size error.
+func foreign(data []byte) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			return errors.Is(err, io.EOF)
+		}
+		if len(n.Content) == 0 {
+			continue
+		}
+		root := Resolve(n.Content[0])
+		if root.Kind == yaml.MappingNode && Str(Get(root, "apiVersion")) != "" && Str(Get(root, "kind")) != "" {
+			return false
+		}
+	}
 }
