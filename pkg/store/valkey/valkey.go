@@ -78,6 +78,9 @@ const (
 	// DefaultBufferMaxKeys bounds the outage buffer (entries, each summed: a
 	// counter key or a ledger hash field).
 	DefaultBufferMaxKeys = 100_000
+	// DefaultStallAfter: with no answer from Valkey for this long since a
+	// call was sent, new charges are not sent (see Options.StallAfter).
+	DefaultStallAfter = 100 * time.Millisecond
 	// DefaultKnownExpiries bounds the counters remembered as having their
 	// expiry set (about 100-150 bytes each).
 	DefaultKnownExpiries = 200_000
@@ -141,6 +144,16 @@ type Options struct {
 	// set, whose charges then skip PEXPIREAT NX. Default
 	// DefaultKnownExpiries; negative sends PEXPIREAT NX with every charge.
 	KnownExpiries int
+	// StallAfter: when Valkey has answered nothing for this long since a
+	// call was sent to it (a stalled server: SIGSTOP, a long fork, a network
+	// partition that drops without resetting; or a server that is down),
+	// new charges are not handed to valkey-go but buffered at once, as
+	// certainly not applied, and the call fails with store.ErrUnavailable.
+	// Sent into a stalled connection they would be ambiguous (maybe applied
+	// when the server resumes, never re-sent) and, with the ring full, late.
+	// One call per StallAfter goes through as a probe; its answer ends the
+	// stall. Default DefaultStallAfter; negative disables.
+	StallAfter time.Duration
 	// SentinelRefresh reconciles the sentinel topology periodically.
 	// Default DefaultSentinelRefresh.
 	SentinelRefresh time.Duration
@@ -163,7 +176,8 @@ type Client interface {
 type Stats struct {
 	InFlight  int64  // calls holding a slot now
 	Canceled  uint64 // hits of calls whose context was done on entry: not charged
-	NoSlot    uint64 // calls that got no slot before their deadline
+	NoSlot    uint64 // calls not sent: no slot before their deadline, or Valkey stalled (Stalled)
+	Stalled   uint64 // calls not sent because Valkey had answered nothing for StallAfter
 	Buffered  uint64 // hits put in the outage buffer
 	Replayed  uint64 // buffered hits applied to Valkey
 	Lost      uint64 // hits dropped because the buffer was full or disabled
@@ -186,17 +200,24 @@ type Stats struct {
 
 // Store is the Valkey store.Store. Safe for concurrent use.
 type Store struct {
-	client      Client
-	b           valkey.Builder
-	cmd         commands
-	known       *expiryCache // nil when disabled
-	sem         chan struct{}
-	detach      time.Duration
-	connWrite   time.Duration
-	buf         *buffer
-	log         *slog.Logger
-	now         func() time.Time
-	replayEvery time.Duration
+	client     Client
+	b          valkey.Builder
+	cmd        commands
+	known      *expiryCache // nil when disabled
+	stallAfter time.Duration
+
+	// Stall detection (Unix ns): when the first call sent since Valkey's
+	// last answer was sent (0: none, or answered since), and when the last
+	// probe was let through a stall.
+	unansweredSince, lastProbe atomic.Int64
+	stallRefused               atomic.Uint64
+	sem                        chan struct{}
+	detach                     time.Duration
+	connWrite                  time.Duration
+	buf                        *buffer
+	log                        *slog.Logger
+	now                        func() time.Time
+	replayEvery                time.Duration
 
 	calls sync.Pool
 	ts    atomic.Pointer[tsString]
@@ -335,6 +356,9 @@ func defaults(o *Options) error {
 	if o.KnownExpiries == 0 {
 		o.KnownExpiries = DefaultKnownExpiries
 	}
+	if o.StallAfter == 0 {
+		o.StallAfter = DefaultStallAfter
+	}
 	if o.ReplayInterval <= 0 {
 		o.ReplayInterval = DefaultReplayInterval
 	}
@@ -369,6 +393,7 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 		log:         opts.Logger,
 		now:         opts.Now,
 		replayEvery: opts.ReplayInterval,
+		stallAfter:  opts.StallAfter,
 		stop:        make(chan struct{}),
 	}
 	if opts.BufferMaxKeys > 0 {
@@ -391,6 +416,7 @@ func (s *Store) Stats() Stats {
 		InFlight:  int64(len(s.sem)),
 		Canceled:  s.canceled.Load(),
 		NoSlot:    s.noSlot.Load(),
+		Stalled:   s.stallRefused.Load(),
 		Buffered:  s.buffered.Load(),
 		Replayed:  s.replayed.Load(),
 		Lost:      s.lost.Load(),
@@ -448,6 +474,12 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	}
 	if len(counters) == 0 {
 		return nil
+	}
+	if since, stalled := s.stalled(); stalled {
+		s.noSlot.Add(1)
+		s.stallRefused.Add(1)
+		s.notSent(counters)
+		return fmt.Errorf("%w: valkey has answered nothing for %v: not sent", store.ErrUnavailable, since.Round(time.Millisecond))
 	}
 	select {
 	case s.sem <- struct{}{}:
@@ -563,7 +595,13 @@ func (s *Store) detached() context.Context {
 func (s *Store) run(c *call) {
 	defer s.workers.Done()
 	ctx := s.detached()
+	if s.unansweredSince.Load() == 0 {
+		s.unansweredSince.CompareAndSwap(0, time.Now().UnixNano())
+	}
 	res := s.client.DoMulti(ctx, c.cmds...)
+	if answered(res) {
+		s.unansweredSince.Store(0)
+	}
 	c.err = s.collect(c, res)
 	if len(c.created) > 0 {
 		c.err = cmp(c.err, s.setExpiries(ctx, c))
@@ -656,6 +694,42 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		}
 	}
 	return first
+}
+
+// answered reports whether Valkey answered any command of a call: a value
+// or an error reply. Calls failed by the client (a torn-down connection, a
+// timeout, a refused dial) do not count: one connection of a stalled server
+// being torn down must not let new charges into the others.
+func answered(res []valkey.ValkeyResult) bool {
+	for _, r := range res {
+		err := r.Error()
+		if err == nil || valkey.IsValkeyNil(err) {
+			return true
+		}
+		if _, ok := valkey.IsValkeyErr(err); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// stalled reports whether Valkey has answered nothing for StallAfter since
+// a call was sent to it, and for how long. One call per StallAfter is let
+// through a stall as a probe: its answer ends the stall.
+func (s *Store) stalled() (time.Duration, bool) {
+	u := s.unansweredSince.Load()
+	if s.stallAfter <= 0 || u == 0 {
+		return 0, false
+	}
+	now := time.Now().UnixNano()
+	since := time.Duration(now - u)
+	if since <= s.stallAfter {
+		return since, false
+	}
+	if last := s.lastProbe.Load(); now-last >= int64(s.stallAfter) && s.lastProbe.CompareAndSwap(last, now) {
+		return since, false // the probe
+	}
+	return since, true
 }
 
 // setExpiries gives the counters c recreated (Valkey lost them while this
