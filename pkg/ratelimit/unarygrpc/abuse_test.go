@@ -3,6 +3,7 @@ package unarygrpc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 )
 
 func maxPending(s *Server) int {
@@ -72,28 +74,22 @@ func TestQueueBoundedWhenPeerDoesNotRead(t *testing.T) {
 	}
 }
 
-// Connection window is returned when request bytes are released, not when
-// they arrive, so requests held by the server (here: incomplete bodies) are
-// bounded by the connection window, not by MaxConcurrentStreams x
-// MaxRecvMsgSize.
-func TestHeldRequestBytesBoundedByConnWindow(t *testing.T) {
-	ts := serve(t, Options{}, map[string]Handler{"/t.S/Echo": echo})
+// TestHeldRequestBytesBounded: the request bytes a connection's streams hold
+// are bounded by MaxHeldBytes; a stream that would go over it is answered
+// with ResourceExhausted (and its bytes dropped), not left to grow.
+func TestHeldRequestBytesBounded(t *testing.T) {
+	const maxHeld = 10 << 20
+	ts := serve(t, Options{MaxHeldBytes: maxHeld}, map[string]Handler{"/t.S/Echo": echo})
 	r := dialRaw(t, ts.addr)
-	const streams = 6
-	const per = 4<<20 - 64 // under MaxRecvMsgSize
+	// Read the server's frames, keeping track of window and refusals.
 	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	connWin := int64(65535)
+	connWin, initWin := int64(65535), int64(65535)
 	win := map[uint32]int64{}
-	initWin := int64(65535)
+	refused := map[uint32]bool{}
 	go func() {
 		for {
 			f, err := r.fr.ReadFrame()
 			if err != nil {
-				mu.Lock()
-				connWin = -1 << 40
-				cond.Broadcast()
-				mu.Unlock()
 				return
 			}
 			mu.Lock()
@@ -111,50 +107,85 @@ func TestHeldRequestBytesBoundedByConnWindow(t *testing.T) {
 				} else {
 					win[f.StreamID] += int64(f.Increment)
 				}
+			case *http2.MetaHeadersFrame:
+				if headerValue(f, "grpc-status") == "8" {
+					refused[f.StreamID] = true
+				}
 			}
-			cond.Broadcast()
 			mu.Unlock()
 		}
 	}()
-	var sent int64
+	const streams, per = 6, 4<<20 - 64
 	chunk := make([]byte, 16384)
+	sent := map[uint32]int{}
 	for s := uint32(0); s < streams; s++ {
 		id := 2*s + 1
 		mu.Lock()
 		win[id] = initWin
 		mu.Unlock()
 		r.headers(id, "/t.S/Echo", "application/grpc", false)
-		hdr := make([]byte, 5)
-		binary.BigEndian.PutUint32(hdr[1:], per)
-		copy(chunk, hdr)
-		left := per + 5
-		for left > 0 {
+		binary.BigEndian.PutUint32(chunk[1:5], per)
+		for left := per + 5; left > 0; {
 			n := min(left, len(chunk))
+			deadline := time.Now().Add(5 * time.Second)
 			mu.Lock()
-			deadline := time.Now().Add(3 * time.Second)
-			for (connWin < int64(n) || win[id] < int64(n)) && time.Now().Before(deadline) {
+			for (connWin < int64(n) || win[id] < int64(n)) && !refused[id] && time.Now().Before(deadline) {
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				mu.Lock()
 			}
-			if connWin < int64(n) || win[id] < int64(n) {
-				mu.Unlock()
-				t.Logf("flow control stopped the client after %d bytes", sent)
-				return
+			stop := refused[id] || connWin < int64(n) || win[id] < int64(n)
+			if !stop {
+				connWin -= int64(n)
+				win[id] -= int64(n)
 			}
-			connWin -= int64(n)
-			win[id] -= int64(n)
 			mu.Unlock()
+			if stop {
+				break // refused (or out of window: checked below)
+			}
 			if err := r.fr.WriteData(id, false, chunk[:n]); err != nil {
 				t.Fatal(err)
 			}
-			copy(chunk, make([]byte, 5))
+			chunk[0], chunk[1], chunk[2], chunk[3], chunk[4] = 0, 0, 0, 0, 0
 			left -= n
-			sent += int64(n)
+			sent[id] += n
 		}
 	}
-	t.Logf("sent %d MB of request bodies (no END_STREAM, nothing consumed) within flow control", sent>>20)
-	if sent > connWindow {
-		t.Errorf("server granted %d MB on one connection with no request consumed (conn window %d MB): receive flow control does not bound buffered memory", sent>>20, connWindow>>20)
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	var held int
+	for id, n := range sent {
+		if !refused[id] {
+			held += n
+		}
 	}
+	t.Logf("sent %v; refused %v; held by unrefused streams %d bytes", sent, refused, held)
+	if len(refused) < 3 || held > maxHeld {
+		t.Fatalf("%d streams refused, %d bytes held: want at least 3 refused and at most %d held", len(refused), held, maxHeld)
+	}
+}
+
+// TestConcurrentLargeRequests: concurrent requests whose bodies together
+// exceed the connection window all complete (a server that returned window
+// only for complete requests would deadlock here).
+func TestConcurrentLargeRequests(t *testing.T) {
+	ts := serve(t, Options{}, map[string]Handler{"/t.S/Len": func(_ context.Context, req, dst []byte) ([]byte, error) {
+		return binary.BigEndian.AppendUint32(dst, uint32(len(req))), nil
+	}})
+	cc := dial(t, ts.addr, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ { // 8 x 3.9 MB = 31 MB on one connection, window 16 MiB
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := call(ctx, cc, "/t.S/Len", make([]byte, 3_900_000))
+			if err != nil || len(out) != 4 || binary.BigEndian.Uint32(out) != 3_900_000 {
+				t.Errorf("large request: %v %v", out, err)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -65,12 +65,13 @@ type conn struct {
 
 	answers atomic.Uint64 // answers written; control frames after one are not abuse
 
-	// Receive flow control. Connection window is returned when request
-	// bytes are released (the call is answered, refused or reset), not when
-	// they arrive: a peer can have at most connWindow bytes of requests held
-	// by the server at a time.
+	// Receive flow control. Connection window is returned as DATA arrives
+	// (holding it until a request is complete deadlocks a connection whose
+	// concurrent large requests together exceed the window); what the
+	// server holds is bounded by held instead (Options.MaxHeldBytes).
 	recvConn atomic.Int64 // what the peer may still send on the connection
-	unacked  atomic.Int64 // released, not yet returned by WINDOW_UPDATE
+	unacked  atomic.Int64 // received, not yet returned by WINDOW_UPDATE
+	held     atomic.Int64 // request bytes held by this connection's streams
 	// writing is the size of the write the flusher is making; with pending
 	// it bounds what is queued for a peer that does not read (backpressure
 	// on the read loop, see readLoop).
@@ -92,7 +93,7 @@ type stream struct {
 	msg     []byte  // the request body as received (gRPC length-prefixed)
 	req     []byte  // the message inside msg
 	ended   bool    // END_STREAM received (read side only)
-	held    int64   // DATA bytes (padding included) not yet released to the connection window
+	held    int64   // DATA bytes (padding included) counted in c.held
 	recvWin int64   // read side only
 	done    chan struct{}
 	once    sync.Once
@@ -141,8 +142,8 @@ func (s *Server) newConn(nc net.Conn) *conn {
 // before the read loop stops reading from it.
 const maxQueued = 1 << 20
 
-// releaseConn returns n bytes of connection window once they are no longer
-// held, in WINDOW_UPDATEs of at least a quarter window.
+// releaseConn returns n bytes of connection window, in WINDOW_UPDATEs of at
+// least a quarter window.
 func (c *conn) releaseConn(n int64) {
 	if n <= 0 {
 		return
@@ -672,11 +673,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if c.recvConn.Add(-n) < 0 {
 		return errConn{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
 	}
+	c.releaseConn(n)
 	id := f.StreamID
 	st := c.lookup(id)
-	if st == nil || st.ended {
-		c.releaseConn(n) // nothing keeps these bytes
-	}
 	if st == nil {
 		c.smu.Lock()
 		idle := id > c.lastStream
@@ -693,7 +692,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.rst(id, http2.ErrCodeStreamClosed)
 		return nil
 	}
+	if c.held.Load()+n > c.s.o.MaxHeldBytes {
+		c.answerEarly(st, f.StreamEnded(), 200, codes.ResourceExhausted,
+			fmt.Sprintf("the connection's requests in progress exceed %d bytes", c.s.o.MaxHeldBytes))
+		return nil
+	}
 	st.held += n
+	c.held.Add(n)
 	if st.recvWin -= n; st.recvWin < 0 {
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeFlowControl)
@@ -778,9 +783,8 @@ func (st *stream) releaseMsg() {
 		putBuf(st.msgBuf)
 	}
 	st.msgBuf, st.msg, st.req = nil, nil, nil
-	held := st.held
+	st.c.held.Add(-st.held)
 	st.held = 0
-	st.c.releaseConn(held)
 }
 
 // answerEarly answers before (or instead of) calling a handler: a

@@ -54,6 +54,9 @@ const (
 	DefaultMaxRecvMsgSize       = 4 << 20 // grpc-go's default
 	DefaultMaxConcurrentStreams = 1024
 	DefaultMaxHeaderListSize    = 16 << 10
+	// DefaultMaxHeldBytes bounds the request bytes one connection's streams
+	// hold at once (bodies being received and requests being handled).
+	DefaultMaxHeldBytes = 64 << 20
 	// DefaultControlFramesPerSecond bounds PING and SETTINGS frames a peer
 	// may send (each makes the server write an ACK).
 	DefaultControlFramesPerSecond = 100
@@ -85,6 +88,10 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	// MaxHeaderListSize bounds a request's headers. Default DefaultMaxHeaderListSize.
 	MaxHeaderListSize uint32
+	// MaxHeldBytes bounds the request bytes one connection's streams hold at
+	// once; a stream whose DATA would go over it is answered with
+	// ResourceExhausted. Default DefaultMaxHeldBytes.
+	MaxHeldBytes int64
 	// ControlFramesPerSecond bounds PING and SETTINGS frames per connection;
 	// a peer over it gets GOAWAY ENHANCE_YOUR_CALM. Default DefaultControlFramesPerSecond.
 	ControlFramesPerSecond int
@@ -125,6 +132,9 @@ func New(o Options) *Server {
 	}
 	if o.MaxHeaderListSize == 0 {
 		o.MaxHeaderListSize = DefaultMaxHeaderListSize
+	}
+	if o.MaxHeldBytes <= 0 {
+		o.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	if o.ControlFramesPerSecond <= 0 {
 		o.ControlFramesPerSecond = DefaultControlFramesPerSecond
