@@ -66,6 +66,11 @@ func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
 // WriteFile writes data to path atomically: path holds either its old content
 // or all of data, never a mix.
 func WriteFile(path string, data []byte, opts Options) error {
+	// Write through a symbolic link to its target: a linked file (a spec
+	// shared between repositories, say) stays a link.
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	}
 	dir := filepath.Dir(path)
 	tmp, err := writeTemp(dir, data, opts.perm())
 	if err != nil {

@@ -106,3 +106,28 @@ func TestWriteDirAllOrNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteFileThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.yaml")
+	if err := os.WriteFile(target, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink("real.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(link, []byte("new"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("link replaced by a file: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "new" {
+		t.Fatalf("target = %q", b)
+	}
+	// NoOverwrite sees through the link too: the target exists.
+	if err := WriteFile(link, []byte("x"), Options{NoOverwrite: true}); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("NoOverwrite through a link: %v", err)
+	}
+}

@@ -12,12 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/budgetgen/budgetgen/pkg/atomicfile"
 	"github.com/budgetgen/budgetgen/pkg/report"
 )
 
@@ -336,39 +336,13 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 }
 
 // WriteFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, keeping path's permissions: a failure leaves the old
-// file untouched and never a partial one.
+// directory and a rename (pkg/atomicfile), keeping path's permissions and,
+// when path is a symbolic link, the link: a failure leaves the old file
+// untouched and never a partial one, and the directory is synced.
 func WriteFileAtomic(path string, data []byte) error {
-	perm := os.FileMode(0o644)
+	perm := atomicfile.DefaultPerm
 	if st, err := os.Stat(path); err == nil {
 		perm = st.Mode().Perm()
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, data, atomicfile.Options{Perm: perm})
 }

@@ -271,6 +271,34 @@ func TestWriteFileAtomicKeepsMode(t *testing.T) {
 	}
 }
 
+// TestWriteFileAtomicKeepsSymlink: a spec that is a symbolic link stays one;
+// its target gets the new content.
+func TestWriteFileAtomicKeepsSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "shared", "budgets.yaml")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "budgets.yaml")
+	if err := os.Symlink(filepath.Join("shared", "budgets.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(link, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v %v", fi.Mode(), err)
+	}
+	b, _ := os.ReadFile(target)
+	st, _ := os.Stat(target)
+	if string(b) != "new" || st.Mode().Perm() != 0o640 {
+		t.Fatalf("target content %q mode %v", b, st.Mode())
+	}
+}
+
 func FuzzPromoteNeverCorrupts(f *testing.F) {
 	b, err := os.ReadFile("testdata/flow.yaml")
 	if err != nil {
