@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 // reportOptions are the flags of budgetgen report.
 type reportOptions struct {
 	valkeyAddrs  []string
+	service      string
 	username     string
 	tls          bool
 	prefix       string
@@ -42,7 +44,7 @@ const passwordEnv = "BUDGETGEN_VALKEY_PASSWORD"
 func newReportCmd(e *env) *cobra.Command {
 	o := &reportOptions{}
 	cmd := &cobra.Command{
-		Use:   "report --valkey ADDR [--spec FILE] [--days 7] [--format text|json|markdown|html]",
+		Use:   "report (--valkey ADDR | --service URL) [--spec FILE] [--days 7] [--format text|json|markdown|html]",
 		Short: "Report a week of shadow measurements from the rate limit service's ledger",
 		Long: `report reads the ledger the rate limit service keeps in Valkey (per token rule,
 per UTC day, each principal's usage; per rule and day the would-be and real
@@ -55,10 +57,13 @@ named by budget (the spec is rendered to number its rules as the deployed
 policies do); without it, each rule is reported on its own. Works against a
 standalone Valkey or a cluster (give any node; several with commas). The
 password, if any, is read from $` + passwordEnv + `.
+A service running on its embedded store (no Valkey) keeps the ledger in its
+own memory: read it with --service and the service's debug port URL.
 The JSON output is the evidence budgetgen promote --evidence reads.`,
 		Example: `  budgetgen report --valkey 127.0.0.1:6379 --spec budgets.yaml
   budgetgen report --valkey valkey-0:6379,valkey-1:6379 --spec budgets.yaml --format html > week.html
-  budgetgen report --valkey 127.0.0.1:6379 --spec budgets.yaml --format json --budget per-run > evidence.json`,
+  budgetgen report --valkey 127.0.0.1:6379 --spec budgets.yaml --format json --budget per-run > evidence.json
+  budgetgen report --service http://127.0.0.1:6070 --spec budgets.yaml   # embedded store`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runReport(cmd.Context(), e, o)
@@ -66,6 +71,7 @@ The JSON output is the evidence budgetgen promote --evidence reads.`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&o.valkeyAddrs, "valkey", nil, "Valkey address host:port (any cluster node; comma-separated seeds allowed)")
+	f.StringVar(&o.service, "service", "", "instead of --valkey: the debug port URL of a rate limit service on its embedded store, e.g. http://127.0.0.1:6070")
 	f.StringVar(&o.username, "valkey-username", "", "Valkey ACL user (password from $"+passwordEnv+")")
 	f.BoolVar(&o.tls, "valkey-tls", false, "connect to Valkey with TLS (system roots)")
 	f.StringVar(&o.prefix, "prefix", "", "key prefix the service uses (its CACHE_KEY_PREFIX)")
@@ -83,8 +89,13 @@ The JSON output is the evidence budgetgen promote --evidence reads.`,
 }
 
 func (o *reportOptions) validate() error {
-	if len(o.valkeyAddrs) == 0 {
-		return usageError("--valkey ADDR is required (the Valkey the rate limit service writes its ledger to)")
+	switch {
+	case len(o.valkeyAddrs) == 0 && o.service == "":
+		return usageError("--valkey ADDR is required (the Valkey the rate limit service writes its ledger to), or --service URL for a service on its embedded store")
+	case len(o.valkeyAddrs) > 0 && o.service != "":
+		return usageError("--valkey and --service: give one (where the service keeps its ledger)")
+	case o.service != "" && !strings.HasPrefix(o.service, "http://") && !strings.HasPrefix(o.service, "https://"):
+		return usageError("--service %q: want an http:// or https:// URL (the service's debug port)", o.service)
 	}
 	if _, err := report.WriterFor(o.format); err != nil {
 		return usageError("--format: %v", err)
@@ -129,6 +140,46 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	var (
+		rd    ledger.Reader
+		where string
+	)
+	if o.service != "" {
+		rd = &ledger.HTTPReader{Base: o.service, Client: &http.Client{Timeout: o.timeout}, MaxPrincipals: o.maxPrincipal}
+		where = "the service at " + o.service
+	} else {
+		lv, closeClient, err := o.openValkey()
+		if err != nil {
+			return failure(err)
+		}
+		defer closeClient()
+		rd, where = lv, fmt.Sprintf("this Valkey (prefix %q)", o.prefix)
+	}
+	data, err := ledger.ReadAll(ctx, rd, report.Window(now, o.days))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return failure(fmt.Errorf("reading the ledger took longer than --timeout %s: %w", o.timeout, err))
+		}
+		return failure(fmt.Errorf("read ledger: %w", err))
+	}
+	r, err := report.Build(data, m, report.Options{Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets})
+	if err != nil {
+		return failure(err)
+	}
+	if len(data) == 0 {
+		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, where)
+	}
+	if o.format != report.FormatText {
+		for _, w := range r.Warnings {
+			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", w)
+		}
+	}
+	w, _ := report.WriterFor(o.format)
+	return w(e.stdout, r)
+}
+
+// openValkey connects to the Valkey the service writes its ledger to.
+func (o *reportOptions) openValkey() (*ledger.Valkey, func(), error) {
 	opt := valkey.ClientOption{
 		InitAddress:      o.valkeyAddrs,
 		Username:         o.username,
@@ -142,30 +193,9 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	client, err := valkey.NewClient(opt)
 	if err != nil {
-		return failure(fmt.Errorf("valkey %s unreachable: %w (check --valkey; the report needs the Valkey the rate limit service writes to)", strings.Join(o.valkeyAddrs, ","), err))
+		return nil, nil, fmt.Errorf("valkey %s unreachable: %w (check --valkey; the report needs the Valkey the rate limit service writes to)", strings.Join(o.valkeyAddrs, ","), err)
 	}
-	defer client.Close()
 	lv := ledger.NewValkey(client, o.prefix)
 	lv.MaxPrincipals = o.maxPrincipal
-	data, err := ledger.ReadAll(ctx, lv, report.Window(now, o.days))
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return failure(fmt.Errorf("reading the ledger took longer than --timeout %s: %w", o.timeout, err))
-		}
-		return failure(fmt.Errorf("read ledger: %w", err))
-	}
-	r, err := report.Build(data, m, report.Options{Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets})
-	if err != nil {
-		return failure(err)
-	}
-	if len(data) == 0 {
-		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s (prefix %q): is the rate limit service writing to this Valkey?\n", r.From, r.To, o.prefix)
-	}
-	if o.format != report.FormatText {
-		for _, w := range r.Warnings {
-			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", w)
-		}
-	}
-	w, _ := report.WriterFor(o.format)
-	return w(e.stdout, r)
+	return lv, client.Close, nil
 }

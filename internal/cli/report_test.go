@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +141,63 @@ func TestReportCLICluster(t *testing.T) {
 	}
 	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key"] != 9000 {
 		t.Fatalf("totals %v", got)
+	}
+}
+
+// TestReportCLIFromService: the embedded store's ledger read from a
+// service's debug port (ledger.Handler, as the service mounts it) gives the
+// report the Valkey ledger would.
+func TestReportCLIFromService(t *testing.T) {
+	day0 := ledger.DayOf(time.Now()) - 3
+	now := (day0 + 3).Start().Add(9 * time.Hour)
+	clock := func() time.Time { return now }
+	mem := ledger.NewMemory("", clock)
+	rec, _ := ledger.NewRecorder(ledger.Options{}, mem, clock)
+	d := "ai-gateway/ai-budgets-agent-router"
+	perRun := ledger.RuleID{Domain: d, Rule: d + "/rule/0"}
+	for i := 0; i < 3; i++ {
+		at := (day0 + ledger.Day(i)).Start().Add(time.Hour)
+		for p := 0; p < 3; p++ {
+			u := rec.Usage(perRun, fmt.Sprintf("run-%d", p), at, uint64(1_000_000*(p+1)))
+			mem.HIncrBy(u.Key, u.Field, u.Tokens)
+		}
+		u := rec.Usage(perRun, "runaway", at, 9_000_000)
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+		rec.Denied(perRun, at, true)
+	}
+	if err := rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ledger/", ledger.Handler(mem))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	spec := copyExample(t)
+	code, stdout, stderr := runCLI(t, "report", "--service", srv.URL, "--spec", spec, "--format", "json", "--budget", "per-run", "--now", now.Format(time.RFC3339))
+	if code != ExitOK {
+		t.Fatalf("code %d: %s", code, stderr)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Budgets) != 1 || r.Budgets[0].DaysCovered != 3 || r.Budgets[0].Summary.PrincipalDays != 12 ||
+		r.Budgets[0].Summary.OverCap != 3 || r.Budgets[0].Summary.Would429 != 3 {
+		t.Fatalf("report %+v", r.Budgets)
+	}
+	// Usage errors and a service that serves no ledger.
+	for _, args := range [][]string{
+		{"report", "--service", srv.URL, "--valkey", "127.0.0.1:1"},
+		{"report", "--service", "127.0.0.1:6070"},
+	} {
+		if code, _, _ := runCLI(t, args...); code != ExitUsage {
+			t.Errorf("%v: code %d, want usage", args, code)
+		}
+	}
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
+	code, _, stderr = runCLI(t, "report", "--service", plain.URL)
+	if code != ExitFailure || !strings.Contains(stderr, "no ledger served there") {
+		t.Fatalf("no ledger: %d %s", code, stderr)
 	}
 }

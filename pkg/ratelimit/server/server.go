@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/unarygrpc"
 )
@@ -69,7 +70,12 @@ type Options struct {
 	// RequireConfigForHealth makes health fail until a config is loaded
 	// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	RequireConfigForHealth bool
-	Logger                 *slog.Logger
+	// Ledger, when set, is served read-only on the debug port under /ledger/
+	// for `budgetgen report --service` (the embedded store's ledger, which
+	// lives in this process). It names principals: keep the debug port
+	// private, as its pprof endpoints already require.
+	Ledger ledger.Reader
+	Logger *slog.Logger
 }
 
 // Server owns the listeners. Create with New, run with Serve.
@@ -291,6 +297,10 @@ func (s *Server) debugMux(metricsH http.Handler) *http.ServeMux {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/metrics", metricsH)
+	if s.o.Ledger != nil {
+		endpoints["/ledger/"] = "the embedded store's usage ledger, read by budgetgen report --service"
+		mux.Handle("/ledger/", ledger.Handler(s.o.Ledger))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -113,6 +113,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
+		Ledger: ledgerReader(ledgerSink),
 	})
 	if err != nil {
 		return err
@@ -188,6 +189,15 @@ func newLogger(s settings.Settings, out io.Writer) *slog.Logger {
 // ledgerFlushInterval is how often the ledger's denial counts and expiries
 // are written (docs/measurement.md).
 const ledgerFlushInterval = 5 * time.Second
+
+// ledgerReader is the ledger the debug port serves: the embedded store's,
+// which only this process holds (a Valkey ledger is read from Valkey).
+func ledgerReader(sink ledger.Sink) ledger.Reader {
+	if m, ok := sink.(*ledger.Memory); ok {
+		return m
+	}
+	return nil
+}
 
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
 	if s.UseMemoryStore() {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
+	"github.com/budgetgen/budgetgen/pkg/ledger"
 	"github.com/budgetgen/budgetgen/pkg/ratelimit/server"
 )
 
@@ -233,5 +234,34 @@ func TestRunValkeyCluster(t *testing.T) {
 	}
 	if nodesWithKeys < 2 {
 		t.Fatalf("counters on %d nodes; expected them spread across the cluster", nodesWithKeys)
+	}
+}
+
+// TestEmbeddedLedgerOnDebugPort: with the embedded store, the usage ledger
+// lives in the service; its debug port serves it for budgetgen report
+// --service, and it holds what was charged.
+func TestEmbeddedLedgerOnDebugPort(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "a.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000}\n")
+	s := startService(t, dir, nil)
+	for _, hits := range []uint32{30, 12} {
+		d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}
+		if _, err := s.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{d}, HitsAddend: hits}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := &ledger.HTTPReader{Base: s.debug}
+	today := ledger.DayOf(time.Now())
+	var data []ledger.DayData
+	waitFor(t, "the charges in the ledger", func() bool {
+		var err error
+		data, err = ledger.ReadAll(context.Background(), rd, []ledger.Day{today})
+		return err == nil && len(data) == 1 && data[0].Usage[ledger.EncodePrincipal1("alice")] == 42
+	})
+	if data[0].Rule.Domain != "d" {
+		t.Fatalf("ledger %+v", data)
+	}
+	if !strings.Contains(get(t, s.debug+"/"), "/ledger/") {
+		t.Fatal("debug index does not list /ledger/")
 	}
 }
