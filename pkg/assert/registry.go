@@ -15,6 +15,7 @@ var rules = []*Rule{
 	ruleOverride,
 	ruleVersion,
 	ruleLimits,
+	ruleRouteCoverage,
 }
 
 // Rules returns every registered rule in ID order.

@@ -1,0 +1,89 @@
+package assert
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/budgetgen/budgetgen/pkg/manifest"
+)
+
+// ruleRouteCoverage: BG006 accepts identity headers set by SecurityPolicies
+// on a Gateway's routes rather than on the Gateway, since different routes
+// often authenticate different principals (JWT for agents and humans, API
+// keys for clients) and nothing is spoofed on a route without one. But a
+// route with no SecurityPolicy setting any of the headers a budget policy
+// selects on carries none of them: its requests match no per-principal rule
+// and are charged to no principal's budget - an escape from every cap but
+// the group and model ones, created by adding a route. This rule names such
+// routes among those in the input attached to the budget policy's Gateway,
+// when no policy on the Gateway itself sets one of the headers. A warning:
+// some routes are meant to be free (health checks, internal tools).
+var ruleRouteCoverage = &Rule{
+	ID:       "BG012",
+	Name:     "route-coverage",
+	Doc:      "when identity headers are set by route-level SecurityPolicies only, every route attached to the Gateway sets at least one of the headers the budgets select on",
+	Severity: Warning,
+	Check: func(p *Pass) error {
+		whole := map[GatewayKey]map[string]bool{}   // gateway -> headers set on it
+		byRoute := map[GatewayKey]map[string]bool{} // route (as a key) -> headers set on it
+		for _, sp := range p.Index.SecurityPolicies {
+			hs := credentialHeaders(sp)
+			for _, t := range p.Index.Targets(sp) {
+				if t.Via == "" {
+					addAll(whole, GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}, hs)
+				} else {
+					addAll(byRoute, GatewayKey{Name: t.Via}, hs)
+				}
+			}
+		}
+		attached := map[GatewayKey][]string{} // gateway -> routes in the input
+		for _, rt := range p.Index.Routes {
+			for _, gk := range routeParents(rt) {
+				attached[gk] = append(attached[gk], rt.Namespace+"/"+rt.Name)
+			}
+		}
+		model := strings.ToLower(p.Options.modelHeader())
+		for _, pol := range p.Index.BudgetPolicies() {
+			var headers []string
+			first := map[string]HeaderMatch{}
+			for _, r := range pol.Rules {
+				for _, hm := range r.Headers() {
+					if _, ok := first[hm.Name]; !ok && hm.Name != model {
+						first[hm.Name] = hm
+						headers = append(headers, hm.Name)
+					}
+				}
+			}
+			if len(headers) == 0 {
+				continue
+			}
+			any := func(set map[string]bool) bool {
+				for _, h := range headers {
+					if set[h] {
+						return true
+					}
+				}
+				return false
+			}
+			var missing []string
+			for _, t := range p.Index.Targets(pol.Obj) {
+				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
+				if any(whole[gk]) {
+					continue // every route gets a header from the Gateway's policy
+				}
+				for _, rt := range attached[gk] {
+					if !any(byRoute[GatewayKey{Name: rt}]) {
+						missing = append(missing, rt)
+					}
+				}
+			}
+			if len(missing) == 0 {
+				continue
+			}
+			sort.Strings(headers)
+			hm := first[headers[0]]
+			p.Report(pol.Obj, manifest.Get(hm.Node, "name"), hm.Path+".name", "routes %s attached to the Gateway have no SecurityPolicy setting any identity header the budgets select on (%s): their requests are charged to no principal's budget; add them to a SecurityPolicy, or set the headers on the Gateway", strings.Join(dedupe(missing), ", "), strings.Join(headers, ", "))
+		}
+		return nil
+	},
+}
