@@ -79,7 +79,15 @@ var day = []step{
 	{"human dave", human("dave@example.com"), 1, 1_000, "+"},
 }
 
-var morning = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+// testDay is tomorrow's 00:00 UTC. The service runs on an injected clock,
+// but Valkey expires counters on its own: the end of the injected day (plus
+// the grace) must lie ahead, or every counter is deleted as soon as its
+// expiry is set. A fixed date broke these tests the day after it.
+func testDay() time.Time {
+	return time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+}
+
+var morning = testDay().Add(8 * time.Hour)
 
 func startValkey(t *testing.T) *valkeytest.Server {
 	return valkeytest.Start(t, valkeytest.Options{})
@@ -153,17 +161,17 @@ func TestKillSwitchDeniesFrontierAtOnce(t *testing.T) {
 // 23:59:59.9 is admitted again at 00:00:00.0.
 func TestBudgetsResetAtMidnightUTC(t *testing.T) {
 	vk := startValkey(t)
-	evening := time.Date(2026, 11, 30, 23, 50, 0, 0, time.UTC)
+	evening := testDay().Add(23*time.Hour + 50*time.Minute)
 	w := newWorld(t, vk, evening, mode(spec.ModeEnforce, false))
 	alice := human("alice@example.com")
 	if got := w.calls(2, alice, 1_500_000); got != "++" {
 		t.Fatalf("alice before midnight: %s", got)
 	}
-	w.clock.Set(time.Date(2026, 11, 30, 23, 59, 59, 900_000_000, time.UTC))
+	w.clock.Set(testDay().Add(24*time.Hour - 100*time.Millisecond)) // 23:59:59.9
 	if w.llmCall(alice, 1) {
 		t.Error("alice admitted at 23:59:59.9 over her daily budget")
 	}
-	w.clock.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	w.clock.Set(testDay().Add(24 * time.Hour)) // 00:00:00.0 the next day
 	if !w.llmCall(alice, 1_500_000) {
 		t.Error("alice denied at 00:00:00.0: the budget did not reset")
 	}
