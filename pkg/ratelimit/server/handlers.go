@@ -14,6 +14,7 @@ import (
 const (
 	methodShouldRateLimit = rlpb.RateLimitService_ShouldRateLimit_FullMethodName
 	methodHealthCheck     = healthpb.Health_Check_FullMethodName
+	methodHealthWatch     = healthpb.Health_Watch_FullMethodName
 )
 
 // serveShouldRateLimit is the wire handler of ShouldRateLimit: our decoder
@@ -56,4 +57,58 @@ func (h *Health) serveHealthCheck(_ context.Context, req, dst []byte) ([]byte, e
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, &healthpb.HealthCheckResponse{Status: st})
+}
+
+// serveHealthWatch is grpc.health.v1.Health/Watch as grpc-go's health server
+// answers it: the current status at once, then every change, until the
+// client cancels (or the service shuts down, after NOT_SERVING is sent). An
+// unknown service name gets SERVICE_UNKNOWN and no further message.
+func (h *Health) serveHealthWatch(ctx context.Context, req []byte, send func([]byte) error) error {
+	var in healthpb.HealthCheckRequest
+	if err := proto.Unmarshal(req, &in); err != nil {
+		return status.Errorf(codes.InvalidArgument, "malformed HealthCheckRequest: %v", err)
+	}
+	sendStatus := func(st healthpb.HealthCheckResponse_ServingStatus) error {
+		b, err := proto.Marshal(&healthpb.HealthCheckResponse{Status: st})
+		if err != nil {
+			return err
+		}
+		return send(b)
+	}
+	if in.Service != "" && in.Service != HealthServiceName {
+		if err := sendStatus(healthpb.HealthCheckResponse_SERVICE_UNKNOWN); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-h.done:
+			return nil
+		}
+	}
+	sent := false
+	var last bool
+	for {
+		ok, changed := h.watch()
+		if !sent || ok != last {
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			if err := sendStatus(st); err != nil {
+				return err
+			}
+			sent, last = true, ok
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-changed:
+		case <-h.done:
+			if ok, _ := h.watch(); ok != last {
+				continue // send the last change first
+			}
+			return nil
+		}
+	}
 }

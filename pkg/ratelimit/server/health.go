@@ -15,15 +15,18 @@ const (
 
 // Health is healthy when every component is: HTTP /healthcheck answers 200
 // "OK" or 500, and the gRPC health service reports SERVING or NOT_SERVING for
-// "" and "ratelimit" (Check; Watch is not served, see docs/benchmarks.md).
+// "" and "ratelimit" (Check and Watch).
 type Health struct {
-	mu    sync.Mutex
-	comps map[string]bool
-	ok    atomic.Bool
+	mu      sync.Mutex
+	comps   map[string]bool
+	ok      atomic.Bool
+	changed chan struct{} // closed and replaced when ok changes (Watch)
+	done    chan struct{} // closed at shutdown: Watch streams end
+	once    sync.Once
 }
 
 func newHealth(requireConfig bool) *Health {
-	h := &Health{comps: map[string]bool{ComponentStore: true, ComponentShutdown: true}}
+	h := &Health{changed: make(chan struct{}), done: make(chan struct{}), comps: map[string]bool{ComponentStore: true, ComponentShutdown: true}}
 	if requireConfig {
 		h.comps[ComponentConfig] = false
 	}
@@ -36,8 +39,22 @@ func (h *Health) update() {
 	for _, v := range h.comps {
 		all = all && v
 	}
-	h.ok.Store(all)
+	if h.ok.Swap(all) != all {
+		close(h.changed)
+		h.changed = make(chan struct{})
+	}
 }
+
+// watch returns the state and a channel closed at its next change.
+func (h *Health) watch() (bool, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok.Load(), h.changed
+}
+
+// endWatches ends the Watch streams (at shutdown, after the last status
+// change was sent), so a graceful stop does not wait for them.
+func (h *Health) endWatches() { h.once.Do(func() { close(h.done) }) }
 
 // OK marks a component healthy.
 func (h *Health) OK(component string) { h.set(component, true) }

@@ -123,6 +123,7 @@ func New(d Decider, o Options) (*Server, error) {
 	s.health = newHealth(o.RequireConfigForHealth)
 	s.grpc.Handle(methodShouldRateLimit, s.serveShouldRateLimit)
 	s.grpc.Handle(methodHealthCheck, s.health.serveHealthCheck)
+	s.grpc.HandleServerStream(methodHealthWatch, s.health.serveHealthWatch)
 
 	var err error
 	listen := func(addr string) net.Listener {
@@ -216,6 +217,7 @@ func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
 	case err = <-errc:
 	}
 	s.health.Fail(ComponentShutdown)
+	s.health.endWatches() // after NOT_SERVING: Watch streams end, the stop need not wait for them
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	if drain <= 0 {

@@ -285,3 +285,69 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+// TestHealthWatch: Watch sends the status at once and every change; an
+// unknown service gets SERVICE_UNKNOWN; at shutdown the watcher gets
+// NOT_SERVING, then its stream ends, and the stop does not wait for it.
+func TestHealthWatch(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	eng, err := engine.New(engine.Options{Store: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	srv, err := New(eng, Options{GRPCAddr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, 10*time.Second) }()
+	g, _, _, _ := srv.Addrs()
+	conn, err := grpc.NewClient(g.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{Service: HealthServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		m, err := w.Recv()
+		if err != nil || m.Status != want {
+			t.Fatalf("watch: %v %v, want %v", m, err, want)
+		}
+	}
+	next(healthpb.HealthCheckResponse_SERVING)
+	srv.Health().Fail(ComponentStore)
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
+	srv.Health().OK(ComponentStore)
+	next(healthpb.HealthCheckResponse_SERVING)
+
+	u, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{Service: "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := u.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
+		t.Fatalf("unknown service: %v %v", m, err)
+	}
+
+	start := time.Now()
+	cancel() // shutdown
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
+	if _, err := w.Recv(); err != io.EOF {
+		t.Fatalf("after NOT_SERVING at shutdown: %v, want the stream to end", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("shutdown took %v with watchers open (drain 10 s)", el)
+	}
+}

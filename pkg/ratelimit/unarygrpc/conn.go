@@ -77,6 +77,9 @@ type conn struct {
 	// on the read loop, see readLoop).
 	writing int
 	drained *sync.Cond // on wmu: the flusher wrote, or the connection died
+	// windowed is broadcast (under wmu) when send window may have grown or a
+	// stream was reset: streaming sends waiting for window look again.
+	windowed *sync.Cond
 	// tableSized: the first header block has set the peer's HPACK dynamic
 	// table size to 0 (answers never use the table, so any
 	// SETTINGS_HEADER_TABLE_SIZE the peer sends is respected).
@@ -88,6 +91,7 @@ type stream struct {
 	c       *conn
 	id      uint32
 	h       Handler
+	sh      ServerStreamHandler
 	enc     string  // grpc-encoding
 	msgBuf  *[]byte // pooled holder of msg
 	msg     []byte  // the request body as received (gRPC length-prefixed)
@@ -135,6 +139,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	}
 	c.recvConn.Store(connWindow)
 	c.drained = sync.NewCond(&c.wmu)
+	c.windowed = sync.NewCond(&c.wmu)
 	return c
 }
 
@@ -271,6 +276,7 @@ func (c *conn) close() {
 		c.wmu.Lock()
 		c.dead = true
 		c.drained.Broadcast()
+		c.windowed.Broadcast()
 		c.wmu.Unlock()
 		c.smu.Lock()
 		for _, st := range c.streams {
@@ -320,6 +326,7 @@ func (c *conn) kickLocked() {
 func (c *conn) failLocked(err error) {
 	if !c.dead {
 		c.dead = true
+		c.windowed.Broadcast()
 		c.s.log.Debug("grpc: write failed", "err", err)
 		go c.close()
 	}
@@ -526,6 +533,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		if err := c.fr.WriteSettingsAck(); err != nil {
 			return err
 		}
+		c.windowed.Broadcast()
 		return c.pushBlockedLocked() // a larger window may free answers
 	})
 	return nil
@@ -553,6 +561,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 			st.sendCredit += int64(f.Increment)
 			streamOverflow = c.peerInit+st.sendCredit-st.sendUsed > maxWindow
 		}
+		c.windowed.Broadcast()
 		return c.pushBlockedLocked()
 	})
 	if overflow {
@@ -629,7 +638,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	path := f.PseudoValue("path")
-	if st.h = c.s.methods[path]; st.h == nil {
+	st.h, st.sh = c.s.methods[path], c.s.streams[path]
+	if st.h == nil && st.sh == nil {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Unimplemented, c.s.unknown(path))
 		return nil
 	}
@@ -645,9 +655,11 @@ func (s *Server) unknown(path string) string {
 	if !ok {
 		return "malformed method name: " + quote(path)
 	}
-	for p := range s.methods {
-		if strings.HasPrefix(p, "/"+svc+"/") {
-			return fmt.Sprintf("unknown method %s for service %s", method, svc)
+	for _, names := range [][]string{mapKeys(s.methods), mapKeys(s.streams)} {
+		for _, p := range names {
+			if strings.HasPrefix(p, "/"+svc+"/") {
+				return fmt.Sprintf("unknown method %s for service %s", method, svc)
+			}
 		}
 	}
 	return "unknown service " + svc
@@ -760,6 +772,10 @@ func (c *conn) endRequest(st *stream) {
 
 // run calls the handler and writes its answer.
 func (c *conn) run(st *stream) {
+	if st.sh != nil {
+		c.runStream(st)
+		return
+	}
 	holder := getBuf()
 	out, err := st.h(st, st.req, append((*holder)[:0], 0, 0, 0, 0, 0))
 	if err == nil && len(out) < 5 {
@@ -931,6 +947,7 @@ func (c *conn) resetStream(st *stream) {
 	st.cancel()
 	c.wmu.Lock()
 	st.reset = true
+	c.windowed.Broadcast() // a streaming send waiting for window gives up
 	wasBlocked := false
 	for i, b := range c.blocked {
 		if b == st {

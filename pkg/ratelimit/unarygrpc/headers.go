@@ -40,19 +40,27 @@ func (e statusError) Error() string { return e.code.String() + ": " + e.msg }
 // statusTrailers appends a trailers-only block for err: HTTP status,
 // content-type, grpc-status and grpc-message.
 func statusTrailers(dst []byte, httpStatus int, err error) []byte {
-	code, msg := codes.Unknown, err.Error()
-	var se statusError
-	if errors.As(err, &se) {
-		code, msg = se.code, se.msg
-	} else if st, ok := status.FromError(err); ok {
-		code, msg = st.Code(), st.Message()
-	}
+	code, msg := statusOf(err)
 	if httpStatus == 200 {
 		dst = appendIndexed(dst, staticStatus200)
 	} else {
 		dst = appendLiteralIndexedName(dst, staticStatus, strconv.Itoa(httpStatus))
 	}
 	dst = appendLiteralIndexedName(dst, staticContentType, "application/grpc")
+	return appendStatus(dst, code, msg)
+}
+
+// statusOnlyTrailers appends the trailers that end a call whose headers were
+// sent: grpc-status and grpc-message (nil err: OK).
+func statusOnlyTrailers(dst []byte, err error) []byte {
+	if err == nil {
+		return append(dst, okTrailers...)
+	}
+	code, msg := statusOf(err)
+	return appendStatus(dst, code, msg)
+}
+
+func appendStatus(dst []byte, code codes.Code, msg string) []byte {
 	dst = appendLiteral(dst, "grpc-status", strconv.Itoa(int(code)))
 	if msg != "" {
 		if len(msg) > maxMessageLen {
@@ -61,6 +69,19 @@ func statusTrailers(dst []byte, httpStatus int, err error) []byte {
 		dst = appendLiteral(dst, "grpc-message", percentEncode(msg))
 	}
 	return dst
+}
+
+// statusOf gives err's gRPC code and message: a statusError or a
+// google.golang.org/grpc/status error keeps them, anything else is Unknown.
+func statusOf(err error) (codes.Code, string) {
+	var se statusError
+	if errors.As(err, &se) {
+		return se.code, se.msg
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code(), st.Message()
+	}
+	return codes.Unknown, err.Error()
 }
 
 // percentEncode encodes grpc-message as the gRPC HTTP/2 spec asks: bytes

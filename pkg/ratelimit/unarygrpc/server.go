@@ -20,7 +20,8 @@
 // work: the HTTP/2 "rapid reset" attack), a header list size limit, a
 // control-frame rate limit, gRPC length-prefixed messages up to
 // MaxRecvMsgSize, grpc-status and percent-encoded grpc-message trailers, and
-// TLS (ALPN h2). What it does not: server or client streaming, compression
+// TLS (ALPN h2), and server-streaming methods (HandleServerStream: the health
+// service's Watch). What it does not: client streaming, compression
 // (a compressed request is refused with Unimplemented, as grpc-go does
 // without a registered decompressor), and the grpc-timeout deadline, which
 // is parsed and validated but not turned into a context deadline: the rate
@@ -111,6 +112,7 @@ type Server struct {
 	o       Options
 	log     *slog.Logger
 	methods map[string]Handler
+	streams map[string]ServerStreamHandler
 	work    chan *stream
 
 	mu       sync.Mutex
@@ -160,6 +162,7 @@ func New(o Options) *Server {
 		o:       o,
 		log:     o.Logger,
 		methods: map[string]Handler{},
+		streams: map[string]ServerStreamHandler{},
 		lis:     map[net.Listener]struct{}{},
 		conns:   map[*conn]struct{}{},
 		quit:    make(chan struct{}),
