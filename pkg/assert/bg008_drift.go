@@ -43,7 +43,10 @@ var ruleDrift = &Rule{
 			}
 			a, err := canonical(got)
 			if err != nil {
-				return err
+				// The committed YAML does not decode (a duplicate key, say):
+				// the API server would refuse it too. A finding, not a crash.
+				p.Report(got, nil, "", "%s cannot be compared with what render produces: %v", got, err)
+				continue
 			}
 			b, err := canonical(want)
 			if err != nil {

@@ -77,3 +77,24 @@ func filterFile(fs []Finding, file string) []Finding {
 	}
 	return out
 }
+
+// TestDriftUndecodableCommitted: a committed object whose YAML does not
+// decode (a duplicate key, which the API server refuses too) is a BG008
+// finding that says why, not an error of the whole run (found by FuzzAssert).
+func TestDriftUndecodableCommitted(t *testing.T) {
+	committed, err := manifest.Parse("c.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  k: x\n  k: y\n"), manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := manifest.Parse("<render>", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: x}\n"), manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), committed, Options{Skip: []string{"BG007"}, Spec: &SpecFacts{File: "spec.yaml"}, Rendered: rendered})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Findings) != 1 || rep.Findings[0].Rule != "BG008" || !strings.Contains(rep.Findings[0].Message, "already defined") {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+}
