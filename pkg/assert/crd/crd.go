@@ -32,7 +32,9 @@ func Validator(v *crdvalidate.Validator) (assert.Validator, error) {
 		}
 		doc, err := obj.Decode()
 		if err != nil {
-			return nil, err
+			// A duplicate key and the like: the API server refuses the
+			// object too, so it is a finding about it, not a failed run.
+			return []assert.FieldError{{Message: "rejected before schema validation, the YAML does not decode: " + err.Error()}}, nil
 		}
 		verr := v.ValidateObject(doc)
 		if verr == nil {

@@ -21,6 +21,7 @@ func TestValidatorMapsCausesToPaths(t *testing.T) {
 		{"unknown field (path only in the message)", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: a, namespace: b}\nspec: {bogus: 1}\n", "spec.bogus", "unknown field"},
 		{"enum", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: a, namespace: b}\nspec:\n  rateLimit:\n    global:\n      rules: [{limit: {requests: 1, unit: Days}}]\n", "spec.rateLimit.global.rules[0].limit.unit", `Unsupported value: "Days"`},
 		{"unknown kind", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: Nope\nmetadata: {name: a, namespace: b}\n", "", "kind Nope not found"},
+		{"duplicate key", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: a, namespace: b}\nspec:\n  a: 1\n  a: 2\n", "", `mapping key "a" already defined`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
