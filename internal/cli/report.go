@@ -96,6 +96,8 @@ func (o *reportOptions) validate() error {
 		return usageError("--valkey and --service: give one (where the service keeps its ledger)")
 	case o.service != "" && !strings.HasPrefix(o.service, "http://") && !strings.HasPrefix(o.service, "https://"):
 		return usageError("--service %q: want an http:// or https:// URL (the service's debug port)", o.service)
+	case o.service != "" && (o.prefix != "" || o.username != "" || o.tls):
+		return usageError("--prefix, --valkey-username and --valkey-tls are for --valkey; --service reads the service's own ledger")
 	}
 	if _, err := report.WriterFor(o.format); err != nil {
 		return usageError("--format: %v", err)

@@ -189,6 +189,7 @@ func TestReportCLIFromService(t *testing.T) {
 	for _, args := range [][]string{
 		{"report", "--service", srv.URL, "--valkey", "127.0.0.1:1"},
 		{"report", "--service", "127.0.0.1:6070"},
+		{"report", "--service", srv.URL, "--prefix", "rl_"},
 	} {
 		if code, _, _ := runCLI(t, args...); code != ExitUsage {
 			t.Errorf("%v: code %d, want usage", args, code)

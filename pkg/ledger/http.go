@@ -139,8 +139,10 @@ func (h *HTTPReader) Read(ctx context.Context, rule RuleID, day Day) (DayData, e
 	}
 	q := url.Values{"domain": {rule.Domain}, "rule": {rule.Rule}, "day": {strconv.Itoa(int(day))}}
 	var d httpDay
-	// About 100 bytes per principal in JSON, and room for the rest.
-	if err := h.get(ctx, "/ledger/day?"+q.Encode(), int64(max)*128+1<<20, &d); err != nil {
+	// A principal and its count take well under 512 bytes of JSON unless
+	// the principal is itself that long; the count check below is the
+	// real bound.
+	if err := h.get(ctx, "/ledger/day?"+q.Encode(), int64(max)*512+1<<20, &d); err != nil {
 		return DayData{}, err
 	}
 	if len(d.Usage) > max {

@@ -72,6 +72,19 @@ func (c *expiryCache) add(key string, expMs, nowMs int64) {
 	sh.m[key] = expMs
 }
 
+// forget drops key: its next charge sends PEXPIREAT NX again. Used when a
+// counter may exist without its expiry (a recreating call failed or went
+// unanswered).
+func (c *expiryCache) forget(key string) {
+	if c == nil {
+		return
+	}
+	sh := &c.shards[c.shard(key)]
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
 func (c *expiryCache) len() int {
 	n := 0
 	for i := range c.shards {

@@ -206,9 +206,11 @@ type Store struct {
 	known      *expiryCache // nil when disabled
 	stallAfter time.Duration
 
-	// Stall detection (Unix ns): when the first call sent since Valkey's
-	// last answer was sent (0: none, or answered since), and when the last
-	// probe was let through a stall.
+	// Stall detection, in monotonic ns since epoch (a wall-clock step must
+	// not wedge the guard): when the first call sent since Valkey's last
+	// answer was sent (0: none, or answered since), and when the last probe
+	// was let through a stall.
+	epoch                      time.Time
 	unansweredSince, lastProbe atomic.Int64
 	stallRefused               atomic.Uint64
 	sem                        chan struct{}
@@ -394,6 +396,7 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 		now:         opts.Now,
 		replayEvery: opts.ReplayInterval,
 		stallAfter:  opts.StallAfter,
+		epoch:       time.Now(),
 		stop:        make(chan struct{}),
 	}
 	if opts.BufferMaxKeys > 0 {
@@ -596,7 +599,7 @@ func (s *Store) run(c *call) {
 	defer s.workers.Done()
 	ctx := s.detached()
 	if s.unansweredSince.Load() == 0 {
-		s.unansweredSince.CompareAndSwap(0, time.Now().UnixNano())
+		s.unansweredSince.CompareAndSwap(0, s.mono())
 	}
 	res := s.client.DoMulti(ctx, c.cmds...)
 	if answered(res) {
@@ -652,6 +655,11 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		}
 		v, err := counterValue(incr, false)
 		if err != nil {
+			if !c.withExp[i] {
+				// If this INCRBY recreated a counter Valkey had lost, nobody
+				// saw it: have the next charge set the expiry again.
+				s.known.forget(k.Key)
+			}
 			switch classify(incr.Error()) {
 			case notApplied:
 				// The counter only: its ledger write is dealt with below.
@@ -713,6 +721,9 @@ func answered(res []valkey.ValkeyResult) bool {
 	return false
 }
 
+// mono is the monotonic time since the store was made, in ns (never 0).
+func (s *Store) mono() int64 { return int64(time.Since(s.epoch)) + 1 }
+
 // stalled reports whether Valkey has answered nothing for StallAfter since
 // a call was sent to it, and for how long. One call per StallAfter is let
 // through a stall as a probe: its answer ends the stall.
@@ -721,7 +732,7 @@ func (s *Store) stalled() (time.Duration, bool) {
 	if s.stallAfter <= 0 || u == 0 {
 		return 0, false
 	}
-	now := time.Now().UnixNano()
+	now := s.mono()
 	since := time.Duration(now - u)
 	if since <= s.stallAfter {
 		return since, false
@@ -746,6 +757,7 @@ func (s *Store) setExpiries(ctx context.Context, c *call) error {
 	for n, r := range s.client.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			k := c.counters[c.created[n]]
+			s.known.forget(k.Key) // the next charge sends PEXPIREAT NX too
 			if s.buf != nil {
 				s.bufferAdd(target{key: k.Key}, 0, k.ExpireAt)
 			}
