@@ -655,11 +655,14 @@ func (s *Server) unknown(path string) string {
 	if !ok {
 		return "malformed method name: " + quote(path)
 	}
-	for _, names := range [][]string{mapKeys(s.methods), mapKeys(s.streams)} {
-		for _, p := range names {
-			if strings.HasPrefix(p, "/"+svc+"/") {
-				return fmt.Sprintf("unknown method %s for service %s", method, svc)
-			}
+	for p := range s.methods {
+		if strings.HasPrefix(p, "/"+svc+"/") {
+			return fmt.Sprintf("unknown method %s for service %s", method, svc)
+		}
+	}
+	for p := range s.streams {
+		if strings.HasPrefix(p, "/"+svc+"/") {
+			return fmt.Sprintf("unknown method %s for service %s", method, svc)
 		}
 	}
 	return "unknown service " + svc

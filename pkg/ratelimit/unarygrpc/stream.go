@@ -3,8 +3,6 @@ package unarygrpc
 import (
 	"context"
 	"encoding/binary"
-	"slices"
-	"sort"
 )
 
 // ServerStreamHandler serves a server-streaming method: one request, any
@@ -83,13 +81,4 @@ func (c *conn) sendMessage(st *stream, msg []byte) error {
 	}
 	c.kickLocked()
 	return nil
-}
-
-func mapKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return slices.Clip(keys)
 }

@@ -20,17 +20,8 @@ import (
 // forever).
 func TestRecreatedExpiryFailureBufferOff(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := &failingExpiry{Client: vc}
-	logger, _ := testLogger(t)
-	s, err := NewWithClient(fc, Options{Addresses: []string{srv.Addr}, Logger: logger, BufferMaxKeys: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	fc := &failingExpiry{Client: realClient(t, srv.Addr)}
+	s := storeOver(t, fc, Options{Addresses: []string{srv.Addr}, BufferMaxKeys: -1})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	ch := func(h uint64) error {
 		return s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: h, ExpireAt: exp}}, make([]uint64, 1))
@@ -74,17 +65,8 @@ func (f *ambiguousIncr) DoMulti(ctx context.Context, multi ...valkey.Completed) 
 // and the next charge set the expiry again.
 func TestRecreatedByAmbiguousCall(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := &ambiguousIncr{Client: vc}
-	logger, _ := testLogger(t)
-	s, err := NewWithClient(fc, Options{Addresses: []string{srv.Addr}, Logger: logger, ReplayInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	fc := &ambiguousIncr{Client: realClient(t, srv.Addr)}
+	s := storeOver(t, fc, Options{Addresses: []string{srv.Addr}, ReplayInterval: 10 * time.Millisecond})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	ch := func(h uint64) error {
 		return s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: h, ExpireAt: exp}}, make([]uint64, 1))

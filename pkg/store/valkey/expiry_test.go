@@ -169,22 +169,39 @@ func (f *failingExpiry) DoMulti(ctx context.Context, multi ...valkey.Completed) 
 	return out
 }
 
-func TestExpiryFailureIsBufferedAndReported(t *testing.T) {
-	srv := valkeytest.Start(t, valkeytest.Options{})
-	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
+// realClient is a standalone valkey-go client to addr, for wrapping in a
+// fault-injecting Client; the store made over it closes it.
+func realClient(t *testing.T, addr string) valkey.Client {
+	t.Helper()
+	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc := &failingExpiry{Client: vc}
-	fc.fail.Store(true)
-	logger, _ := testLogger(t)
-	s, err := NewWithClient(fc, Options{Addresses: []string{srv.Addr}, Logger: logger, ReplayInterval: 20 * time.Millisecond})
+	return vc
+}
+
+// storeOver is a store over c (a test logger unless opts has one), closed
+// when the test ends.
+func storeOver(t *testing.T, c Client, opts Options) *Store {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger, _ = testLogger(t)
+	}
+	s, err := NewWithClient(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestExpiryFailureIsBufferedAndReported(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	fc := &failingExpiry{Client: realClient(t, srv.Addr)}
+	fc.fail.Store(true)
+	s := storeOver(t, fc, Options{Addresses: []string{srv.Addr}, ReplayInterval: 20 * time.Millisecond})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	err = s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 4, ExpireAt: exp}}, make([]uint64, 1))
+	err := s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 4, ExpireAt: exp}}, make([]uint64, 1))
 	if err == nil || !strings.Contains(err.Error(), "set expiry of counter 0") {
 		t.Fatalf("err = %v, want the expiry failure reported", err)
 	}
