@@ -19,7 +19,7 @@ go vet ./...
 echo "== go test"
 # Concurrency-heavy packages run under the race detector; the rest run plain so
 # the Kubernetes-sized dependency tree is not compiled twice on 2-core machines.
-race_pkgs=$(go list ./pkg/store/... ./pkg/ratelimit/... 2>/dev/null || true)
+race_pkgs=$(go list ./internal/store/... ./internal/ratelimit/...)
 plain_pkgs=$(go list ./... | grep -v -F -x -f <(printf '%s\n' $race_pkgs) || true)
 go test -count=1 -timeout 20m $plain_pkgs
 if [ -n "$race_pkgs" ]; then

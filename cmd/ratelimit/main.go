@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/service"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
 )
 
 func main() {

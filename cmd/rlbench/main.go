@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/reftest"
+	"github.com/budgetgen/budgetgen/test/reftest"
 )
 
 type options struct {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/budgetgen/budgetgen/pkg/promote"
-	"github.com/budgetgen/budgetgen/pkg/report"
+	"github.com/budgetgen/budgetgen/internal/promote"
+	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 

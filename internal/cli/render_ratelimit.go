@@ -7,9 +7,9 @@ import (
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	"github.com/spf13/cobra"
 
-	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/pkg/render"
-	"github.com/budgetgen/budgetgen/pkg/rlsconfig"
 )
 
 // addRateLimitConfigFlag registers render's --ratelimit-config.

@@ -9,9 +9,9 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
-	rlconfig "github.com/budgetgen/budgetgen/pkg/ratelimit/config"
+	rlconfig "github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/pkg/render"
-	"github.com/budgetgen/budgetgen/pkg/rlsconfig"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 

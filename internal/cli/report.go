@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/budgetgen/budgetgen/pkg/ledger"
-	"github.com/budgetgen/budgetgen/pkg/report"
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
-	"github.com/budgetgen/budgetgen/pkg/ledger"
-	"github.com/budgetgen/budgetgen/pkg/report"
 )
 
 func TestReportCLI(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/budgetgen/budgetgen/pkg/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 

@@ -1,6 +1,6 @@
 package assert
 
-import "github.com/budgetgen/budgetgen/pkg/manifest"
+import "github.com/budgetgen/budgetgen/internal/manifest"
 
 // ruleUnit: budgets are daily caps; another unit silently changes the cap.
 var ruleUnit = &Rule{

@@ -6,12 +6,12 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/pkg/manifest"
+	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
 // ruleSchema: an object Envoy Gateway's API server would reject (schema or
 // CEL) is never applied, and its budgets never exist. Checked offline with
-// EG's own CRDs through the injected Validator (pkg/crdvalidate in the CLI).
+// EG's own CRDs through the injected Validator (internal/crdvalidate in the CLI).
 var ruleSchema = &Rule{
 	ID:       "BG007",
 	Name:     "schema",

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/pkg/manifest"
+	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
 // ruleVersion: fields the target Envoy Gateway version ignores or mishandles.

@@ -9,7 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/pkg/manifest"
+	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
 // API groups the gate reads.

@@ -10,7 +10,7 @@ import (
 )
 
 // TestMain gives the fixture tests Envoy Gateway's own CRDs (schema and CEL,
-// through pkg/crdvalidate), so every fixture is also checked by BG007 and the
+// through internal/crdvalidate), so every fixture is also checked by BG007 and the
 // bg007_* fixtures fail for exactly their schema violations.
 func TestMain(m *testing.M) {
 	v, err := crd.Validator(nil)

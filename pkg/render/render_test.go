@@ -13,8 +13,8 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
-	"github.com/budgetgen/budgetgen/pkg/atomicfile"
-	"github.com/budgetgen/budgetgen/pkg/crdvalidate"
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/crdvalidate"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 

@@ -25,15 +25,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/rlsconfig"
+	"github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/config"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/engine"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/metrics"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/server"
 	"github.com/budgetgen/budgetgen/pkg/render"
-	"github.com/budgetgen/budgetgen/pkg/rlsconfig"
 	"github.com/budgetgen/budgetgen/pkg/spec"
-	"github.com/budgetgen/budgetgen/pkg/store/valkey"
 )
 
 const (

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/server"
-	"github.com/budgetgen/budgetgen/pkg/ratelimit/service"
 )
 
 // syncBuffer collects the service's log output (written from its goroutines).

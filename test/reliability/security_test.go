@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/budgetgen/budgetgen/internal/tlsconfig"
+	"github.com/budgetgen/budgetgen/internal/tlsconfig/tlstest"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
-	"github.com/budgetgen/budgetgen/pkg/tlsconfig"
-	"github.com/budgetgen/budgetgen/pkg/tlsconfig/tlstest"
 )
 
 // secretCore is in every password used here; it must never appear in any

@@ -1,4 +1,4 @@
-// Package crd adapts pkg/crdvalidate (Envoy Gateway's embedded CRDs through
+// Package crd adapts internal/crdvalidate (Envoy Gateway's embedded CRDs through
 // kubectl-validate, schema and CEL) to assert.Validator for rule BG007. It is
 // separate from pkg/assert so the rules build and test without the
 // Kubernetes validation stack.
@@ -11,9 +11,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/budgetgen/budgetgen/internal/crdvalidate"
+	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
-	"github.com/budgetgen/budgetgen/pkg/crdvalidate"
-	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 var leadingPath = regexp.MustCompile(`^((?:metadata|spec)(?:\.[A-Za-z0-9_-]+|\[\d+\])*): `)

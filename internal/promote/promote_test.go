@@ -1,0 +1,325 @@
+package promote
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/report"
+)
+
+func day(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func fixture(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/flow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// diffLines returns the lines of a that are not in b at the same place and the
+// reverse, in the simplest sense valid when line counts differ by inserts only.
+func onlyLineChanged(t *testing.T, before, after []byte, wantOld, wantNew string) {
+	t.Helper()
+	a := strings.Split(string(before), "\n")
+	b := strings.Split(string(after), "\n")
+	if len(a) != len(b) {
+		t.Fatalf("line count changed %d -> %d:\n%s", len(a), len(b), after)
+	}
+	var changed []int
+	for i := range a {
+		if a[i] != b[i] {
+			changed = append(changed, i)
+		}
+	}
+	if len(changed) != 1 {
+		t.Fatalf("want exactly one changed line, got %d:\n%s", len(changed), after)
+	}
+	i := changed[0]
+	if a[i] != wantOld || b[i] != wantNew {
+		t.Fatalf("line %d:\n- %q\n+ %q\nwant\n- %q\n+ %q", i+1, a[i], b[i], wantOld, wantNew)
+	}
+}
+
+func TestFullShadowDaysBoundaries(t *testing.T) {
+	since := day("2026-10-16T00:00:00Z")
+	for _, tc := range []struct {
+		now  string
+		full int
+		ok   bool
+	}{
+		{"2026-10-16T23:59:59Z", 0, false},
+		{"2026-10-17T12:00:00Z", 0, false},
+		{"2026-10-22T12:00:00Z", 5, false}, // day 6 of the issue's scenario
+		{"2026-10-23T23:59:59Z", 6, false}, // day 7: D+7 not over yet
+		{"2026-10-24T00:00:00Z", 7, true},  // D+8 00:00 UTC: D+1..D+7 done
+		{"2026-10-24T00:00:00+02:00", 6, false},
+		{"2026-10-25T09:00:00Z", 8, true},
+	} {
+		full, earliest := FullShadowDays(since, day(tc.now))
+		if full != tc.full || !day(tc.now).Before(earliest) != tc.ok {
+			t.Errorf("now %s: full %d ok %v, want %d %v (earliest %s)", tc.now, full, !day(tc.now).Before(earliest), tc.full, tc.ok, earliest)
+		}
+	}
+}
+
+func TestPromoteRefusedOnDay6AcceptedOnDay8(t *testing.T) {
+	src := fixture(t)
+	_, _, err := Promote(src, "per-run", Options{Now: day("2026-10-22T10:00:00Z"), File: "flow.yaml"})
+	var ref *RefusedError
+	if !errors.As(err, &ref) {
+		t.Fatalf("day 6: want refusal, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "5 of 7 full UTC days") || !strings.Contains(err.Error(), "2026-10-24T00:00:00Z") {
+		t.Errorf("refusal should say how far along and when: %v", err)
+	}
+	// Just before the boundary.
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-23T23:59:59Z")}); !errors.As(err, &ref) {
+		t.Fatalf("D+7 23:59:59: want refusal, got %v", err)
+	}
+	out, res, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), File: "flow.yaml"})
+	if err != nil {
+		t.Fatalf("day 8: %v", err)
+	}
+	onlyLineChanged(t, src, out,
+		"    - {name: per-run,    perPrincipal: x-ar-run,         tokensPerDay: 5000000,  mode: shadow, shadowSince: 2026-10-16}",
+		"    - {name: per-run,    perPrincipal: x-ar-run,         tokensPerDay: 5000000,  mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16}")
+	if res.ChangedLines != 1 || res.From != ModeShadow || res.To != ModeEnforce || res.Date != "2026-10-24" || res.FullDays != 7 {
+		t.Errorf("result %+v", res)
+	}
+	// Promote again: already enforced, no change.
+	if _, _, err := Promote(out, "per-run", Options{Now: day("2026-10-25T08:00:00Z")}); err == nil || !strings.Contains(err.Error(), "already in enforce (since 2026-10-24)") {
+		t.Errorf("second promote: %v", err)
+	}
+	// Demote goes back at once and restarts the shadow clock.
+	back, dres, err := Demote(out, "per-run", Options{Now: day("2026-10-25T08:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyLineChanged(t, src, back,
+		"    - {name: per-run,    perPrincipal: x-ar-run,         tokensPerDay: 5000000,  mode: shadow, shadowSince: 2026-10-16}",
+		"    - {name: per-run,    perPrincipal: x-ar-run,         tokensPerDay: 5000000,  mode: shadow, shadowSince: 2026-10-25}")
+	if dres.From != ModeEnforce || dres.To != ModeShadow {
+		t.Errorf("demote result %+v", dres)
+	}
+}
+
+func TestPromoteBlockStyleKeepsEverythingElse(t *testing.T) {
+	src := fixture(t)
+	out, res, err := Promote(src, "per-api-key", Options{Now: day("2026-10-30T00:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(string(src),
+		"      mode: shadow     # measured first\n",
+		"      mode: enforce     # measured first\n      enforcedSince: 2026-10-30\n", 1)
+	if string(out) != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+	if res.ChangedLines != 2 {
+		t.Errorf("changed lines %d, want 2 (mode line and the recorded date)", res.ChangedLines)
+	}
+	back, _, err := Demote(out, "per-api-key", Options{Now: day("2026-11-02T00:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBack := strings.Replace(string(src), `shadowSince: "2026-10-16"`, `shadowSince: 2026-11-02`, 1)
+	if string(back) != wantBack {
+		t.Fatalf("demote got:\n%s\nwant:\n%s", back, wantBack)
+	}
+}
+
+func TestPromoteMissingModeInsertsIt(t *testing.T) {
+	src := fixture(t)
+	out, _, err := Promote(src, "frontier", Options{Now: day("2026-10-30T00:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyLineChanged(t, src, out,
+		`  frontier: {models: ["gpt-5.*"], tokensPerDay: 50000000, killSwitch: false, shadowSince: 2026-10-16}`,
+		`  frontier: {models: ["gpt-5.*"], tokensPerDay: 50000000, killSwitch: false, shadowSince: 2026-10-16, mode: enforce, enforcedSince: 2026-10-30}`)
+	// No shadowSince at all: refused, and --force records the reason.
+	_, _, err = Promote(src, "agent-fleet", Options{Now: day("2026-10-30T00:00:00Z")})
+	if err == nil || !strings.Contains(err.Error(), "no shadowSince recorded") {
+		t.Fatalf("want refusal without shadowSince, got %v", err)
+	}
+	if _, _, err := Promote(src, "agent-fleet", Options{Now: day("2026-10-30T00:00:00Z"), Force: true}); err == nil || !strings.Contains(err.Error(), "--reason") {
+		t.Fatalf("--force without reason: %v", err)
+	}
+	out, res, err := Promote(src, "agent-fleet", Options{Now: day("2026-10-30T00:00:00Z"), Force: true, Reason: `incident "42": runaway fleet`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyLineChanged(t, src, out,
+		"    - {name: agent-fleet, group: {header: x-ar-kind, equals: agent}, tokensPerDay: 200000000}",
+		`    - {name: agent-fleet, mode: enforce, enforcedSince: 2026-10-30, promotionReason: "incident \"42\": runaway fleet", group: {header: x-ar-kind, equals: agent}, tokensPerDay: 200000000}`)
+	if !res.Forced || len(res.Overridden) != 1 {
+		t.Errorf("result %+v", res)
+	}
+	// Demote removes the reason and the enforce date again.
+	back, _, err := Demote(out, "agent-fleet", Options{Now: day("2026-10-31T00:00:00Z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyLineChanged(t, src, back,
+		"    - {name: agent-fleet, group: {header: x-ar-kind, equals: agent}, tokensPerDay: 200000000}",
+		"    - {name: agent-fleet, mode: shadow, shadowSince: 2026-10-31, group: {header: x-ar-kind, equals: agent}, tokensPerDay: 200000000}")
+}
+
+func TestPromoteUnknownBudget(t *testing.T) {
+	_, _, err := Promote(fixture(t), "per-hmuan", Options{Now: day("2026-10-30T00:00:00Z"), File: "b.yaml"})
+	if !errors.Is(err, ErrUnknownBudget) || !strings.Contains(err.Error(), "agent-fleet, frontier, per-api-key, per-run") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func evidence(from string, days int, principalDays, over int, cap uint64) *report.Report {
+	start, _ := time.Parse(report.DateLayout, from)
+	b := report.Budget{Name: "per-run", Cap: cap, SuggestedCap: 6000000}
+	for i := 0; i < days; i++ {
+		b.PerDay = append(b.PerDay, report.DayStats{Date: start.AddDate(0, 0, i).Format(report.DateLayout),
+			Stats: report.Stats{PrincipalDays: principalDays, OverCap: over}})
+	}
+	return &report.Report{Version: report.FormatVersion, From: from, To: start.AddDate(0, 0, days-1).Format(report.DateLayout), Days: days, Budgets: []report.Budget{b}}
+}
+
+func TestPromoteEvidence(t *testing.T) {
+	src := fixture(t)
+	now := day("2026-10-24T08:00:00Z")
+	for _, tc := range []struct {
+		name string
+		ev   *report.Report
+		max  float64
+		want string // "" = accepted
+	}{
+		{"covers and under 1%", evidence("2026-10-17", 7, 100, 0, 5000000), 0, ""},
+		{"share at threshold", evidence("2026-10-17", 7, 100, 1, 5000000), 0, "7 of 700 principal-days"},
+		{"share above custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.005, "not under 0.50%"},
+		{"share under custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.02, ""},
+		{"too few days", evidence("2026-10-18", 6, 100, 0, 5000000), 0, "covers 6 of the 7"},
+		{"days before shadow do not count", evidence("2026-10-15", 7, 100, 0, 5000000), 0, "covers 5 of the 7"},
+		{"no data", evidence("2026-10-17", 7, 0, 0, 5000000), 0, "no measured principal-days"},
+		{"cap changed", evidence("2026-10-17", 7, 100, 0, 4000000), 0, "cap of 4000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Promote(src, "per-run", Options{Now: now, Evidence: tc.ev, MaxLimitedShare: tc.max})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("want accepted, got %v", err)
+				}
+				return
+			}
+			var ref *RefusedError
+			if !errors.As(err, &ref) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want refusal with %q, got %v", tc.want, err)
+			}
+		})
+	}
+	// An edited report that repeats a day cannot stretch 6 days into 7.
+	dup := evidence("2026-10-18", 6, 100, 0, 5000000)
+	for i := range dup.Budgets {
+		dup.Budgets[i].PerDay = append(dup.Budgets[i].PerDay, dup.Budgets[i].PerDay[0])
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: dup}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("evidence with a repeated day: %v", err)
+	}
+	ev := evidence("2026-10-17", 7, 100, 0, 5000000)
+	ev.Version = "v0"
+	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: ev}); err == nil || !strings.Contains(err.Error(), "regenerate") {
+		t.Errorf("old evidence version: %v", err)
+	}
+}
+
+func TestPromoteValidateHookAborts(t *testing.T) {
+	boom := errors.New("spec: budgets[0].mode: bad")
+	_, _, err := Promote(fixture(t), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Validate: func(string, []byte) error { return boom }})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestWriteFileAtomicKeepsMode(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(p, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	if string(b) != "new" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("content %q mode %v", b, st.Mode())
+	}
+	ents, _ := os.ReadDir(filepath.Dir(p))
+	if len(ents) != 1 {
+		t.Fatalf("temporary file left behind: %v", ents)
+	}
+	if err := WriteFileAtomic(filepath.Join(t.TempDir(), "missing", "x.yaml"), []byte("x")); err == nil {
+		t.Fatal("want error for a missing directory")
+	}
+}
+
+// TestWriteFileAtomicKeepsSymlink: a spec that is a symbolic link stays one;
+// its target gets the new content.
+func TestWriteFileAtomicKeepsSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "shared", "budgets.yaml")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "budgets.yaml")
+	if err := os.Symlink(filepath.Join("shared", "budgets.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(link, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v %v", fi.Mode(), err)
+	}
+	b, _ := os.ReadFile(target)
+	st, _ := os.Stat(target)
+	if string(b) != "new" || st.Mode().Perm() != 0o640 {
+		t.Fatalf("target content %q mode %v", b, st.Mode())
+	}
+}
+
+func FuzzPromoteNeverCorrupts(f *testing.F) {
+	b, err := os.ReadFile("testdata/flow.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b, "per-run")
+	f.Add(b, "per-api-key")
+	f.Add([]byte("spec:\n  budgets:\n  - name: a\n    mode: 'shadow' # c\n    shadowSince: 2026-01-01\n"), "a")
+	f.Add([]byte("spec: {budgets: [{name: a, shadowSince: \"2026-01-01\"}]}"), "a")
+	f.Fuzz(func(t *testing.T, src []byte, name string) {
+		out, _, err := Promote(src, name, Options{Now: day("2027-01-01T00:00:00Z"), Force: true, Reason: "fuzz"})
+		if err != nil {
+			return
+		}
+		// Whatever was accepted must re-read as the budget in enforce.
+		b, _, err := locate(out, name, "fuzz")
+		if err != nil {
+			t.Fatalf("promoted output does not parse: %v\n%s", err, out)
+		}
+		if m, _ := b.scalar(fieldMode); m != ModeEnforce {
+			t.Fatalf("mode %q after promote", m)
+		}
+	})
+}

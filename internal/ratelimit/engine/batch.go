@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+)
+
+// batcher coalesces the store calls of concurrent requests: requests queue
+// their counters, and a few flusher goroutines each take everything queued
+// and send it as one store.Charge. Under load a store call carries the
+// counters of many requests (one DoMulti, one goroutine and one wake-up in
+// the Valkey client instead of one per request); at low load every request is
+// its own batch. Each request keeps its own deadline: it stops waiting at
+// its deadline whatever its batch does, and a batch's deadline is that of
+// its earliest request. Counters of one request stay together and in order,
+// so a store call still holds all descriptors of each request it carries.
+type batcher struct {
+	st        store.Store
+	deadlines *deadlines
+	timeout   time.Duration
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*pending
+	closed  bool
+	workers sync.WaitGroup
+}
+
+type pending struct {
+	counters []store.Counter
+	totals   []uint64
+	deadline time.Time
+	done     chan error
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
+
+func newBatcher(st store.Store, d *deadlines, timeout time.Duration, workers int) *batcher {
+	b := &batcher{st: st, deadlines: d, timeout: timeout}
+	b.cond = sync.NewCond(&b.mu)
+	for i := 0; i < workers; i++ {
+		b.workers.Add(1)
+		go b.flusher()
+	}
+	return b
+}
+
+// charge queues one request's counters and waits for its totals or its
+// deadline. The returned error wraps store.ErrUnavailable on timeout.
+func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, totals []uint64) error {
+	// p owns copies: a request that gives up at its deadline returns while
+	// a flusher may still read p, and the caller reuses its buffers.
+	p := pendingPool.Get().(*pending)
+	p.counters = append(p.counters[:0], counters...)
+	if cap(p.totals) < len(totals) {
+		p.totals = make([]uint64, len(totals))
+	}
+	p.totals = p.totals[:len(totals)]
+	p.deadline = now.Add(b.timeout)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: engine closed", store.ErrUnavailable)
+	}
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+	b.cond.Signal()
+	wait := b.deadlines.after(now, b.timeout)
+	select {
+	case err := <-p.done:
+		copy(totals, p.totals)
+		clear(p.counters)
+		pendingPool.Put(p)
+		return err
+	case <-wait.Done():
+		// A flusher may still own p and will send on its buffered channel;
+		// p is left to the garbage collector, never reused.
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (b *batcher) flusher() {
+	defer b.workers.Done()
+	var batch []*pending
+	var counters []store.Counter
+	var totals []uint64
+	var orphans []store.Counter
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.closed {
+			b.cond.Wait()
+		}
+		if len(b.queue) == 0 && b.closed {
+			b.mu.Unlock()
+			return
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+
+		now := time.Now()
+		var earliest time.Time
+		counters = counters[:0]
+		live := batch[:0]
+		// orphans are the charged counters of requests whose deadline passed
+		// while they waited in the queue: their callers were already answered
+		// by the failure policy, but their hits were certainly never sent, so
+		// they still go to the store (after the live ones) instead of being
+		// lost. A store that cannot take them buffers them as unsent.
+		orphans = orphans[:0]
+		for _, p := range batch {
+			if !now.Before(p.deadline) {
+				for _, c := range p.counters {
+					if c.Hits > 0 {
+						orphans = append(orphans, c)
+					}
+				}
+				p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+				continue
+			}
+			if earliest.IsZero() || p.deadline.Before(earliest) {
+				earliest = p.deadline
+			}
+			counters = append(counters, p.counters...)
+			live = append(live, p)
+		}
+		if len(live) == 0 && len(orphans) > 0 {
+			earliest = now.Add(b.timeout)
+		}
+		counters = append(counters, orphans...)
+		if len(counters) > 0 {
+			if cap(totals) < len(counters) {
+				totals = make([]uint64, len(counters))
+			}
+			totals = totals[:len(counters)]
+			ctx := b.deadlines.after(now, earliest.Sub(now))
+			err := b.st.Charge(ctx, counters, totals)
+			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, memory.ErrFull) {
+				// The memory store refuses a call whole, untouched, when it
+				// needs a new counter at its bound; one new principal in a
+				// batch must not refuse the others (a cardinality flood would
+				// otherwise fail existing principals open). Charge each
+				// request on its own.
+				for _, p := range live {
+					p.done <- b.st.Charge(ctx, p.counters, p.totals)
+				}
+				live = live[:0]
+				for i := range orphans {
+					_ = b.st.Charge(ctx, orphans[i:i+1], totals[:1])
+				}
+			}
+			off := 0
+			for _, p := range live {
+				n := len(p.counters)
+				if err == nil {
+					copy(p.totals, totals[off:off+n])
+				}
+				off += n
+				p.done <- err
+			}
+		}
+		clear(counters) // drop key strings
+		clear(orphans)
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	b.workers.Wait()
+}

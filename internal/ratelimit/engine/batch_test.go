@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+)
+
+// gateStore holds its first Charge until released, so later requests wait in
+// the batcher's queue past their deadline.
+type gateStore struct {
+	store.Store
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateStore) Charge(ctx context.Context, c []store.Counter, totals []uint64) error {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Store.Charge(context.Background(), c, totals)
+}
+
+// TestQueuedPastDeadlineStillCharged: a request whose deadline passes while it
+// waits behind a slow store call is answered by the failure policy, but its
+// hits were never sent, so they must still reach the store, exactly once.
+func TestQueuedPastDeadlineStillCharged(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	g := &gateStore{Store: mem, entered: make(chan struct{}), release: make(chan struct{})}
+	var d deadlines
+	b := newBatcher(g, &d, 20*time.Millisecond, 1)
+	exp := time.Now().Add(time.Hour)
+
+	first := make(chan error, 1)
+	go func() {
+		first <- b.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+	}()
+	<-g.entered // the only flusher is now stuck in the store
+
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counters := []store.Counter{{Key: "b", Hits: 7, ExpireAt: exp}, {Key: "c", Hits: 0, ExpireAt: exp}}
+			errs[i] = b.charge(context.Background(), time.Now(), counters, make([]uint64, 2))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("queued request %d: err = %v, want ErrUnavailable at its deadline", i, err)
+		}
+	}
+	close(g.release)
+	<-first
+	b.close() // flushers drain the queue before they stop
+
+	totals := make([]uint64, 3)
+	if err := mem.Charge(context.Background(), []store.Counter{{Key: "a"}, {Key: "b"}, {Key: "c"}}, totals); err != nil {
+		t.Fatal(err)
+	}
+	if totals[0] != 1 || totals[1] != 70 || totals[2] != 0 {
+		t.Fatalf("totals a, b, c = %v, want [1 70 0]: hits of requests answered at their deadline were lost or doubled", totals)
+	}
+}

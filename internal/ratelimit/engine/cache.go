@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// overCache remembers counters already seen above their limit, until their
+// window ends, so an exhausted principal's checks need no store round trip.
+//
+// Correctness: a counter only grows within its window (keys name the window),
+// so once a total above the limit was observed every later call in the same
+// window is OVER_LIMIT, whatever it adds. The answer is therefore identical to
+// asking the store. The reference still charges over-limit hits, and so do we:
+// hits on a cached key are added to the entry's pending count and charged in
+// background batches (one INCRBY per key per flush, FlushInterval apart). The
+// store's counter lags by at most one flush interval; a crash loses at most
+// that interval's over-limit hits, which were denied anyway. An entry is keyed
+// by the full counter key and remembers the observed total, so a limit raised
+// by a config change is compared against that total (a miss if no longer over).
+type overCache struct {
+	shards   []cacheShard
+	perShard int
+	seed     maphash.Seed
+}
+
+type cacheShard struct {
+	mu sync.Mutex
+	m  map[string]*cacheEntry
+	_  [40]byte
+}
+
+type cacheEntry struct {
+	observed  uint64
+	windowEnd int64 // Unix seconds; the entry is useless from then on
+	expireAt  time.Time
+	pending   uint64
+}
+
+const cacheShards = 32
+
+func newOverCache(size int) *overCache {
+	if size <= 0 {
+		return nil
+	}
+	per := size / cacheShards
+	if per < 1 {
+		per = 1
+	}
+	c := &overCache{shards: make([]cacheShard, cacheShards), perShard: per, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]*cacheEntry)
+	}
+	return c
+}
+
+func (c *overCache) shard(k []byte) *cacheShard {
+	return &c.shards[maphash.Bytes(c.seed, k)&(cacheShards-1)]
+}
+
+// hit reports whether key is known over limit at nowSec, and if so adds hits
+// to its pending charge.
+func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits uint64) bool {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	e := sh.m[string(k)]
+	if e == nil || nowSec >= e.windowEnd || e.observed <= limit {
+		sh.mu.Unlock()
+		return false
+	}
+	// Saturate rather than wrap: counters are signed 64-bit in Valkey, and a
+	// wrapped sum would charge a tiny amount for an enormous one.
+	if hits > math.MaxInt64-min(e.pending, math.MaxInt64) {
+		e.pending = math.MaxInt64
+	} else {
+		e.pending += hits
+	}
+	sh.mu.Unlock()
+	return true
+}
+
+// put records an observed total above the limit. It reports false when the
+// shard is full of live entries (the cache is an optimisation; nothing breaks).
+func (c *overCache) put(k []byte, observed uint64, nowSec, windowEnd int64, expireAt time.Time) bool {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[string(k)]; e != nil {
+		if observed > e.observed {
+			e.observed = observed
+		}
+		return true
+	}
+	if len(sh.m) >= c.perShard {
+		for key, e := range sh.m {
+			if nowSec >= e.windowEnd && e.pending == 0 {
+				delete(sh.m, key)
+			}
+		}
+		if len(sh.m) >= c.perShard {
+			return false
+		}
+	}
+	sh.m[string(k)] = &cacheEntry{observed: observed, windowEnd: windowEnd, expireAt: expireAt}
+	return true
+}
+
+// drain moves pending hits into counters and drops finished entries.
+func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.pending > 0 {
+				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt})
+				e.pending = 0
+			}
+			if nowSec >= e.windowEnd {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+func (c *overCache) len() int {
+	n := 0
+	for i := range c.shards {
+		c.shards[i].mu.Lock()
+		n += len(c.shards[i].m)
+		c.shards[i].mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,323 @@
+// Package server exposes the decision engine the way envoyproxy/ratelimit
+// does: gRPC RateLimitService v3 and gRPC health on the gRPC port, HTTP
+// /healthcheck and /json on the HTTP port, /rlconfig, pprof and /metrics on
+// the debug port, and Prometheus metrics on their own address when asked.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/unarygrpc"
+)
+
+// Decider is what the server needs from the engine.
+type Decider interface {
+	ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error)
+	Config() *config.Config
+}
+
+// Defaults for Options.
+const (
+	DefaultMaxConnectionAge      = 24 * time.Hour
+	DefaultMaxConnectionAgeGrace = time.Hour
+	DefaultMetricsPath           = "/metrics"
+	// DefaultMaxJSONBody bounds a /json request body.
+	DefaultMaxJSONBody = 4 << 20
+	// HealthServiceName is the gRPC health service name the reference uses.
+	HealthServiceName = "ratelimit"
+)
+
+// Options configure a Server. Addresses are host:port; ":0" picks a free port
+// (see Addrs). An empty HTTP, debug or metrics address disables that listener;
+// the gRPC address is required.
+type Options struct {
+	GRPCAddr  string
+	HTTPAddr  string
+	DebugAddr string
+	// MetricsAddr serves Prometheus metrics at MetricsPath (PROMETHEUS_ADDR
+	// when USE_PROMETHEUS); the debug port always serves /metrics too.
+	MetricsAddr string
+	MetricsPath string // default DefaultMetricsPath
+	// TLS, when non-nil, serves gRPC over TLS with this config (nil = plaintext).
+	TLS *tls.Config
+	// Gatherer for /metrics; default prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// MaxConnectionAge and MaxConnectionAgeGrace are the reference's
+	// GRPC_MAX_CONNECTION_AGE(_GRACE); defaults 24h and 1h.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// StreamWorkers > 0 serves calls on that many reusable goroutines; 0
+	// starts one goroutine per call.
+	StreamWorkers int
+	// RequireConfigForHealth makes health fail until a config is loaded
+	// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	RequireConfigForHealth bool
+	// Ledger, when set, is served read-only on the debug port under /ledger/
+	// for `budgetgen report --service` (the embedded store's ledger, which
+	// lives in this process). It names principals: keep the debug port
+	// private, as its pprof endpoints already require.
+	Ledger ledger.Reader
+	Logger *slog.Logger
+}
+
+// Server owns the listeners. Create with New, run with Serve.
+type Server struct {
+	d      Decider
+	o      Options
+	log    *slog.Logger
+	grpc   *unarygrpc.Server
+	health *Health
+
+	grpcL, httpL, debugL, metricsL net.Listener
+	httpS, debugS, metricsS        *http.Server
+}
+
+// New opens the listeners (so bad addresses fail here) and builds the servers.
+func New(d Decider, o Options) (*Server, error) {
+	if o.GRPCAddr == "" {
+		return nil, errors.New("server: a gRPC address is required")
+	}
+	if o.MetricsPath == "" {
+		o.MetricsPath = DefaultMetricsPath
+	}
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.DefaultGatherer
+	}
+	if o.MaxConnectionAge <= 0 {
+		o.MaxConnectionAge = DefaultMaxConnectionAge
+	}
+	if o.MaxConnectionAgeGrace <= 0 {
+		o.MaxConnectionAgeGrace = DefaultMaxConnectionAgeGrace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{d: d, o: o, log: o.Logger}
+	// The gRPC port serves two unary methods; unarygrpc does that with
+	// about half the CPU per call of grpc-go's server (docs/benchmarks.md).
+	s.grpc = unarygrpc.New(unarygrpc.Options{
+		TLS:                   o.TLS,
+		MaxConnectionAge:      o.MaxConnectionAge,
+		MaxConnectionAgeGrace: o.MaxConnectionAgeGrace,
+		Workers:               o.StreamWorkers,
+		Logger:                o.Logger,
+	})
+	s.health = newHealth(o.RequireConfigForHealth)
+	s.grpc.Handle(methodShouldRateLimit, s.serveShouldRateLimit)
+	s.grpc.Handle(methodHealthCheck, s.health.serveHealthCheck)
+	s.grpc.HandleServerStream(methodHealthWatch, s.health.serveHealthWatch)
+
+	var err error
+	listen := func(addr string) net.Listener {
+		if err != nil || addr == "" {
+			return nil
+		}
+		var l net.Listener
+		l, err = net.Listen("tcp", addr)
+		if err != nil {
+			err = fmt.Errorf("listen %s: %w", addr, err)
+		}
+		return l
+	}
+	s.grpcL = listen(o.GRPCAddr)
+	s.httpL = listen(o.HTTPAddr)
+	s.debugL = listen(o.DebugAddr)
+	s.metricsL = listen(o.MetricsAddr)
+	if err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	metricsH := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+	if s.httpL != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/healthcheck", s.health)
+		mux.HandleFunc("/json", s.serveJSON)
+		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	if s.debugL != nil {
+		s.debugS = &http.Server{Handler: s.debugMux(metricsH), ReadHeaderTimeout: 10 * time.Second}
+	}
+	if s.metricsL != nil {
+		mux := http.NewServeMux()
+		mux.Handle(o.MetricsPath, metricsH)
+		s.metricsS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.grpcL, s.httpL, s.debugL, s.metricsL} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// Addrs returns the bound addresses (nil for disabled listeners).
+func (s *Server) Addrs() (grpcAddr, httpAddr, debugAddr, metricsAddr net.Addr) {
+	a := func(l net.Listener) net.Addr {
+		if l == nil {
+			return nil
+		}
+		return l.Addr()
+	}
+	return a(s.grpcL), a(s.httpL), a(s.debugL), a(s.metricsL)
+}
+
+// Health returns the health checker (the config source marks config loads,
+// shutdown marks draining).
+func (s *Server) Health() *Health { return s.health }
+
+// Serve serves until ctx is done, then fails health, stops accepting and
+// drains in-flight gRPC calls (up to drain), and returns. A listener error
+// ends it early with that error.
+func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
+	errc := make(chan error, 4)
+	var wg sync.WaitGroup
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, unarygrpc.ErrServerStopped) {
+				errc <- fmt.Errorf("%s server: %w", name, err)
+			}
+		}()
+	}
+	run("grpc", func() error { return s.grpc.Serve(s.grpcL) })
+	if s.httpS != nil {
+		run("http", func() error { return s.httpS.Serve(s.httpL) })
+	}
+	if s.debugS != nil {
+		run("debug", func() error { return s.debugS.Serve(s.debugL) })
+	}
+	if s.metricsS != nil {
+		run("metrics", func() error { return s.metricsS.Serve(s.metricsL) })
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.health.Fail(ComponentShutdown)
+	s.health.endWatches() // after NOT_SERVING: Watch streams end, the stop need not wait for them
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	if drain <= 0 {
+		drain = 5 * time.Second
+	}
+	select {
+	case <-stopped:
+	case <-time.After(drain):
+		s.grpc.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, h := range []*http.Server{s.httpS, s.debugS, s.metricsS} {
+		if h != nil {
+			_ = h.Shutdown(sctx)
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// serveJSON is the reference's /json: a proto-JSON RateLimitRequest in, the
+// proto-JSON response out; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN, 400 for a
+// bad body or a request the service rejects.
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, DefaultMaxJSONBody))
+	if err != nil {
+		s.log.Warn("json: read body", "err", err)
+		httpStatus(w, http.StatusBadRequest)
+		return
+	}
+	var req rlpb.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		s.log.Warn("json: decode request", "err", err)
+		httpStatus(w, http.StatusBadRequest)
+		return
+	}
+	resp, err := s.d.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		s.log.Warn("json: ShouldRateLimit", "err", err)
+		httpStatus(w, http.StatusBadRequest)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		httpStatus(w, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	switch resp.OverallCode {
+	case rlpb.RateLimitResponse_UNKNOWN:
+		w.WriteHeader(http.StatusInternalServerError)
+	case rlpb.RateLimitResponse_OVER_LIMIT:
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
+}
+
+func httpStatus(w http.ResponseWriter, code int) {
+	http.Error(w, http.StatusText(code), code)
+}
+
+func (s *Server) debugMux(metricsH http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	endpoints := map[string]string{
+		"/rlconfig":            "print out the currently loaded configuration for debugging",
+		"/debug/pprof/":        "root of various pprof endpoints. hit for help.",
+		"/debug/pprof/profile": "CPU profiling endpoint",
+		"/debug/pprof/trace":   "trace endpoint",
+		"/metrics":             "Prometheus metrics",
+	}
+	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, s.d.Config().Dump())
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/metrics", metricsH)
+	if s.o.Ledger != nil {
+		endpoints["/ledger/"] = "the embedded store's usage ledger, read by budgetgen report --service"
+		mux.Handle("/ledger/", ledger.Handler(s.o.Ledger))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		keys := make([]string, 0, len(endpoints))
+		for k := range endpoints {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s: %s\n", k, endpoints[k])
+		}
+		_, _ = io.WriteString(w, b.String())
+	})
+	return mux
+}

@@ -1,0 +1,353 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+)
+
+const cfgYAML = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1}
+`
+
+type running struct {
+	srv    *Server
+	eng    *engine.Engine
+	conn   *grpc.ClientConn
+	client rlpb.RateLimitServiceClient
+	http   string
+	debug  string
+	stop   func()
+}
+
+func start(t *testing.T, o Options, clientCreds credentials.TransportCredentials) *running {
+	t.Helper()
+	mem := memory.New(memory.Options{})
+	reg := prometheus.NewRegistry()
+	eng, err := engine.New(engine.Options{Store: mem, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load([]config.File{{Name: "c.yaml", Data: []byte(cfgYAML)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetConfig(c)
+	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	o.Gatherer = reg
+	srv, err := New(eng, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, time.Second) }()
+	g, h, d, _ := srv.Addrs()
+	if clientCreds == nil {
+		clientCreds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(g.String(), grpc.WithTransportCredentials(clientCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{srv: srv, eng: eng, conn: conn, client: rlpb.NewRateLimitServiceClient(conn), http: "http://" + h.String(), debug: "http://" + d.String()}
+	r.stop = func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		eng.Close()
+		mem.Close()
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func rlReq(user string) *rlpb.RateLimitRequest {
+	return &rlpb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{{
+		Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+	}}}
+}
+
+func TestGRPCShouldRateLimitAndHealth(t *testing.T) {
+	r := start(t, Options{}, nil)
+	ctx := context.Background()
+	resp, err := r.client.ShouldRateLimit(ctx, rlReq("a"))
+	if err != nil || resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 ||
+		resp.Statuses[0].DurationUntilReset.GetSeconds() <= 0 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Fatalf("first call: %v %v", resp, err)
+	}
+	resp, err = r.client.ShouldRateLimit(ctx, rlReq("a"))
+	if err != nil || resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second call: %v %v", resp, err)
+	}
+	_, err = r.client.ShouldRateLimit(ctx, &rlpb.RateLimitRequest{Domain: "d"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no descriptors: %v", err)
+	}
+	hc := healthpb.NewHealthClient(r.conn)
+	for _, name := range []string{"", HealthServiceName} {
+		h, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", name, h, err)
+		}
+	}
+	r.srv.Health().Fail(ComponentStore)
+	if h, _ := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: HealthServiceName}); h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health after failure: %v", h)
+	}
+}
+
+// invalidUTF8Request encodes a request whose domain is not UTF-8; the proto
+// library refuses to marshal that, so it is built by hand.
+func invalidUTF8Request() []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, "d\xff")
+	return b
+}
+
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.(*[]byte); ok {
+		return *b, nil
+	}
+	return proto.Marshal(v.(proto.Message))
+}
+func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+
+func TestMalformedWireRequestIsInvalidArgument(t *testing.T) {
+	r := start(t, Options{}, nil)
+	for name, body := range map[string][]byte{
+		"invalid utf8": invalidUTF8Request(),
+		"garbage":      {0xff, 0xff, 0xff},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out rlpb.RateLimitResponse
+			err := r.conn.Invoke(context.Background(), rlpb.RateLimitService_ShouldRateLimit_FullMethodName, &body, &out, grpc.ForceCodec(rawCodec{}))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("err = %v, want InvalidArgument", err)
+			}
+		})
+	}
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	r := start(t, Options{}, nil)
+	post := func(body string) (int, string) {
+		resp, err := http.Post(r.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	body := `{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`
+	if code, b := post(body); code != 200 || !strings.Contains(b, `"overallCode":"OK"`) {
+		t.Fatalf("first: %d %s", code, b)
+	}
+	if code, b := post(body); code != 429 || !strings.Contains(b, `"overallCode":"OVER_LIMIT"`) {
+		t.Fatalf("second: %d %s", code, b)
+	}
+	if code, _ := post(`{"domain":`); code != 400 {
+		t.Fatalf("bad json: %d", code)
+	}
+	if code, _ := post(`{"domain":""}`); code != 400 {
+		t.Fatalf("invalid request: %d", code)
+	}
+	get := func(u string) (int, string) {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := get(r.http + "/healthcheck"); code != 200 || b != "OK" {
+		t.Fatalf("healthcheck: %d %q", code, b)
+	}
+	if code, b := get(r.debug + "/rlconfig"); code != 200 || !strings.Contains(b, "d.user: unit=DAY requests_per_unit=1") {
+		t.Fatalf("rlconfig: %d %q", code, b)
+	}
+	if code, b := get(r.debug + "/metrics"); code != 200 || !strings.Contains(b, `ratelimit_decisions_total{domain="d",outcome="over_limit",rule="d.user"} 1`) {
+		t.Fatalf("metrics: %d %s", code, b)
+	}
+	if code, _ := get(r.debug + "/debug/pprof/"); code != 200 {
+		t.Fatalf("pprof: %d", code)
+	}
+	r.srv.Health().Fail(ComponentShutdown)
+	if code, _ := get(r.http + "/healthcheck"); code != 500 {
+		t.Fatalf("unhealthy healthcheck: %d", code)
+	}
+}
+
+func TestRequireConfigForHealth(t *testing.T) {
+	r := start(t, Options{RequireConfigForHealth: true}, nil)
+	if r.srv.Health().Healthy() {
+		t.Fatal("healthy before any config load was reported")
+	}
+	r.srv.Health().OK(ComponentConfig)
+	if !r.srv.Health().Healthy() {
+		t.Fatal("not healthy after config load")
+	}
+}
+
+func TestTLSOption(t *testing.T) {
+	cert, pool := selfSigned(t)
+	r := start(t, Options{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"}))
+	if _, err := r.client.ShouldRateLimit(context.Background(), rlReq("tls")); err != nil {
+		t.Fatalf("over TLS: %v", err)
+	}
+	g, _, _, _ := r.srv.Addrs()
+	plain, err := grpc.NewClient(g.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := rlpb.NewRateLimitServiceClient(plain).ShouldRateLimit(ctx, rlReq("x")); err == nil {
+		t.Fatal("plaintext call succeeded against a TLS server")
+	}
+}
+
+func TestCodecMarshalsLikeProto(t *testing.T) {
+	r := start(t, Options{}, nil)
+	resp, err := r.eng.ShouldRateLimit(context.Background(), rlReq("codec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vt, err := marshalResponse(nil, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back rlpb.RateLimitResponse
+	if err := proto.Unmarshal(vt, &back); err != nil || !proto.Equal(&back, resp) {
+		t.Fatalf("vtproto bytes do not round-trip: %v", err)
+	}
+}
+
+func FuzzHandler(f *testing.F) {
+	good, _ := proto.Marshal(rlReq("a"))
+	f.Add(good)
+	f.Add(invalidUTF8Request())
+	f.Add([]byte{})
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	eng, _ := engine.New(engine.Options{Store: mem})
+	defer eng.Close()
+	c, _ := config.Load([]config.File{{Name: "c.yaml", Data: []byte(cfgYAML)}})
+	eng.SetConfig(c)
+	s := &Server{d: eng}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := s.serveShouldRateLimit(context.Background(), bytes.Clone(data), nil)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument {
+				t.Fatalf("code %s: %v", c, err)
+			}
+			return
+		}
+		var back rlpb.RateLimitResponse
+		if err := proto.Unmarshal(b, &back); err != nil {
+			t.Fatalf("response does not decode: %v", err)
+		}
+		if back.OverallCode == rlpb.RateLimitResponse_UNKNOWN {
+			t.Fatalf("answer without an overall code: %v", &back)
+		}
+	})
+}
+
+// TestHealthWatch: Watch sends the status at once and every change; an
+// unknown service gets SERVICE_UNKNOWN; at shutdown the watcher gets
+// NOT_SERVING, then its stream ends, and the stop does not wait for it.
+func TestHealthWatch(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	eng, err := engine.New(engine.Options{Store: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	srv, err := New(eng, Options{GRPCAddr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, 10*time.Second) }()
+	g, _, _, _ := srv.Addrs()
+	conn, err := grpc.NewClient(g.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{Service: HealthServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		m, err := w.Recv()
+		if err != nil || m.Status != want {
+			t.Fatalf("watch: %v %v, want %v", m, err, want)
+		}
+	}
+	next(healthpb.HealthCheckResponse_SERVING)
+	srv.Health().Fail(ComponentStore)
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
+	srv.Health().OK(ComponentStore)
+	next(healthpb.HealthCheckResponse_SERVING)
+
+	u, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{Service: "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := u.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
+		t.Fatalf("unknown service: %v %v", m, err)
+	}
+
+	start := time.Now()
+	cancel() // shutdown
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
+	if _, err := w.Recv(); err != io.EOF {
+		t.Fatalf("after NOT_SERVING at shutdown: %v, want the stream to end", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("shutdown took %v with watchers open (drain 10 s)", el)
+	}
+}

@@ -1,0 +1,306 @@
+// Package service wires settings, store, engine, config source and servers
+// into the rate limit service that cmd/ratelimit runs.
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+	"github.com/budgetgen/budgetgen/internal/store/valkey"
+	"github.com/budgetgen/budgetgen/internal/thresholds"
+)
+
+// ErrUsage marks settings errors (exit code 2 in main).
+var ErrUsage = errors.New("usage")
+
+// Run starts the service and blocks until ctx is done (then drains) or a
+// listener fails. Settings come from args and getenv; logs go to logOut.
+// ready, if non-nil, is called with the running server once it listens.
+func Run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(*server.Server)) error {
+	s, err := settings.Load(args, getenv, logOut)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	log := newLogger(s, logOut)
+	// Start-up facts are logged at WARN or below so the reference's default
+	// LOG_LEVEL=WARN still shows them.
+	startup := log.With("phase", "startup")
+	for _, u := range s.Unsupported {
+		startup.Warn("unsupported setting", "detail", u)
+	}
+	var serverTLS *tls.Config
+	if s.GRPCServerUseTLS {
+		if serverTLS, err = grpcServerTLS(s); err != nil {
+			return err
+		}
+	}
+
+	if getenv("GOGC") == "" && s.GCPercent > 0 {
+		debug.SetGCPercent(s.GCPercent)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	st, ledgerSink, desc, err := openStore(s, log)
+	if err != nil {
+		return err
+	}
+	registerStoreMetrics(reg, st)
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("close store", "err", err)
+		}
+	}()
+	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
+
+	// The shadow-week ledger (per rule, day and principal usage; denials) and
+	// the 80/90/100% threshold events, read back by budgetgen report.
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays}, ledgerSink, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	ledgerDone := make(chan struct{})
+	go func() {
+		rec.Run(ledgerCtx, ledgerFlushInterval, func(err error) { log.Warn("ledger flush failed", "err", err) })
+		close(ledgerDone)
+	}()
+	defer func() { stopLedger(); <-ledgerDone }()
+	det, err := thresholds.New(thresholds.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	eng, err := engine.New(engine.Options{
+		Ledger: rec, Thresholds: det,
+		Store: st, Keys: keyEncoder(s), NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
+		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace,
+		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	defer eng.Close()
+
+	metricsAddr := ""
+	if s.UsePrometheus {
+		metricsAddr = s.PrometheusAddr
+	}
+	srv, err := server.New(eng, server.Options{
+		GRPCAddr: s.GRPCAddr(), HTTPAddr: s.HTTPAddr(), DebugAddr: s.DebugAddr(),
+		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
+		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
+		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
+		Ledger: ledgerReader(ledgerSink),
+	})
+	if err != nil {
+		return err
+	}
+	applier := &source.Applier{Sink: eng, Metrics: m, Logger: log, OnLoaded: func(c *config.Config) {
+		if c.Empty() {
+			srv.Health().Fail(server.ComponentConfig)
+		} else {
+			srv.Health().OK(server.ComponentConfig)
+		}
+	}}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watchDone := make(chan struct{})
+	configFrom := s.DirOptions().Dir()
+	if s.ConfigType == "GRPC_XDS_SOTW" {
+		xc, err := newXDSClient(s, applier, log)
+		if err != nil {
+			return err
+		}
+		go func() { _ = xc.Run(sctx); close(watchDone) }()
+		if err := waitFirstXDSConfig(sctx, s, xc); err != nil {
+			cancel()
+			<-watchDone
+			return err
+		}
+		configFrom = "xds " + s.XDSServerURL
+	} else {
+		files := &source.Files{Dir: s.DirOptions(), Interval: s.ConfigPollInterval}
+		if err := files.Load(applier); err != nil && !s.ForceStartWithoutInitialConfig {
+			return fmt.Errorf("initial config: %w", err)
+		}
+		go func() { _ = files.Run(sctx, applier); close(watchDone) }()
+	}
+	g, h, d, mt := srv.Addrs()
+	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil)
+	if ready != nil {
+		ready(srv)
+	}
+	err = srv.Serve(sctx, 5*time.Second)
+	cancel()
+	<-watchDone
+	log.Warn("stopped", "err", err)
+	return err
+}
+
+func addrString(a interface{ String() string }) string {
+	if a == nil || fmt.Sprint(a) == "<nil>" {
+		return ""
+	}
+	return a.String()
+}
+
+func newLogger(s settings.Settings, out io.Writer) *slog.Logger {
+	var lvl slog.Level
+	switch strings.ToLower(s.LogLevel) {
+	case "debug", "trace":
+		lvl = slog.LevelDebug
+	case "info":
+		lvl = slog.LevelInfo
+	case "warn", "warning":
+		lvl = slog.LevelWarn
+	default:
+		lvl = slog.LevelError
+	}
+	o := &slog.HandlerOptions{Level: lvl}
+	if strings.EqualFold(s.LogFormat, "json") {
+		return slog.New(slog.NewJSONHandler(out, o))
+	}
+	return slog.New(slog.NewTextHandler(out, o))
+}
+
+// ledgerFlushInterval is how often the ledger's denial counts and expiries
+// are written (docs/measurement.md).
+const ledgerFlushInterval = 5 * time.Second
+
+// ledgerReader is the ledger the debug port serves: the embedded store's,
+// which only this process holds (a Valkey ledger is read from Valkey).
+func ledgerReader(sink ledger.Sink) ledger.Reader {
+	if m, ok := sink.(*ledger.Memory); ok {
+		return m
+	}
+	return nil
+}
+
+func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
+	if s.UseMemoryStore() {
+		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+	}
+	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sauth, err := secret(s.RedisSentinelAuth, s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	user, pass := settings.RedisCredentials(auth)
+	suser, spass := settings.RedisCredentials(sauth)
+	o := valkey.Options{
+		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
+		DialTimeout: s.RedisTimeout, Logger: log,
+		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
+	}
+	addrs := strings.Split(s.RedisURL, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	switch strings.ToLower(s.RedisType) {
+	case "cluster":
+		o.Mode, o.Addresses = valkey.Cluster, addrs
+	case "sentinel":
+		o.Mode, o.MasterSet, o.Addresses = valkey.Sentinel, addrs[0], addrs[1:]
+	default:
+		o.Mode, o.Addresses = valkey.Standalone, addrs[:1]
+	}
+	if s.RedisTLS {
+		tc, err := redisTLS(s)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		o.TLS = tc
+	}
+	st, err := valkey.New(o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return st, ledger.NewValkeySink(st.Client()), fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+}
+
+// secret returns value, or the content of file (one trailing newline
+// dropped, as a mounted secret often has). Errors name the setting and the
+// path, never the content.
+func secret(value, file, setting string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return "", fmt.Errorf("%s: %s is empty", setting, file)
+	}
+	return v, nil
+}
+
+// redisTLS builds the client TLS config from REDIS_TLS_* files, as the
+// reference does: optional client pair, optional CA (system roots
+// otherwise), and hostname verification that can be skipped while the chain
+// is still verified.
+func redisTLS(s settings.Settings) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.RedisTLSClientCert != "" || s.RedisTLSClientKey != "" {
+		pair, err := tls.LoadX509KeyPair(s.RedisTLSClientCert, s.RedisTLSClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_TLS_CLIENT_CERT/KEY: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	if s.RedisTLSCACert != "" {
+		pem, err := os.ReadFile(s.RedisTLSCACert)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_TLS_CACERT: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("REDIS_TLS_CACERT %s: no certificate found", s.RedisTLSCACert)
+		}
+		tc.RootCAs = pool
+	}
+	if s.RedisTLSSkipHostnameVerification {
+		roots := tc.RootCAs
+		tc.InsecureSkipVerify = true
+		tc.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("valkey tls: no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		}
+	}
+	return tc, nil
+}

@@ -1,0 +1,41 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+	"github.com/budgetgen/budgetgen/internal/store/valkey"
+)
+
+// registerStoreMetrics exports the store's own counters (outage buffer,
+// lost and ambiguous hits, capacity) read at scrape time.
+func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	switch s := st.(type) {
+	case *valkey.Store:
+		gauge("ratelimit_valkey_in_flight_calls", "Store calls holding a Valkey slot now.", func() float64 { return float64(s.Stats().InFlight) })
+		gauge("ratelimit_valkey_buffer_keys", "Counters and ledger fields waiting in the outage buffer.", func() float64 { return float64(s.Stats().BufferKeys) })
+		counter("ratelimit_valkey_no_slot_total", "Store calls not sent: no free slot before their deadline, or Valkey stalled.", func() float64 { return float64(s.Stats().NoSlot) })
+		counter("ratelimit_valkey_stalled_calls_total", "Store calls not sent because Valkey had answered nothing for 100 ms with calls in flight (buffered, not sent into the stall).", func() float64 { return float64(s.Stats().Stalled) })
+		counter("ratelimit_valkey_buffered_hits_total", "Hits kept in the outage buffer because Valkey certainly did not get them.", func() float64 { return float64(s.Stats().Buffered) })
+		counter("ratelimit_valkey_replayed_hits_total", "Buffered hits applied once Valkey answered again.", func() float64 { return float64(s.Stats().Replayed) })
+		counter("ratelimit_valkey_lost_hits_total", "Hits dropped because the outage buffer was full or disabled.", func() float64 { return float64(s.Stats().Lost) })
+		counter("ratelimit_valkey_expired_hits_total", "Buffered hits dropped because their window ended first.", func() float64 { return float64(s.Stats().Expired) })
+		counter("ratelimit_valkey_ambiguous_hits_total", "Hits sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().Ambiguous) })
+		counter("ratelimit_valkey_ledger_buffered_tokens_total", "Ledger (usage report) increments kept in the outage buffer.", func() float64 { return float64(s.Stats().LedgerBuffered) })
+		counter("ratelimit_valkey_ledger_replayed_tokens_total", "Buffered ledger increments applied once Valkey answered again.", func() float64 { return float64(s.Stats().LedgerReplayed) })
+		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
+		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because their day ended first.", func() float64 { return float64(s.Stats().LedgerExpired) })
+		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
+		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
+	case *memory.Store:
+		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
+		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full.", func() float64 { return float64(s.Stats().Refused) })
+	}
+}

@@ -1,0 +1,498 @@
+// Package settings reads the rate limit service's settings once, from the
+// environment variables envoyproxy/ratelimit reads (the ones Envoy Gateway
+// sets, with the same defaults and ports) and from flags, which win. The
+// result is one validated struct passed down; nothing else reads the
+// environment.
+package settings
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+)
+
+// Settings is the whole service configuration. Defaults are the reference's.
+type Settings struct {
+	// Listeners: HOST/PORT (0.0.0.0:8080, /healthcheck and /json),
+	// GRPC_HOST/GRPC_PORT (0.0.0.0:8081), DEBUG_HOST/DEBUG_PORT (0.0.0.0:6070).
+	Host      string
+	Port      int
+	GRPCHost  string
+	GRPCPort  int
+	DebugHost string
+	DebugPort int
+	// GRPCMaxConnectionAge(Grace): GRPC_MAX_CONNECTION_AGE (24h), _GRACE (1h).
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+	// GRPCServerUseTLS (GRPC_SERVER_USE_TLS) and its files; wiring them is
+	// left to the TLS work (server.Options.TLS takes the *tls.Config).
+	GRPCServerUseTLS    bool
+	GRPCServerTLSCert   string
+	GRPCServerTLSKey    string
+	GRPCClientTLSCACert string
+	GRPCClientTLSSAN    string
+
+	// Metrics: USE_PROMETHEUS (false), PROMETHEUS_ADDR (:9090), PROMETHEUS_PATH (/metrics).
+	UsePrometheus  bool
+	PrometheusAddr string
+	PrometheusPath string
+
+	// Logging: LOG_LEVEL (WARN), LOG_FORMAT (text|json).
+	LogLevel  string
+	LogFormat string
+
+	// Config source: CONFIG_TYPE (FILE|GRPC_XDS_SOTW).
+	ConfigType string
+	// Runtime directory (FILE): RUNTIME_ROOT (/srv/runtime_data/current),
+	// RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY (config),
+	// RUNTIME_IGNOREDOTFILES (false), RUNTIME_WATCH_ROOT (true; polling sees
+	// both layouts the same way). ConfigDir (--config-dir) replaces the three
+	// path parts with one directory.
+	RuntimeRoot           string
+	RuntimeSubdirectory   string
+	RuntimeAppDirectory   string
+	RuntimeIgnoreDotFiles bool
+	RuntimeWatchRoot      bool
+	ConfigDir             string
+	// ConfigPollInterval (CONFIG_POLL_INTERVAL, 1s) between directory reads.
+	ConfigPollInterval time.Duration
+	// xDS (GRPC_XDS_SOTW): CONFIG_GRPC_XDS_SERVER_URL (localhost:18000),
+	// CONFIG_GRPC_XDS_NODE_ID (default), and TLS files.
+	XDSServerURL       string
+	XDSNodeID          string
+	XDSServerUseTLS    bool
+	XDSClientTLSCert   string
+	XDSClientTLSKey    string
+	XDSServerTLSCACert string
+	XDSServerTLSSAN    string
+	// ForceStartWithoutInitialConfig (FORCE_START_WITHOUT_INITIAL_CONFIG):
+	// start even if the first config load fails.
+	ForceStartWithoutInitialConfig bool
+	// HealthyWithAtLeastOneConfigLoaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithAtLeastOneConfigLoaded bool
+
+	// Store. RedisURL empty (REDIS_URL unset) means the embedded memory store.
+	RedisSocketType                  string // REDIS_SOCKET_TYPE: tcp (unix is not supported)
+	RedisURL                         string // REDIS_URL: host:port, or a comma list (cluster seeds; sentinel: master,s1,s2)
+	RedisType                        string // REDIS_TYPE: single|cluster|sentinel (case-insensitive)
+	RedisAuth                        string // REDIS_AUTH: password or user:password. Never logged.
+	RedisSentinelAuth                string // REDIS_SENTINEL_AUTH. Never logged.
+	RedisTLS                         bool   // REDIS_TLS
+	RedisTLSClientCert               string
+	RedisTLSClientKey                string
+	RedisTLSCACert                   string
+	RedisTLSSkipHostnameVerification bool
+	// RedisAuthFile and RedisSentinelAuthFile (REDIS_AUTH_FILE,
+	// REDIS_SENTINEL_AUTH_FILE, ours) name files holding the same values
+	// (a mounted Kubernetes secret), read at start; one trailing newline is
+	// dropped. Each excludes its env variant.
+	RedisAuthFile         string
+	RedisSentinelAuthFile string
+	// RedisTimeout (REDIS_TIMEOUT, 10s) bounds connecting.
+	RedisTimeout time.Duration
+	// ValkeyMaxFlushDelay (VALKEY_MAX_FLUSH_DELAY, ours; 50us) lets the
+	// auto-pipeline gather concurrent calls into one write: fewer syscalls,
+	// at most that much added latency.
+	ValkeyMaxFlushDelay time.Duration
+	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
+	// store's default): 2^n connections per node.
+	ValkeyPipelineMultiplex int
+
+	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
+	// across calls instead of one new goroutine (and stack growth) per call.
+	GRPCStreamWorkers int
+	// StoreBatchWorkers (STORE_BATCH_WORKERS, ours; 4) coalesce concurrent
+	// requests' store calls; -1 sends one store call per request.
+	StoreBatchWorkers int
+	// GCPercent (GOGC-like, ours via GC_PERCENT; 400) trades a little memory
+	// for less GC CPU on this small-heap service; GOGC, when set, wins.
+	GCPercent int
+
+	// Decisions.
+	CacheKeyPrefix string               // CACHE_KEY_PREFIX
+	KeyFormat      key.Format           // KEY_FORMAT safe|envoy (ours; default safe)
+	NearLimitRatio float32              // NEAR_LIMIT_RATIO (0.8)
+	ShadowMode     bool                 // SHADOW_MODE
+	FailurePolicy  engine.FailurePolicy // FAILURE_POLICY allow|deny|error (ours; default allow)
+	StoreTimeout   time.Duration        // STORE_TIMEOUT (ours; 15ms)
+	// Grace after the window end before a counter expires:
+	// EXPIRATION_JITTER_MAX_SECONDS (300) as seconds.
+	Grace time.Duration
+	// OverLimitCacheSize (OVER_LIMIT_CACHE_SIZE, ours; 100000 entries, -1 off).
+	OverLimitCacheSize int
+	// MemoryMaxCounters (MEMORY_MAX_COUNTERS, ours; 0 = the memory store's
+	// default of 1,000,000) bounds the embedded store's live counters; at
+	// the bound a call needing a new counter gets the failure policy.
+	MemoryMaxCounters int
+	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
+	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
+	// many days after it ends.
+	LedgerRetentionDays int
+
+	// Unsupported lists reference settings that are set but have no effect
+	// here, one human-readable line each (values never included), sorted.
+	Unsupported []string
+}
+
+// Defaults returns the reference's defaults plus ours.
+func Defaults() Settings {
+	return Settings{
+		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "0.0.0.0", DebugPort: 6070,
+		GRPCMaxConnectionAge: 24 * time.Hour, GRPCMaxConnectionAgeGrace: time.Hour,
+		PrometheusAddr: ":9090", PrometheusPath: "/metrics",
+		LogLevel: "WARN", LogFormat: "text",
+		ConfigType:  "FILE",
+		RuntimeRoot: "/srv/runtime_data/current", RuntimeAppDirectory: "config", RuntimeWatchRoot: true,
+		ConfigPollInterval: time.Second,
+		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
+		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
+		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
+		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
+		LedgerRetentionDays: ledger.DefaultRetentionDays,
+	}
+}
+
+// GRPCAddr, HTTPAddr and DebugAddr join host and port.
+func (s Settings) GRPCAddr() string  { return net.JoinHostPort(s.GRPCHost, strconv.Itoa(s.GRPCPort)) }
+func (s Settings) HTTPAddr() string  { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+func (s Settings) DebugAddr() string { return net.JoinHostPort(s.DebugHost, strconv.Itoa(s.DebugPort)) }
+
+// DirOptions is where FILE configs are read from.
+func (s Settings) DirOptions() config.DirOptions {
+	if s.ConfigDir != "" {
+		return config.DirOptions{Root: s.ConfigDir, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+	}
+	return config.DirOptions{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory,
+		AppDirectory: s.RuntimeAppDirectory, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+}
+
+// UseMemoryStore reports whether no Valkey address is configured.
+func (s Settings) UseMemoryStore() bool { return s.RedisURL == "" }
+
+// RedisCredentials splits REDIS_AUTH the way the reference does ("user:pass"
+// or a bare password).
+func RedisCredentials(auth string) (user, pass string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
+// unsupported are reference settings with no effect here, and why. A setting
+// is reported when set to a value that would change the reference's behaviour.
+var unsupported = []struct {
+	name, reason string
+	neutral      []string // values that change nothing (reported as fine)
+}{
+	{"USE_STATSD", "statsd is not supported; use USE_PROMETHEUS", []string{"false", "0"}},
+	{"USE_DOG_STATSD", "dogstatsd is not supported; use USE_PROMETHEUS", []string{"false", "0"}},
+	{"STATSD_HOST", "statsd is not supported", nil},
+	{"STATSD_PORT", "statsd is not supported", nil},
+	{"EXTRA_TAGS", "statsd tags are not supported", nil},
+	{"STATS_FLUSH_INTERVAL", "statsd is not supported", nil},
+	{"DISABLE_STATS", "metrics are always on (Prometheus)", []string{"false", "0"}},
+	{"PROMETHEUS_MAPPER_YAML", "metric names are fixed", nil},
+	{"GRPC_UDS", "unix-socket gRPC is not supported", nil},
+	{"BACKEND_TYPE", "only the redis/valkey and embedded memory stores exist", []string{"redis"}},
+	{"MEMCACHE_HOST_PORT", "memcached is not supported", nil},
+	{"MEMCACHE_SRV", "memcached is not supported", nil},
+	{"REDIS_PERSECOND", "a separate per-second Redis is not supported", []string{"false", "0"}},
+	{"REDIS_PERSECOND_URL", "a separate per-second Redis is not supported", nil},
+	{"REDIS_POOL_SIZE", "valkey-go auto-pipelines over a few connections; no pool", nil},
+	{"REDIS_PIPELINE_WINDOW", "valkey-go auto-pipelines; no window", nil},
+	{"REDIS_PIPELINE_LIMIT", "valkey-go auto-pipelines; no limit", nil},
+	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "no pool", nil},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "not supported", []string{"false", "0"}},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "the over-limit cache is always on, bounded by OVER_LIMIT_CACHE_SIZE entries", []string{"0"}},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "over-limit hits are always charged, as by default in the reference", []string{"false", "0"}},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "rate limit response headers are not added", []string{"false", "0"}},
+	{"RESPONSE_DYNAMIC_METADATA", "response dynamic metadata is not added", []string{"false", "0"}},
+	{"QUOTA_MODE", "global quota mode is not supported (per-descriptor quota_mode is)", []string{"false", "0"}},
+	{"MERGE_DOMAIN_CONFIG", "domains split over several files are rejected", []string{"false", "0"}},
+	{"TRACING_ENABLED", "tracing is not supported", []string{"false", "0"}},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", "not supported yet", nil},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not supported yet", nil},
+}
+
+// Load reads getenv, then args (flags win), validates and returns the
+// settings. usage receives flag errors and -help output.
+func Load(args []string, getenv func(string) string, usage io.Writer) (Settings, error) {
+	s := Defaults()
+	var errs []error
+	env := func(name string) (string, bool) {
+		v := getenv(name)
+		return v, v != ""
+	}
+	str := func(dst *string, name string) {
+		if v, ok := env(name); ok {
+			*dst = v
+		}
+	}
+	integer := func(dst *int, name string) {
+		if v, ok := env(name); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: not an integer: %q", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	boolean := func(dst *bool, name string) {
+		if v, ok := env(name); ok {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: not a boolean: %q", name, v))
+				return
+			}
+			*dst = b
+		}
+	}
+	duration := func(dst *time.Duration, name string) {
+		if v, ok := env(name); ok {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: not a duration: %q", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	str(&s.Host, "HOST")
+	integer(&s.Port, "PORT")
+	str(&s.GRPCHost, "GRPC_HOST")
+	integer(&s.GRPCPort, "GRPC_PORT")
+	str(&s.DebugHost, "DEBUG_HOST")
+	integer(&s.DebugPort, "DEBUG_PORT")
+	duration(&s.GRPCMaxConnectionAge, "GRPC_MAX_CONNECTION_AGE")
+	duration(&s.GRPCMaxConnectionAgeGrace, "GRPC_MAX_CONNECTION_AGE_GRACE")
+	boolean(&s.GRPCServerUseTLS, "GRPC_SERVER_USE_TLS")
+	str(&s.GRPCServerTLSCert, "GRPC_SERVER_TLS_CERT")
+	str(&s.GRPCServerTLSKey, "GRPC_SERVER_TLS_KEY")
+	str(&s.GRPCClientTLSCACert, "GRPC_CLIENT_TLS_CACERT")
+	str(&s.GRPCClientTLSCACert, "GRPC_SERVER_TLS_CA_CERT") // the name Envoy Gateway sets; wins over the reference's
+	str(&s.GRPCClientTLSSAN, "GRPC_CLIENT_TLS_SAN")
+	boolean(&s.UsePrometheus, "USE_PROMETHEUS")
+	str(&s.PrometheusAddr, "PROMETHEUS_ADDR")
+	str(&s.PrometheusPath, "PROMETHEUS_PATH")
+	str(&s.LogLevel, "LOG_LEVEL")
+	str(&s.LogFormat, "LOG_FORMAT")
+	str(&s.ConfigType, "CONFIG_TYPE")
+	str(&s.RuntimeRoot, "RUNTIME_ROOT")
+	str(&s.RuntimeSubdirectory, "RUNTIME_SUBDIRECTORY")
+	str(&s.RuntimeAppDirectory, "RUNTIME_APPDIRECTORY")
+	boolean(&s.RuntimeIgnoreDotFiles, "RUNTIME_IGNOREDOTFILES")
+	boolean(&s.RuntimeWatchRoot, "RUNTIME_WATCH_ROOT")
+	duration(&s.ConfigPollInterval, "CONFIG_POLL_INTERVAL")
+	str(&s.XDSServerURL, "CONFIG_GRPC_XDS_SERVER_URL")
+	str(&s.XDSNodeID, "CONFIG_GRPC_XDS_NODE_ID")
+	boolean(&s.XDSServerUseTLS, "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+	str(&s.XDSClientTLSCert, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
+	str(&s.XDSClientTLSKey, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")
+	str(&s.XDSServerTLSCACert, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")
+	str(&s.XDSServerTLSSAN, "CONFIG_GRPC_XDS_SERVER_TLS_SAN")
+	boolean(&s.ForceStartWithoutInitialConfig, "FORCE_START_WITHOUT_INITIAL_CONFIG")
+	boolean(&s.HealthyWithAtLeastOneConfigLoaded, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	str(&s.RedisSocketType, "REDIS_SOCKET_TYPE")
+	str(&s.RedisURL, "REDIS_URL")
+	str(&s.RedisType, "REDIS_TYPE")
+	str(&s.RedisAuth, "REDIS_AUTH")
+	str(&s.RedisSentinelAuth, "REDIS_SENTINEL_AUTH")
+	str(&s.RedisAuthFile, "REDIS_AUTH_FILE")
+	str(&s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
+	boolean(&s.RedisTLS, "REDIS_TLS")
+	str(&s.RedisTLSClientCert, "REDIS_TLS_CLIENT_CERT")
+	str(&s.RedisTLSClientKey, "REDIS_TLS_CLIENT_KEY")
+	str(&s.RedisTLSCACert, "REDIS_TLS_CACERT")
+	boolean(&s.RedisTLSSkipHostnameVerification, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
+	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
+	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
+	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
+	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
+	integer(&s.GCPercent, "GC_PERCENT")
+	str(&s.CacheKeyPrefix, "CACHE_KEY_PREFIX")
+	keyFormat := s.KeyFormat.String()
+	str(&keyFormat, "KEY_FORMAT")
+	if v, ok := env("NEAR_LIMIT_RATIO"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: not a number: %q", v))
+		} else {
+			s.NearLimitRatio = float32(f)
+		}
+	}
+	boolean(&s.ShadowMode, "SHADOW_MODE")
+	policy := s.FailurePolicy.String()
+	str(&policy, "FAILURE_POLICY")
+	duration(&s.StoreTimeout, "STORE_TIMEOUT")
+	jitter := int(s.Grace / time.Second)
+	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
+	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
+	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
+	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
+
+	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&s.ConfigDir, "config-dir", s.ConfigDir, "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
+	fs.BoolVar(&s.RuntimeIgnoreDotFiles, "ignore-dotfiles", s.RuntimeIgnoreDotFiles, "skip config files and directories starting with '.' (RUNTIME_IGNOREDOTFILES)")
+	fs.StringVar(&s.Host, "host", s.Host, "HTTP listen host (HOST)")
+	fs.IntVar(&s.Port, "port", s.Port, "HTTP port for /healthcheck and /json (PORT)")
+	fs.StringVar(&s.GRPCHost, "grpc-host", s.GRPCHost, "gRPC listen host (GRPC_HOST)")
+	fs.IntVar(&s.GRPCPort, "grpc-port", s.GRPCPort, "gRPC port (GRPC_PORT)")
+	fs.StringVar(&s.DebugHost, "debug-host", s.DebugHost, "debug listen host (DEBUG_HOST)")
+	fs.IntVar(&s.DebugPort, "debug-port", s.DebugPort, "debug port: /rlconfig, pprof, /metrics (DEBUG_PORT)")
+	fs.BoolVar(&s.UsePrometheus, "use-prometheus", s.UsePrometheus, "serve metrics on --prometheus-addr (USE_PROMETHEUS)")
+	fs.StringVar(&s.PrometheusAddr, "prometheus-addr", s.PrometheusAddr, "Prometheus listen address (PROMETHEUS_ADDR)")
+	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "text or json (LOG_FORMAT)")
+	fs.StringVar(&s.RedisURL, "redis-url", s.RedisURL, "Valkey address host:port (REDIS_URL); empty uses the embedded memory store")
+	fs.StringVar(&s.RedisType, "redis-type", s.RedisType, "single, cluster or sentinel (REDIS_TYPE)")
+	fs.StringVar(&s.RedisSocketType, "redis-socket-type", s.RedisSocketType, "tcp (REDIS_SOCKET_TYPE)")
+	fs.BoolVar(&s.RedisTLS, "redis-tls", s.RedisTLS, "TLS to Valkey (REDIS_TLS)")
+	fs.StringVar(&s.CacheKeyPrefix, "cache-key-prefix", s.CacheKeyPrefix, "prefix of every counter key (CACHE_KEY_PREFIX)")
+	fs.StringVar(&keyFormat, "key-format", keyFormat, "counter key format: "+strings.Join(key.FormatNames, " or ")+" (KEY_FORMAT); envoy is byte-identical to envoyproxy/ratelimit")
+	fs.Func("near-limit-ratio", "near-limit ratio (NEAR_LIMIT_RATIO)", func(v string) error {
+		f, err := strconv.ParseFloat(v, 32)
+		s.NearLimitRatio = float32(f)
+		return err
+	})
+	fs.BoolVar(&s.ShadowMode, "shadow-mode", s.ShadowMode, "answer OK even when over limit (SHADOW_MODE)")
+	fs.StringVar(&policy, "failure-policy", policy, "on store errors: "+strings.Join(engine.FailurePolicyNames, ", ")+" (FAILURE_POLICY)")
+	fs.DurationVar(&s.StoreTimeout, "store-timeout", s.StoreTimeout, "per-call store deadline (STORE_TIMEOUT)")
+	fs.IntVar(&s.OverLimitCacheSize, "over-limit-cache-size", s.OverLimitCacheSize, "entries in the local over-limit cache, -1 disables (OVER_LIMIT_CACHE_SIZE)")
+	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
+	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
+	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
+	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	s.Grace = time.Duration(jitter) * time.Second
+	var err error
+	if s.KeyFormat, err = key.ParseFormat(strings.ToLower(keyFormat)); err != nil {
+		errs = append(errs, fmt.Errorf("KEY_FORMAT: %w", err))
+	}
+	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
+		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
+	}
+	for _, u := range unsupported {
+		v, ok := env(u.name)
+		if !ok {
+			continue
+		}
+		neutral := false
+		for _, n := range u.neutral {
+			neutral = neutral || strings.EqualFold(strings.TrimSpace(v), n)
+		}
+		if !neutral {
+			s.Unsupported = append(s.Unsupported, u.name+" is set but ignored: "+u.reason)
+		}
+	}
+	sort.Strings(s.Unsupported)
+	errs = append(errs, s.Validate())
+	return s, errors.Join(errs...)
+}
+
+// Validate checks values and combinations.
+func (s Settings) Validate() error {
+	var errs []error
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"PORT", s.Port}, {"GRPC_PORT", s.GRPCPort}, {"DEBUG_PORT", s.DebugPort}} {
+		if p.v < 0 || p.v > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %d is not a port", p.name, p.v))
+		}
+	}
+	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: %v not in [0,1]", s.NearLimitRatio))
+	}
+	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
+		errs = append(errs, fmt.Errorf("GRPC_STREAM_WORKERS: %d not in [0,65536]", s.GRPCStreamWorkers))
+	}
+	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
+	}
+	if s.StoreTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
+	}
+	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
+		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+	}
+	if s.MemoryMaxCounters < 0 {
+		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
+	}
+	if s.RedisAuth != "" && s.RedisAuthFile != "" {
+		errs = append(errs, errors.New("REDIS_AUTH and REDIS_AUTH_FILE are both set; set one"))
+	}
+	if s.RedisSentinelAuth != "" && s.RedisSentinelAuthFile != "" {
+		errs = append(errs, errors.New("REDIS_SENTINEL_AUTH and REDIS_SENTINEL_AUTH_FILE are both set; set one"))
+	}
+	if s.Grace < 0 {
+		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative"))
+	}
+	switch strings.ToLower(s.LogLevel) {
+	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":
+	default:
+		errs = append(errs, fmt.Errorf("LOG_LEVEL: unknown level %q", s.LogLevel))
+	}
+	switch strings.ToLower(s.LogFormat) {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("LOG_FORMAT: %q is not text or json", s.LogFormat))
+	}
+	switch s.ConfigType {
+	case "FILE", "GRPC_XDS_SOTW":
+	default:
+		errs = append(errs, fmt.Errorf("CONFIG_TYPE: %q is not FILE or GRPC_XDS_SOTW", s.ConfigType))
+	}
+	if s.RedisURL != "" {
+		// Credentials never ride in REDIS_URL: the addresses are logged at
+		// start and appear in connection errors, and this message must not
+		// echo them either.
+		for i, a := range strings.Split(s.RedisURL, ",") {
+			if strings.Contains(a, "@") {
+				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
+			}
+		}
+		if strings.ToLower(s.RedisSocketType) != "tcp" {
+			errs = append(errs, fmt.Errorf("REDIS_SOCKET_TYPE: %q is not supported (set tcp; REDIS_URL is set)", s.RedisSocketType))
+		}
+		switch strings.ToLower(s.RedisType) {
+		case "single", "cluster":
+		case "sentinel":
+			if len(strings.Split(s.RedisURL, ",")) < 2 {
+				errs = append(errs, errors.New("REDIS_URL: sentinel wants <master name>,<sentinel1>,...,<sentinelN>"))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("REDIS_TYPE: %q is not single, cluster or sentinel", s.RedisType))
+		}
+		if strings.ToLower(s.RedisType) != "sentinel" {
+			for _, a := range strings.Split(s.RedisURL, ",") {
+				if strings.Contains(a, "@") {
+					continue // reported above, without the value
+				}
+				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+					errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

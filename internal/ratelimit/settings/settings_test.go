@@ -1,0 +1,129 @@
+package settings
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaultsMatchReference(t *testing.T) {
+	s, err := Load(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GRPCAddr() != "0.0.0.0:8081" || s.HTTPAddr() != "0.0.0.0:8080" || s.DebugAddr() != "0.0.0.0:6070" {
+		t.Fatalf("addresses %s %s %s", s.GRPCAddr(), s.HTTPAddr(), s.DebugAddr())
+	}
+	if s.PrometheusAddr != ":9090" || s.UsePrometheus || s.LogLevel != "WARN" || s.NearLimitRatio != 0.8 {
+		t.Fatalf("defaults: %+v", s)
+	}
+	if !s.UseMemoryStore() || s.KeyFormat != key.Safe || s.FailurePolicy != engine.FailAllow || s.StoreTimeout != 15*time.Millisecond {
+		t.Fatalf("our defaults: %+v", s)
+	}
+	if d := s.DirOptions(); d.Dir() != "/srv/runtime_data/current/config" {
+		t.Fatalf("config dir %s", d.Dir())
+	}
+}
+
+func TestEnvoyGatewayEnvironment(t *testing.T) {
+	env := map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
+		"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "USE_STATSD": "false",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "valkey.svc:6379", "REDIS_AUTH": "user:s3cret",
+		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"SHADOW_MODE": "true", "NEAR_LIMIT_RATIO": "0.9", "CACHE_KEY_PREFIX": "p_", "KEY_FORMAT": "envoy",
+		"FAILURE_POLICY": "deny", "EXPIRATION_JITTER_MAX_SECONDS": "60", "REDIS_POOL_SIZE": "20",
+	}
+	s, err := Load(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DirOptions().Dir() != "/data/ratelimit/config" || !s.DirOptions().IgnoreDotFiles {
+		t.Fatalf("dir %+v", s.DirOptions())
+	}
+	if s.UseMemoryStore() || s.RedisURL != "valkey.svc:6379" || !s.UsePrometheus || s.PrometheusAddr != ":19001" {
+		t.Fatalf("store/metrics: %+v", s)
+	}
+	if !s.ShadowMode || s.NearLimitRatio != float32(0.9) || s.CacheKeyPrefix != "p_" || s.KeyFormat != key.Envoy || s.FailurePolicy != engine.FailDeny || s.Grace != time.Minute {
+		t.Fatalf("decisions: %+v", s)
+	}
+	if u, p := RedisCredentials(s.RedisAuth); u != "user" || p != "s3cret" {
+		t.Fatalf("credentials %q %q", u, p)
+	}
+	if len(s.Unsupported) != 1 || !strings.HasPrefix(s.Unsupported[0], "REDIS_POOL_SIZE is set but ignored") {
+		t.Fatalf("unsupported = %q (USE_STATSD=false is neutral)", s.Unsupported)
+	}
+	for _, u := range s.Unsupported {
+		if strings.Contains(u, "20") {
+			t.Fatal("unsupported report leaks a value")
+		}
+	}
+}
+
+func TestFlagsOverrideEnv(t *testing.T) {
+	s, err := Load([]string{"--config-dir", "/tmp/x", "--grpc-port", "9001", "--key-format", "envoy", "--redis-url", "127.0.0.1:1"},
+		envOf(map[string]string{"GRPC_PORT": "7000", "KEY_FORMAT": "safe", "REDIS_SOCKET_TYPE": "tcp"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GRPCPort != 9001 || s.KeyFormat != key.Envoy || s.DirOptions().Dir() != "/tmp/x" || s.RedisURL != "127.0.0.1:1" {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestInvalidSettings(t *testing.T) {
+	cases := map[string]struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		"bad port":        {env: map[string]string{"PORT": "x"}, want: "PORT: not an integer"},
+		"port range":      {args: []string{"--port", "70000"}, want: "PORT: 70000 is not a port"},
+		"bad bool":        {env: map[string]string{"SHADOW_MODE": "maybe"}, want: "SHADOW_MODE: not a boolean"},
+		"bad key format":  {env: map[string]string{"KEY_FORMAT": "nope"}, want: "KEY_FORMAT: unknown key format"},
+		"bad policy":      {env: map[string]string{"FAILURE_POLICY": "maybe"}, want: "FAILURE_POLICY: unknown failure policy"},
+		"ratio":           {env: map[string]string{"NEAR_LIMIT_RATIO": "1.5"}, want: "NEAR_LIMIT_RATIO"},
+		"unix socket":     {env: map[string]string{"REDIS_URL": "/var/run/x.sock"}, want: "REDIS_SOCKET_TYPE"},
+		"sentinel format": {env: map[string]string{"REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel"}, want: "sentinel wants"},
+		"redis type":      {env: map[string]string{"REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring"}, want: "REDIS_TYPE"},
+		"log format":      {env: map[string]string{"LOG_FORMAT": "xml"}, want: "LOG_FORMAT"},
+		"config type":     {env: map[string]string{"CONFIG_TYPE": "CONSUL"}, want: "CONFIG_TYPE"},
+		"unknown flag":    {args: []string{"--nope"}, want: "flag provided but not defined"},
+		"extra args":      {args: []string{"x"}, want: "unexpected arguments"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(tc.args, envOf(tc.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Credentials in REDIS_URL are refused without echoing them: the addresses
+// reach start-up logs and connection errors.
+func TestRedisURLCredentialsRefusedUnechoed(t *testing.T) {
+	for _, typ := range []string{"single", "cluster", "sentinel"} {
+		env := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": typ,
+			"REDIS_URL": "redis://default:s3cretPW@valkey:6379"}
+		if typ == "sentinel" {
+			env["REDIS_URL"] = "mymaster,user:s3cretPW@sentinel-0:26379"
+		}
+		_, err := Load(nil, envOf(env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "holds credentials") {
+			t.Fatalf("%s: err = %v, want a credentials error", typ, err)
+		}
+		if strings.Contains(err.Error(), "s3cretPW") {
+			t.Fatalf("%s: the error echoes the password: %v", typ, err)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package report
+
+import (
+	"fmt"
+	"strconv"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// MappingFromSpec renders bs and reads each BackendTrafficPolicy's rule-budgets
+// annotation, so the ledger's rules (Envoy Gateway's domain <ns>/<policy> and
+// rule <ns>/<policy>/rule/<i>) map to budget names and caps exactly as the
+// deployed policies number them.
+func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
+	res, err := render.Render(bs)
+	if err != nil {
+		return Mapping{}, fmt.Errorf("render spec for the rule map: %w", err)
+	}
+	var btps []*egv1a1.BackendTrafficPolicy
+	for _, o := range res.Objects {
+		if btp, ok := o.Object.(*egv1a1.BackendTrafficPolicy); ok {
+			btps = append(btps, btp)
+		}
+	}
+	m, err := MappingFromPolicies(btps)
+	if err != nil {
+		return Mapping{}, err
+	}
+	for _, ref := range bs.Refs() {
+		bi := BudgetInfo{Mode: string(ref.Rollout.Mode), Cap: uint64(ref.TokensPerDay), Group: ref.Kind == spec.KindGroup}
+		if ref.Budget != nil && len(ref.Budget.Overrides) > 0 {
+			bi.Overrides = map[string]uint64{}
+			for _, o := range ref.Budget.Overrides {
+				bi.Overrides[o.Principal] = uint64(o.TokensPerDay)
+			}
+		}
+		m.Budgets[ref.Name] = bi
+	}
+	return m, nil
+}
+
+// MappingFromPolicies builds the rule map from rendered policies alone (caps
+// from each rule's limit; no modes or overrides beyond the override rules).
+func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{}, Budgets: map[string]BudgetInfo{}}
+	for _, btp := range btps {
+		rbs, err := render.RuleBudgets(btp.Annotations)
+		if err != nil {
+			return Mapping{}, fmt.Errorf("BackendTrafficPolicy %s/%s: %w", btp.Namespace, btp.Name, err)
+		}
+		var rules []egv1a1.RateLimitRule
+		if btp.Spec.RateLimit != nil && btp.Spec.RateLimit.Global != nil {
+			rules = btp.Spec.RateLimit.Global.Rules
+		}
+		if len(rules) != len(rbs) {
+			return Mapping{}, fmt.Errorf("BackendTrafficPolicy %s/%s: %d rules but %d entries in %s", btp.Namespace, btp.Name, len(rules), len(rbs), render.AnnotationRuleBudgets)
+		}
+		domain := btp.Namespace + "/" + btp.Name
+		for i, rb := range rbs {
+			id := ledger.RuleID{Domain: domain, Rule: domain + "/rule/" + strconv.Itoa(i)}
+			kind := KindTokens
+			if rb.Kind == render.RuleKindKillSwitch {
+				kind = KindKillSwitch
+			}
+			m.Rules[id] = RuleInfo{Budget: rb.Budget, Kind: kind, Principal: rb.Principal, Cap: uint64(rules[i].Limit.Requests)}
+			if _, ok := m.Budgets[rb.Budget]; !ok && rb.Principal == "" && kind == KindTokens {
+				m.Budgets[rb.Budget] = BudgetInfo{Cap: uint64(rules[i].Limit.Requests)}
+			}
+		}
+	}
+	return m, nil
+}

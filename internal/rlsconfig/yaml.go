@@ -1,0 +1,188 @@
+package rlsconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
+)
+
+// MarshalYAML writes cfg in the reference service's runtime file format (one
+// domain per file): domain, descriptors[] {key, value, rate_limit {unit,
+// requests_per_unit, unlimited, name, replaces[{name}]}, shadow_mode,
+// detailed_metric, descriptors[]}. Fields at their zero value are left out,
+// except requests_per_unit, which is always written (0 is a kill switch).
+// Units are written in upper case, as the reference's xDS-to-YAML conversion
+// does. The output is deterministic: field order is fixed and descriptors keep
+// their order.
+func MarshalYAML(cfg *rlsconfv3.RateLimitConfig) ([]byte, error) {
+	if cfg == nil || cfg.Domain == "" {
+		return nil, errors.New("rate limit config without a domain")
+	}
+	root := mapping()
+	put(root, "domain", str(cfg.Domain))
+	if len(cfg.Descriptors) > 0 {
+		ds, err := descriptorsNode(cfg.Descriptors, "descriptors")
+		if err != nil {
+			return nil, fmt.Errorf("domain %s: %w", cfg.Domain, err)
+		}
+		put(root, "descriptors", ds)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}); err != nil {
+		return nil, fmt.Errorf("domain %s: encode yaml: %w", cfg.Domain, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("domain %s: encode yaml: %w", cfg.Domain, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func descriptorsNode(ds []*rlsconfv3.RateLimitDescriptor, path string) (*yaml.Node, error) {
+	seq := &yaml.Node{Kind: yaml.SequenceNode}
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if d == nil || d.Key == "" {
+			return nil, fmt.Errorf("%s: descriptor without a key", p)
+		}
+		n := mapping()
+		put(n, "key", str(d.Key))
+		if d.Value != "" {
+			put(n, "value", str(d.Value))
+		}
+		if rl := d.RateLimit; rl != nil {
+			r := mapping()
+			if rl.Unit != rlsconfv3.RateLimitUnit_UNKNOWN {
+				put(r, "unit", str(rl.Unit.String()))
+			} else if !rl.Unlimited {
+				return nil, fmt.Errorf("%s.rate_limit: unit is required unless unlimited", p)
+			}
+			put(r, "requests_per_unit", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(uint64(rl.RequestsPerUnit), 10)})
+			if rl.Unlimited {
+				put(r, "unlimited", boolean(true))
+			}
+			if rl.Name != "" {
+				put(r, "name", str(rl.Name))
+			}
+			if len(rl.Replaces) > 0 {
+				rs := &yaml.Node{Kind: yaml.SequenceNode}
+				for _, rep := range rl.Replaces {
+					m := mapping()
+					put(m, "name", str(rep.GetName()))
+					rs.Content = append(rs.Content, m)
+				}
+				put(r, "replaces", rs)
+			}
+			put(n, "rate_limit", r)
+		}
+		if d.ShadowMode {
+			put(n, "shadow_mode", boolean(true))
+		}
+		if d.DetailedMetric {
+			put(n, "detailed_metric", boolean(true))
+		}
+		if len(d.Descriptors) > 0 {
+			sub, err := descriptorsNode(d.Descriptors, p+".descriptors")
+			if err != nil {
+				return nil, err
+			}
+			put(n, "descriptors", sub)
+		}
+		seq.Content = append(seq.Content, n)
+	}
+	return seq, nil
+}
+
+func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode} }
+
+func put(m *yaml.Node, k string, v *yaml.Node) {
+	m.Content = append(m.Content, str(k), v)
+}
+
+// str is a string scalar; yaml.v3 quotes it when it would otherwise read as
+// another type (true, 0, null ...). Strings with line breaks or other control
+// or unprintable characters are double-quoted with escapes: yaml.v3 writes
+// some of them (a lone "\n") as block scalars that do not read back.
+func str(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
+
+func boolean(b bool) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(b)}
+}
+
+// FileName is the file one domain is written to in a runtime config directory.
+// Domains EG derives are <ns>/<policy>, Kubernetes names that contain no "_",
+// so <ns>_<policy>.yaml is unambiguous; other characters outside [A-Za-z0-9.-]
+// (and a leading dot) are replaced so that any domain yields a plain, visible
+// file name.
+func FileName(domain string) string {
+	var b strings.Builder
+	for i, r := range domain {
+		switch {
+		case i == 0 && r == '.': // a dot file would be skipped by RUNTIME_IGNOREDOTFILES
+			b.WriteByte('_')
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String() + ".yaml"
+}
+
+// GeneratedHeader starts every file Files produces, so a later WriteDir can
+// tell its own files (removed when their domain is gone) from anyone else's.
+const GeneratedHeader = "# Generated by budgetgen: the rate limit service config Envoy Gateway derives from the rendered policies. Do not edit.\n"
+
+// IsGenerated reports whether content is a file Files produced.
+func IsGenerated(content []byte) bool { return bytes.HasPrefix(content, []byte(GeneratedHeader)) }
+
+// Files encodes one YAML file per config, named by FileName. Two domains
+// mapping to the same file name are an error.
+func Files(cfgs []*rlsconfv3.RateLimitConfig) (map[string][]byte, error) {
+	files := make(map[string][]byte, len(cfgs))
+	domains := map[string]string{}
+	for _, c := range cfgs {
+		data, err := MarshalYAML(c)
+		if err != nil {
+			return nil, err
+		}
+		name := FileName(c.Domain)
+		if other, dup := domains[name]; dup {
+			return nil, fmt.Errorf("domains %q and %q would both be written to %s", other, c.Domain, name)
+		}
+		domains[name] = c.Domain
+		files[name] = append([]byte(GeneratedHeader), data...)
+	}
+	return files, nil
+}
+
+// WriteDir writes one YAML file per config into dir (a runtime config
+// directory such as RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), all or nothing:
+// every file is encoded and written to a temporary file first and renamed into
+// place only when all are written (internal/atomicfile), so the service watching the
+// directory never loads a partial file. Files written earlier by budgetgen for
+// domains no longer present are removed; other files are left alone.
+func WriteDir(dir string, cfgs []*rlsconfv3.RateLimitConfig) error {
+	files, err := Files(cfgs)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteDir(dir, files, atomicfile.Options{
+		RemoveStale: func(_ string, content []byte) bool { return IsGenerated(content) },
+	})
+}

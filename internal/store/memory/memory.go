@@ -1,0 +1,369 @@
+// Package memory is the embedded counter store used when no Valkey address is
+// configured: one process, no persistence, the same semantics as the Valkey
+// store (absolute expiry set on first write, check-only reads that create
+// nothing, one atomic step per call).
+//
+// Memory is bounded by Options.MaxCounters. At the bound a call that needs a
+// new counter is refused as a whole with ErrFull (which wraps
+// store.ErrUnavailable, so the caller's failure policy applies) and the refusal
+// is counted in Stats().Refused. Counts are never dropped silently: existing
+// counters keep counting, and expired counters are reclaimed first.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// Defaults for Options.
+const (
+	// DefaultMaxCounters bounds live counters (about 100 bytes each plus the
+	// key, so roughly 150 MB for one million 50-byte keys).
+	DefaultMaxCounters = 1_000_000
+	// DefaultShards is the number of independently locked maps.
+	DefaultShards = 64
+	// DefaultSweepInterval is how often the janitor removes expired counters.
+	DefaultSweepInterval = 5 * time.Second
+)
+
+// ErrFull is returned (wrapping store.ErrUnavailable) when a call needs a new
+// counter and the store already holds MaxCounters live counters.
+var ErrFull = fmt.Errorf("%w: memory store full", store.ErrUnavailable)
+
+var errClosed = fmt.Errorf("%w: memory store closed", store.ErrUnavailable)
+
+// Options tune the store. The zero value means every default.
+type Options struct {
+	// MaxCounters bounds the number of live counters. Default DefaultMaxCounters.
+	MaxCounters int
+	// Shards is the number of independently locked maps, rounded up to a power
+	// of two. Default DefaultShards.
+	Shards int
+	// SweepInterval is how often the janitor removes expired counters. Expired
+	// counters are also ignored (and replaced) when touched, so this only
+	// bounds how long memory stays held. Default DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Now is the clock used for expiry. Default time.Now.
+	Now func() time.Time
+	// Ledger receives Counter.Ledger writes (the shadow-week ledger,
+	// internal/ledger.Memory); nil ignores them.
+	Ledger interface {
+		HIncrBy(key, field string, n uint64) bool
+	}
+}
+
+// Stats are cumulative counts since New, for metrics.
+type Stats struct {
+	Counters int64  // live counters (including expired ones not yet swept)
+	Refused  uint64 // calls refused with ErrFull
+	Swept    uint64 // expired counters removed
+}
+
+// Store is the in-memory store.Store. Safe for concurrent use.
+type Store struct {
+	shards  []shard
+	mask    uint64
+	seed    maphash.Seed
+	max     int64
+	now     func() time.Time
+	count   atomic.Int64
+	refused atomic.Uint64
+	swept   atomic.Uint64
+
+	ledger interface {
+		HIncrBy(key, field string, n uint64) bool
+	}
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]counter
+	_  [40]byte // keep shards on separate cache lines
+}
+
+type counter struct {
+	value    int64
+	expireAt int64 // Unix nanoseconds
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store and starts its janitor; Close stops it.
+func New(opts Options) *Store {
+	if opts.MaxCounters <= 0 {
+		opts.MaxCounters = DefaultMaxCounters
+	}
+	if opts.Shards <= 0 {
+		opts.Shards = DefaultShards
+	}
+	n := 1
+	for n < opts.Shards {
+		n <<= 1
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{
+		shards: make([]shard, n),
+		mask:   uint64(n - 1),
+		seed:   maphash.MakeSeed(),
+		max:    int64(opts.MaxCounters),
+		now:    opts.Now,
+		stop:   make(chan struct{}),
+		ledger: opts.Ledger,
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]counter)
+	}
+	s.wg.Add(1)
+	go s.janitor(opts.SweepInterval)
+	return s
+}
+
+// Stats returns cumulative counts.
+func (s *Store) Stats() Stats {
+	return Stats{Counters: s.count.Load(), Refused: s.refused.Load(), Swept: s.swept.Load()}
+}
+
+// Charge implements store.Store. The whole call is atomic: every shard it
+// touches is locked (in index order) for its duration, so a call is either
+// applied entirely or refused entirely.
+func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	if err := validate(counters, totals); err != nil {
+		return err
+	}
+	if len(counters) == 0 {
+		return nil
+	}
+	var ibuf, lbuf [8]int
+	idx := ibuf[:0]
+	if len(counters) > len(ibuf) {
+		idx = make([]int, 0, len(counters))
+	}
+	for i := range counters {
+		idx = append(idx, s.shardOf(counters[i].Key))
+	}
+	locks := lockOrder(idx, lbuf[:0])
+	for _, v := range locks {
+		s.shards[v].mu.Lock()
+	}
+	defer func() {
+		for _, v := range locks {
+			s.shards[v].mu.Unlock()
+		}
+	}()
+
+	now := s.now().UnixNano()
+	// First pass: refuse overflows and count the counters this call may
+	// create, so a refused call changes nothing.
+	reserve := int64(0)
+	var earlier map[string]uint64 // hits of earlier counters per key, for long calls
+	if len(counters) > 16 {
+		earlier = make(map[string]uint64, len(counters))
+	}
+	for i, c := range counters {
+		if c.Hits == 0 {
+			continue
+		}
+		cur, ok := s.shards[idx[i]].m[c.Key]
+		live := ok && cur.expireAt > now
+		sum := c.Hits
+		if live {
+			sum = satAdd(sum, uint64(cur.value))
+		}
+		dup := false
+		if earlier != nil {
+			var prev uint64
+			prev, dup = earlier[c.Key]
+			sum = satAdd(sum, prev)
+			earlier[c.Key] = satAdd(prev, c.Hits)
+		} else {
+			for _, p := range counters[:i] {
+				if p.Key == c.Key && p.Hits > 0 {
+					dup = true
+					sum = satAdd(sum, p.Hits)
+				}
+			}
+		}
+		if sum > math.MaxInt64 {
+			return fmt.Errorf("%w: counter %d would overflow", store.ErrMalformedReply, i)
+		}
+		if !live && !dup {
+			reserve++
+		}
+	}
+	if reserve > 0 && s.count.Add(reserve) > s.max {
+		// Reclaim expired counters in the shards we hold, then decide.
+		for _, si := range locks {
+			s.sweepLocked(&s.shards[si], now)
+		}
+		if s.count.Load() > s.max {
+			s.count.Add(-reserve)
+			s.refused.Add(1)
+			return ErrFull
+		}
+	}
+	delta := int64(0) // exact change in stored counters
+	for i, c := range counters {
+		m := s.shards[idx[i]].m
+		cur, ok := m[c.Key]
+		live := ok && cur.expireAt > now
+		if c.Hits == 0 {
+			totals[i] = 0
+			if live {
+				totals[i] = uint64(cur.value)
+			}
+			continue
+		}
+		if !live {
+			cur = counter{expireAt: c.ExpireAt.UnixNano()}
+		}
+		cur.value += int64(c.Hits)
+		totals[i] = uint64(cur.value)
+		if cur.expireAt <= now {
+			// Written with an expiry already past: like Valkey, the add is
+			// answered and the counter is gone at once.
+			if ok {
+				delete(m, c.Key)
+				delta--
+			}
+			continue
+		}
+		if !ok {
+			delta++
+		}
+		m[c.Key] = cur
+	}
+	s.count.Add(delta - reserve)
+	if s.ledger != nil {
+		for _, c := range counters {
+			if c.Ledger.Key != "" && c.Hits > 0 {
+				s.ledger.HIncrBy(c.Ledger.Key, c.Ledger.Field, c.Hits)
+			}
+		}
+	}
+	return nil
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// lockOrder returns the distinct shard indices of idx in ascending order, so
+// concurrent multi-counter calls lock in the same order and cannot deadlock.
+func lockOrder(idx, out []int) []int {
+	for _, v := range idx {
+		j := len(out)
+		dup := false
+		for k := 0; k < len(out); k++ {
+			if out[k] == v {
+				dup = true
+				break
+			}
+			if out[k] > v {
+				j = k
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		out = append(out, 0)
+		copy(out[j+1:], out[j:])
+		out[j] = v
+	}
+	return out
+}
+
+func validate(counters []store.Counter, totals []uint64) error {
+	if len(totals) != len(counters) {
+		return fmt.Errorf("charge: %d totals for %d counters", len(totals), len(counters))
+	}
+	for i, c := range counters {
+		if c.Hits > math.MaxInt64 {
+			return fmt.Errorf("charge: counter %d: hits %d above %d", i, c.Hits, int64(math.MaxInt64))
+		}
+		if c.Hits > 0 && c.ExpireAt.IsZero() {
+			return fmt.Errorf("charge: counter %d: zero ExpireAt would never expire", i)
+		}
+	}
+	return nil
+}
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & s.mask)
+}
+
+func (s *Store) sweepLocked(sh *shard, now int64) {
+	n := int64(0)
+	for k, c := range sh.m {
+		if c.expireAt <= now {
+			delete(sh.m, k)
+			n++
+		}
+	}
+	if n > 0 {
+		s.count.Add(-n)
+		s.swept.Add(uint64(n))
+	}
+}
+
+// Sweep removes expired counters now (the janitor calls it periodically).
+func (s *Store) Sweep() {
+	now := s.now().UnixNano()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.sweepLocked(sh, now)
+		sh.mu.Unlock()
+	}
+}
+
+func (s *Store) janitor(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Close stops the janitor and waits for it. Later calls to Charge fail with
+// an error wrapping store.ErrUnavailable. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+		s.wg.Wait()
+	})
+	return nil
+}

@@ -1,0 +1,102 @@
+package valkey
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+func benchKeys() []string {
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "bg1|default/llm|rule-0|user|u" + strconv.Itoa(i) + "|86400|1764460800"
+	}
+	return keys
+}
+
+// BenchmarkCharge: parallel charges (64 goroutines) against a real Valkey on
+// loopback over 10,000 principals, 1 and 3 counters per call (1 s deadline:
+// this measures throughput and CPU, the fault tests measure deadlines).
+func BenchmarkCharge(b *testing.B) {
+	srv := valkeytest.Start(b, valkeytest.Options{})
+	keys := benchKeys()
+	for _, n := range []int{1, 3} {
+		b.Run("counters="+strconv.Itoa(n), func(b *testing.B) {
+			s, err := New(Options{Addresses: []string{srv.Addr}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			exp := time.Now().Add(time.Hour)
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				cs := make([]store.Counter, n)
+				totals := make([]uint64, n)
+				for pb.Next() {
+					i := next.Add(1)
+					for j := range cs {
+						cs[j] = store.Counter{Key: keys[(i+uint64(j)*3331)%uint64(len(keys))], Hits: 1, ExpireAt: exp}
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					err := s.Charge(ctx, cs, totals)
+					cancel()
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkRawDoMulti is the floor: the same commands through valkey-go
+// directly on the caller's goroutine, with no in-flight cap, no goroutine per
+// call and no outage handling. The difference to BenchmarkCharge is the price
+// of never blocking past the deadline.
+func BenchmarkRawDoMulti(b *testing.B) {
+	srv := valkeytest.Start(b, valkeytest.Options{})
+	keys := benchKeys()
+	for _, n := range []int{1, 3} {
+		b.Run("counters="+strconv.Itoa(n), func(b *testing.B) {
+			c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			exp := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				cmds := make([]valkey.Completed, 0, 2*n)
+				for pb.Next() {
+					i := next.Add(1)
+					cmds = cmds[:0]
+					for j := 0; j < n; j++ {
+						k := keys[(i+uint64(j)*3331)%uint64(len(keys))]
+						cmds = append(cmds, c.B().Incrby().Key(k).Increment(1).Build(),
+							c.B().Arbitrary("PEXPIREAT").Keys(k).Args(exp, "NX").Build())
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					for _, r := range c.DoMulti(ctx, cmds...) {
+						if r.Error() != nil {
+							b.Fatal(r.Error())
+						}
+					}
+					cancel()
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,175 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// fakeClient is a valkey-go stand-in whose DoMulti is a function field.
+type fakeClient struct {
+	do                    func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult
+	inFlight, maxInFlight atomic.Int64
+	closed                atomic.Bool
+}
+
+// B returns a standalone builder. valkey-go exports no constructor for one
+// outside a connected client; its only field is the slot, and NoSlot (1<<15)
+// is what standalone clients use.
+func (f *fakeClient) B() valkey.Builder {
+	var b valkey.Builder
+	if unsafe.Sizeof(b) != 2 {
+		panic("valkey.Builder layout changed; update the fake")
+	}
+	*(*uint16)(unsafe.Pointer(&b)) = 1 << 15
+	return b
+}
+func (f *fakeClient) Close() { f.closed.Store(true) }
+func (f *fakeClient) DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+	n := f.inFlight.Add(1)
+	for {
+		m := f.maxInFlight.Load()
+		if n <= m || f.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	defer f.inFlight.Add(-1)
+	return f.do(ctx, multi...)
+}
+
+func errResults(n int, err error) []valkey.ValkeyResult {
+	out := make([]valkey.ValkeyResult, n)
+	for i := range out {
+		out[i] = valkey.NewErrorResult(err)
+	}
+	return out
+}
+
+// TestDeadlineWhenClientIgnoresContext: valkey-go's ring can block a call
+// past its context when full. Here the client blocks every call until
+// released, ignoring contexts, and a burst of 1000 calls must still return
+// by their deadline, with at most MaxInFlight calls handed to the client.
+func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
+	release := make(chan struct{})
+	dialErr := &setupError{err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}
+	f := &fakeClient{do: func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+		<-release
+		return errResults(len(multi), dialErr)
+	}}
+	logger, _ := testLogger(t)
+	s, err := NewWithClient(f, Options{MaxInFlight: 64, Logger: logger, ReplayInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 1000
+	const deadline = 20 * time.Millisecond
+	lat := make([]time.Duration, callers)
+	ctl := make([]time.Duration, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	var start sync.WaitGroup
+	start.Add(1)
+	exp := time.Now().Add(time.Hour)
+	for i := 0; i < callers; i++ {
+		// A control goroutine per caller only waits for the same deadline:
+		// the store is held to how fast this machine wakes them, not to zero.
+		wg.Add(2)
+		go func(i int) {
+			defer wg.Done()
+			start.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			t0 := time.Now()
+			<-ctx.Done()
+			ctl[i] = time.Since(t0)
+		}(i)
+		go func(i int) {
+			defer wg.Done()
+			start.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			t0 := time.Now()
+			errs[i] = s.Charge(ctx, []store.Counter{{Key: "k", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+			lat[i] = time.Since(t0)
+		}(i)
+	}
+	start.Done()
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	sort.Slice(ctl, func(i, j int) bool { return ctl[i] < ctl[j] })
+	p99, worst := lat[callers*99/100], lat[callers-1]
+	cp99, cworst := max(deadline, ctl[callers*99/100])+raceSlack, max(deadline, ctl[callers-1])+raceSlack
+	t.Logf("burst of %d calls, client stalled: p99 %v, max %v; control goroutines: p99 %v, max %v", callers, p99, worst, cp99, cworst)
+	if p99 > cp99+p99Slack || worst > cworst+maxSlack {
+		t.Fatalf("calls outlived their %v deadline: p99 %v (bound %v), max %v (bound %v)", deadline, p99, cp99+p99Slack, worst, cworst+maxSlack)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("call %d: err = %v, want ErrUnavailable", i, err)
+		}
+	}
+	if m := f.maxInFlight.Load(); m != 64 {
+		t.Fatalf("client saw %d concurrent calls, want exactly MaxInFlight 64", m)
+	}
+	// On a loaded machine (CI under -race) a caller may reach Charge after
+	// its deadline: it is refused on entry and charges nothing (Canceled).
+	st := s.Stats()
+	charged := callers - st.Canceled
+	if st.NoSlot+st.Canceled != callers-64 || st.Buffered != st.NoSlot || st.InFlight != 64 {
+		t.Fatalf("stats while stalled = %+v", st)
+	}
+	close(release) // the stalled calls now fail with a refused dial: buffered too
+	waitUntil(t, time.Second, func() bool { return s.Stats().InFlight == 0 })
+	st = s.Stats()
+	if st.Buffered != charged || st.BufferKeys != 1 || st.Ambiguous != 0 || st.Lost != 0 {
+		t.Fatalf("stats after release = %+v (%d callers charged)", st, charged)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Closing with charges still buffered (the fake never answers PING)
+	// counts them as lost.
+	if st := s.Stats(); st.Lost != charged || !f.closed.Load() {
+		t.Fatalf("after Close: %+v, client closed %v", st, f.closed.Load())
+	}
+}
+
+// TestClassification: what a failed INCRBY means for the buffer.
+func TestClassification(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want outcome
+	}{
+		{"refused dial", &net.OpError{Op: "dial", Err: errors.New("refused")}, notApplied},
+		{"handshake", &setupError{err: io.EOF}, notApplied},
+		{"reply lost", io.EOF, maybeApplied},
+		{"timeout", context.DeadlineExceeded, maybeApplied},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("%s: classify = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
