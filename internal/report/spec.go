@@ -35,7 +35,7 @@ func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
 		if ref.Budget != nil && len(ref.Budget.Overrides) > 0 {
 			bi.Overrides = map[string]uint64{}
 			for _, o := range ref.Budget.Overrides {
-				bi.Overrides[o.Principal] = uint64(o.TokensPerDay)
+				bi.Overrides[o.Principal] = uint64(spec.DailyTokens(o.AllLimits()))
 			}
 		}
 		m.Budgets[ref.Name] = bi
@@ -67,7 +67,8 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 				kind = KindKillSwitch
 			}
 			m.Rules[id] = RuleInfo{Budget: rb.Budget, Kind: kind, Principal: rb.Principal, Cap: uint64(rules[i].Limit.Requests)}
-			if _, ok := m.Budgets[rb.Budget]; !ok && rb.Principal == "" && kind == KindTokens {
+			// The budget's cap is its daily token rule's (the ledger measures day windows).
+			if _, ok := m.Budgets[rb.Budget]; !ok && rb.Principal == "" && kind == KindTokens && rb.Window == "" && rb.Measure == render.MeasureTokens {
 				m.Budgets[rb.Budget] = BudgetInfo{Cap: uint64(rules[i].Limit.Requests)}
 			}
 		}

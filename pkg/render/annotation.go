@@ -25,6 +25,11 @@ type RuleBudget struct {
 	Kind string `json:"kind"`
 	// Principal is set on an override's own rule only.
 	Principal string `json:"principal,omitempty"`
+	// Window is the rule's period when it is not a day (hour, week, month).
+	Window string `json:"window,omitempty"`
+	// Measure is what limit.requests counts when not tokens: MeasureKiloTokens
+	// or MeasureCost.
+	Measure string `json:"measure,omitempty"`
 }
 
 // RuleBudgets parses the budgetgen.dev/rule-budgets annotation from an
