@@ -62,6 +62,17 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 		domain := btp.Namespace + "/" + btp.Name
 		for i, rb := range rbs {
 			id := ledger.RuleID{Domain: domain, Rule: domain + "/rule/" + strconv.Itoa(i)}
+			// A money or kilotoken rule is measured in other units than the
+			// budget's token rules: report it as a budget of its own.
+			switch rb.Measure {
+			case render.MeasureCost:
+				rb.Budget += " (" + rb.Currency + ")"
+				if rb.Principal == "" && rb.Window == "" {
+					m.Budgets[rb.Budget] = BudgetInfo{Cap: uint64(rules[i].Limit.Requests), Currency: rb.Currency}
+				}
+			case render.MeasureKiloTokens:
+				rb.Budget += " (1000 tokens)"
+			}
 			kind := KindTokens
 			if rb.Kind == render.RuleKindKillSwitch {
 				kind = KindKillSwitch

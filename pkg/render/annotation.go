@@ -30,6 +30,9 @@ type RuleBudget struct {
 	// Measure is what limit.requests counts when not tokens: MeasureKiloTokens
 	// or MeasureCost.
 	Measure string `json:"measure,omitempty"`
+	// Currency is the pricing currency of a MeasureCost rule, whose
+	// limit.requests counts 1/spec.CostScale of it.
+	Currency string `json:"currency,omitempty"`
 }
 
 // RuleBudgets parses the budgetgen.dev/rule-budgets annotation from an

@@ -367,6 +367,9 @@ func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
 				return err
 			}
 			rb.Window, rb.Measure = windowName(l), c.measure
+			if c.measure == MeasureCost {
+				rb.Currency = bs.Spec.Pricing.Currency
+			}
 			add(tokenRule(c, r, sel()), rb)
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 	_ "time/tzdata"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
@@ -107,4 +108,45 @@ func TestWindowsDriveResetExpiryAndKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecisionWindows is BenchmarkDecision's request over month limits
+// in each window mode: the cost of calendar arithmetic on the hot path
+// (docs/benchmarks.md).
+func BenchmarkDecisionWindows(b *testing.B) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		o    window.Options
+	}{{"epoch", window.Options{Mode: window.Epoch}}, {"calendar-utc", window.Options{}}, {"calendar-paris", window.Options{Location: paris}}} {
+		b.Run(c.name, func(b *testing.B) {
+			w, _ := window.New(c.o)
+			st := &recordingStore{totals: map[string]uint64{}, expiry: map[string]time.Time{}}
+			e, err := New(Options{Store: st, Windows: w, BatchWorkers: -1, OverLimitCacheSize: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			e.SetConfig(mustConfigB(b, windowConfig))
+			r := req("d", 0, d("month", "alice"), d("day", "alice"))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := e.ShouldRateLimit(context.Background(), r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func mustConfigB(b *testing.B, y string) *config.Config {
+	c, err := config.Load([]config.File{{Name: "t.yaml", Data: []byte(y)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
