@@ -16,6 +16,7 @@ package window
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -130,14 +131,21 @@ type Options struct {
 type Windows struct {
 	epoch bool
 	loc   *time.Location // nil: UTC fast path
+	// last remembers, per unit, the calendar window computed last, so the
+	// hot path (every request in the same month) is two compares instead of
+	// civil-date arithmetic and zone lookups. Shared by copies; nil in the
+	// zero value (then nothing is remembered).
+	last *[Week + 1]atomic.Pointer[span]
 }
+
+type span struct{ start, end int64 }
 
 // New returns the windows of o.
 func New(o Options) (Windows, error) {
 	if o.Mode > Epoch {
 		return Windows{}, fmt.Errorf("window: unknown mode %d", o.Mode)
 	}
-	w := Windows{epoch: o.Mode == Epoch}
+	w := Windows{epoch: o.Mode == Epoch, last: new([Week + 1]atomic.Pointer[span])}
 	if o.Location != nil && o.Location != time.UTC && o.Location.String() != "UTC" {
 		w.loc = o.Location
 	}
@@ -171,14 +179,28 @@ func (w Windows) Bounds(u Unit, now int64) (start, end int64, ok bool) {
 		start = floorDiv(now, div) * div
 		return start, start + div, true
 	}
+	if w.last != nil {
+		if sp := w.last[u].Load(); sp != nil && sp.start <= now && now < sp.end {
+			return sp.start, sp.end, true
+		}
+		start, end = w.calendar(u, now)
+		w.last[u].Store(&span{start, end})
+		return start, end, true
+	}
+	start, end = w.calendar(u, now)
+	return start, end, true
+}
+
+// calendar computes the calendar window of a day, week, month or year unit.
+func (w Windows) calendar(u Unit, now int64) (start, end int64) {
 	if w.loc == nil {
 		switch u {
 		case Day:
 			start = floorDiv(now, day) * day
-			return start, start + day, true
+			return start, start + day
 		case Week:
 			start = floorDiv(now-epochMonday, 7*day)*7*day + epochMonday
-			return start, start + 7*day, true
+			return start, start + 7*day
 		}
 		// Months and years: civil dates of days since the epoch.
 		y, m, _ := civil(floorDiv(now, day))
@@ -187,25 +209,25 @@ func (w Windows) Bounds(u Unit, now int64) (start, end int64, ok bool) {
 		}
 		start = daysFromCivil(y, m, 1) * day
 		if u == Year {
-			return start, daysFromCivil(y+1, 1, 1) * day, true
+			return start, daysFromCivil(y+1, 1, 1) * day
 		}
 		if m == 12 {
-			return start, daysFromCivil(y+1, 1, 1) * day, true
+			return start, daysFromCivil(y+1, 1, 1) * day
 		}
-		return start, daysFromCivil(y, m+1, 1) * day, true
+		return start, daysFromCivil(y, m+1, 1) * day
 	}
 	t := time.Unix(now, 0).In(w.loc)
 	y, mo, d := t.Date()
 	switch u {
 	case Day:
-		return midnight(y, mo, d, w.loc), midnight(y, mo, d+1, w.loc), true
+		return midnight(y, mo, d, w.loc), midnight(y, mo, d+1, w.loc)
 	case Week:
 		d -= (int(t.Weekday()) + 6) % 7 // back to Monday
-		return midnight(y, mo, d, w.loc), midnight(y, mo, d+7, w.loc), true
+		return midnight(y, mo, d, w.loc), midnight(y, mo, d+7, w.loc)
 	case Month:
-		return midnight(y, mo, 1, w.loc), midnight(y, mo+1, 1, w.loc), true
+		return midnight(y, mo, 1, w.loc), midnight(y, mo+1, 1, w.loc)
 	default: // Year
-		return midnight(y, 1, 1, w.loc), midnight(y+1, 1, 1, w.loc), true
+		return midnight(y, 1, 1, w.loc), midnight(y+1, 1, 1, w.loc)
 	}
 }
 

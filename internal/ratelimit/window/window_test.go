@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, whatever the machine has installed
@@ -106,6 +107,7 @@ func TestCalendarProperties(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		w.last = nil // the arithmetic itself; TestCacheMatchesArithmetic covers the cache
 		t.Run(loc.String(), func(t *testing.T) {
 			end := time.Date(2101, 1, 1, 0, 0, 0, 0, loc)
 			for d := time.Date(2000, 1, 1, 0, 0, 0, 0, loc); d.Before(end); d = d.AddDate(0, 0, 1) {
@@ -139,6 +141,38 @@ func TestUTCFastPathMatchesTimePackage(t *testing.T) {
 				t.Fatalf("%v at %s: fast [%d,%d) slow [%d,%d)", u, time.Unix(now, 0).UTC(), s1, e1, s2, e2)
 			}
 		}
+	}
+}
+
+// TestCacheMatchesArithmetic: the remembered last window per unit never
+// changes an answer, also under concurrent use (run with -race), with times
+// going back and forth across boundaries.
+func TestCacheMatchesArithmetic(t *testing.T) {
+	for _, loc := range zones(t) {
+		cached, _ := New(Options{Location: loc})
+		plain := cached
+		plain.last = nil
+		base := time.Date(2026, 3, 28, 0, 0, 0, 0, loc).Unix()
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 9))
+				for range 20_000 {
+					now := base + rng.Int64N(70*86400) // back and forth over a DST change and month ends
+					for _, u := range calendarUnits {
+						s1, e1, _ := cached.Bounds(u, now)
+						s2, e2, _ := plain.Bounds(u, now)
+						if s1 != s2 || e1 != e2 {
+							t.Errorf("%s %v at %d: cached [%d,%d) arithmetic [%d,%d)", loc, u, now, s1, e1, s2, e2)
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
 	}
 }
 
