@@ -218,6 +218,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
+		Idempotent: s.ValkeyIdempotentCharges, IdempotencyWindow: s.ValkeyIdempotencyWindow,
 	}
 	addrs := strings.Split(s.RedisURL, ",")
 	for i := range addrs {

@@ -108,6 +108,16 @@ type Settings struct {
 	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
 	// store's default): 2^n connections per node.
 	ValkeyPipelineMultiplex int
+	// ValkeyIdempotentCharges (VALKEY_IDEMPOTENT_CHARGES, ours; false)
+	// charges through one Lua script per call that records the call's id, so
+	// a charge sent but unanswered (a stall, CLIENT PAUSE, a black hole) is
+	// replayed and counted exactly once instead of at most once. It costs
+	// Valkey CPU per call (docs/benchmarks.md), hence off by default.
+	ValkeyIdempotentCharges bool
+	// ValkeyIdempotencyWindow (VALKEY_IDEMPOTENCY_WINDOW, ours; 0 = the
+	// store's default of 1m) is how long a call's id is kept in Valkey, and
+	// so how long an ambiguous charge may be replayed; within [1s, 1h].
+	ValkeyIdempotencyWindow time.Duration
 
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
@@ -320,6 +330,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
 	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
 	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
+	boolean(&s.ValkeyIdempotentCharges, "VALKEY_IDEMPOTENT_CHARGES")
+	duration(&s.ValkeyIdempotencyWindow, "VALKEY_IDEMPOTENCY_WINDOW")
 	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
 	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
 	integer(&s.GCPercent, "GC_PERCENT")
@@ -428,6 +440,9 @@ func (s Settings) Validate() error {
 	}
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
+	}
+	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
+		errs = append(errs, fmt.Errorf("VALKEY_IDEMPOTENCY_WINDOW: %v not in [1s,1h]", w))
 	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))

@@ -154,6 +154,17 @@ type Options struct {
 	// One call per StallAfter goes through as a probe; its answer ends the
 	// stall. Default DefaultStallAfter; negative disables.
 	StallAfter time.Duration
+	// Idempotent sends every call's charges through one Lua script that
+	// records the call's id and increments only if the id is new (per slot
+	// in a cluster; see idempotent.go), so a call sent but unanswered is
+	// kept in the outage buffer with its id and replayed until it is known
+	// to be counted exactly once, instead of being counted at most once.
+	// Default false (docs/benchmarks.md has its cost).
+	Idempotent bool
+	// IdempotencyWindow is how long a call's id is kept in Valkey, and so
+	// how long an ambiguous call may still be replayed. Default
+	// DefaultIdempotencyWindow. Only with Idempotent.
+	IdempotencyWindow time.Duration
 	// SentinelRefresh reconciles the sentinel topology periodically.
 	// Default DefaultSentinelRefresh.
 	SentinelRefresh time.Duration
@@ -182,7 +193,15 @@ type Stats struct {
 	Replayed  uint64 // buffered hits applied to Valkey
 	Lost      uint64 // hits dropped because the buffer was full or disabled
 	Expired   uint64 // buffered hits dropped because their window ended first
-	Ambiguous uint64 // hits sent but unanswered: maybe applied, never re-sent
+	Ambiguous uint64 // hits sent but unanswered: maybe applied (re-sent only with Idempotent)
+	// With Idempotent, each ambiguous hit is then resolved as one of these
+	// (or is still buffered): the replay found the first send applied
+	// (AmbiguousApplied), the replay applied it (AmbiguousReplayed), or it
+	// was given up (AmbiguousDropped: maybe applied; its id window passed,
+	// the buffer was full, or the store closed).
+	AmbiguousApplied  uint64
+	AmbiguousReplayed uint64
+	AmbiguousDropped  uint64
 	// AppliedOnError counts hits Valkey applied in calls that returned an
 	// error to the caller (it gave up at its deadline, or another command of
 	// the call failed): counted, though the caller applied its failure policy.
@@ -204,6 +223,7 @@ type Store struct {
 	b          valkey.Builder
 	cmd        commands
 	known      *expiryCache // nil when disabled
+	idem       *idempotency // nil unless Options.Idempotent
 	stallAfter time.Duration
 
 	// Stall detection, in monotonic ns since epoch (a wall-clock step must
@@ -233,6 +253,7 @@ type Store struct {
 
 	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
 	ledgerBuffered, ledgerReplayed, ledgerLost, ledgerExpired, ledgerAmbiguous   atomic.Uint64
+	ambiguousApplied, ambiguousReplayed, ambiguousDropped                        atomic.Uint64
 	lastLossLog, lastAmbLog, lastBufLog, lastLedgerLog                           atomic.Int64
 }
 
@@ -364,6 +385,9 @@ func defaults(o *Options) error {
 	if o.ReplayInterval <= 0 {
 		o.ReplayInterval = DefaultReplayInterval
 	}
+	if o.IdempotencyWindow <= 0 {
+		o.IdempotencyWindow = DefaultIdempotencyWindow
+	}
 	if o.SentinelRefresh <= 0 {
 		o.SentinelRefresh = DefaultSentinelRefresh
 	}
@@ -405,6 +429,13 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 	if opts.KnownExpiries > 0 {
 		s.known = newExpiryCache(opts.KnownExpiries)
 	}
+	if opts.Idempotent {
+		id, err := newIdempotency(opts.IdempotencyWindow, opts.Mode == Cluster)
+		if err != nil {
+			return nil, err
+		}
+		s.idem = id
+	}
 	s.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	if s.buf != nil {
 		s.wg.Add(1)
@@ -426,6 +457,10 @@ func (s *Store) Stats() Stats {
 		Expired:   s.expired.Load(),
 		Ambiguous: s.ambiguous.Load(),
 
+		AmbiguousApplied:  s.ambiguousApplied.Load(),
+		AmbiguousReplayed: s.ambiguousReplayed.Load(),
+		AmbiguousDropped:  s.ambiguousDropped.Load(),
+
 		AppliedOnError: s.appliedOnErr.Load(),
 
 		LedgerBuffered:  s.ledgerBuffered.Load(),
@@ -445,8 +480,10 @@ func (s *Store) Stats() Stats {
 type call struct {
 	counters []store.Counter
 	cmds     []valkey.Completed
-	withExp  []bool // per counter: PEXPIREAT NX sent with its INCRBY
-	created  []int  // counters recreated without an expiry: they need it
+	withExp  []bool   // per counter: PEXPIREAT NX sent with its INCRBY
+	created  []int    // counters recreated without an expiry: they need it
+	batches  []*batch // Idempotent: one script call per slot group (cmds[:len(batches)])
+	pos      []uint64 // Idempotent: per counter, batch index<<32 | position in it
 	totals   []uint64
 	err      error
 	applied  uint64       // hits Valkey confirmed
@@ -532,10 +569,17 @@ func (s *Store) release(c *call) {
 	c.cmds = c.cmds[:0]
 	c.withExp = c.withExp[:0]
 	c.created = c.created[:0]
+	clear(c.batches) // the buffer may hold them now
+	c.batches = c.batches[:0]
+	c.pos = c.pos[:0]
 	s.calls.Put(c)
 }
 
 func (s *Store) build(c *call) {
+	if s.idem != nil {
+		s.buildIdempotent(c)
+		return
+	}
 	for _, k := range c.counters {
 		if k.Hits == 0 {
 			c.cmds = append(c.cmds, s.cmd.get(k.Key))
@@ -605,7 +649,14 @@ func (s *Store) run(c *call) {
 	if answered(res) {
 		s.unansweredSince.Store(0)
 	}
-	c.err = s.collect(c, res)
+	if s.idem != nil {
+		if len(res) == len(c.cmds) {
+			s.retryNoScript(ctx, c.batches, res)
+		}
+		c.err = s.collectIdempotent(c, res)
+	} else {
+		c.err = s.collect(c, res)
+	}
 	if len(c.created) > 0 {
 		c.err = cmp(c.err, s.setExpiries(ctx, c))
 	}
@@ -978,10 +1029,11 @@ func (s *Store) Close() error {
 					break
 				}
 			}
-			if hits, ledgerHits, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 {
+			if hits, ledgerHits, ambHits, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 || ambHits > 0 {
 				s.lost.Add(hits)
 				s.ledgerLost.Add(ledgerHits)
-				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "entries", entries)
+				s.ambiguousDropped.Add(ambHits)
+				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "ambiguous_dropped_hits", ambHits, "entries", entries)
 			}
 		}
 		s.client.Close()
