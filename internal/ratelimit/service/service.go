@@ -202,7 +202,7 @@ func ledgerReader(sink ledger.Sink) ledger.Reader {
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
-		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: s.MemoryFullPolicy}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
 	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
 	if err != nil {

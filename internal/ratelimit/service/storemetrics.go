@@ -39,6 +39,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
-		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full.", func() float64 { return float64(s.Stats().Refused) })
+		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
+		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // Settings is the whole service configuration. Defaults are the reference's.
@@ -145,6 +146,13 @@ type Settings struct {
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
+	// MemoryFullPolicy (MEMORY_FULL_POLICY, ours; deny) is what a request
+	// needing a new counter gets when the embedded store is at
+	// MEMORY_MAX_COUNTERS (after counters of ended windows are reclaimed):
+	// deny (OVER_LIMIT, whatever FAILURE_POLICY: the bound still enforces)
+	// or failure-policy (FAILURE_POLICY answers; allow lets it through
+	// uncounted).
+	MemoryFullPolicy memory.FullPolicy
 	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
@@ -354,6 +362,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
+	fullPolicy := s.MemoryFullPolicy.String()
+	str(&fullPolicy, "MEMORY_FULL_POLICY")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
@@ -402,6 +412,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
+	}
+	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(fullPolicy))); err != nil {
+		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
 	}
 	for _, u := range unsupported {
 		v, ok := env(u.name)
