@@ -74,6 +74,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}()
 	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
+	if ms, ok := st.(*memory.Store); ok && s.MemorySnapshotPath != "" {
+		stop, err := startSnapshots(s, ms, ledgerSink, log, startup)
+		if err != nil {
+			return err
+		}
+		// Deferred after the store's Close, so it runs before it and after
+		// the engine (deferred later) has drained and charged its last hits.
+		defer stop()
+	}
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
 	// the 80/90/100% threshold events, read back by budgetgen report.
@@ -197,6 +206,33 @@ func ledgerReader(sink ledger.Sink) ledger.Reader {
 		return m
 	}
 	return nil
+}
+
+// startSnapshots restores the embedded store's snapshot and starts writing it
+// every MEMORY_SNAPSHOT_INTERVAL; stop ends that and writes the shutdown
+// snapshot. A snapshot that cannot be read is a start-up error naming the
+// file (never a silent empty start: that is the budget lost).
+func startSnapshots(s settings.Settings, ms *memory.Store, sink ledger.Sink, log, startup *slog.Logger) (stop func(), err error) {
+	sn := &memory.Snapshotter{Path: s.MemorySnapshotPath, Store: ms, Interval: s.MemorySnapshotInterval, Logger: log}
+	if lm, ok := sink.(*ledger.Memory); ok {
+		sn.Ledger = lm
+	}
+	rs, err := sn.Restore()
+	if err != nil {
+		return nil, fmt.Errorf("%w (move it away to start empty)", err)
+	}
+	startup.Warn("memory snapshot restored", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
+		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sn.Run(ctx); close(done) }()
+	return func() {
+		cancel()
+		<-done
+		if err := sn.Write(); err != nil {
+			log.Error("shutdown memory snapshot failed; the previous one is kept", "err", err)
+		}
+	}, nil
 }
 
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {

@@ -153,6 +153,15 @@ type Settings struct {
 	// or failure-policy (FAILURE_POLICY answers; allow lets it through
 	// uncounted).
 	MemoryFullPolicy memory.FullPolicy
+	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; empty = none) is a
+	// file the embedded store's counters and usage ledger are written to
+	// every MemorySnapshotInterval and at shutdown, atomically, and restored
+	// from at start (windows that ended are dropped; a corrupt file stops the
+	// start with an error naming it). A crash loses at most one interval.
+	MemorySnapshotPath string
+	// MemorySnapshotInterval (MEMORY_SNAPSHOT_INTERVAL, ours; 10s, within
+	// [100ms, 1h]).
+	MemorySnapshotInterval time.Duration
 	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
@@ -178,7 +187,7 @@ func Defaults() Settings {
 		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
-		LedgerRetentionDays: ledger.DefaultRetentionDays,
+		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
 	}
 }
 
@@ -364,6 +373,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
 	fullPolicy := s.MemoryFullPolicy.String()
 	str(&fullPolicy, "MEMORY_FULL_POLICY")
+	str(&s.MemorySnapshotPath, "MEMORY_SNAPSHOT_PATH")
+	duration(&s.MemorySnapshotInterval, "MEMORY_SNAPSHOT_INTERVAL")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
@@ -462,6 +473,12 @@ func (s Settings) Validate() error {
 	}
 	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+	}
+	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("MEMORY_SNAPSHOT_INTERVAL: %v not in [100ms,1h]", s.MemorySnapshotInterval))
+	}
+	if s.MemorySnapshotPath != "" && !s.UseMemoryStore() {
+		errs = append(errs, errors.New("MEMORY_SNAPSHOT_PATH is for the embedded store; REDIS_URL is set"))
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
