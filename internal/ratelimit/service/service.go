@@ -136,6 +136,24 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if vs, ok := st.(*valkey.Store); ok {
+		select {
+		case <-vs.Connected():
+		default:
+			// Not ready until Valkey answers, so a rollout waits for it;
+			// requests meanwhile get the failure policy.
+			srv.Health().Fail(server.ComponentStore)
+			startup.Warn("valkey unreachable at start: health check not ready until it answers; charges are buffered and answered by the failure policy", "failure_policy", s.FailurePolicy.String())
+			go func() {
+				select {
+				case <-vs.Connected():
+					srv.Health().OK(server.ComponentStore)
+					log.Warn("valkey connected: health check ready")
+				case <-sctx.Done():
+				}
+			}()
+		}
+	}
 	watchDone := make(chan struct{})
 	configFrom := s.DirOptions().Dir()
 	if s.ConfigType == "GRPC_XDS_SOTW" {
@@ -275,11 +293,27 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 		}
 		o.TLS = tc
 	}
+	// Valkey unreachable at start is an outage like any other: the service
+	// starts, answers by its failure policy, buffers the charges, reports
+	// not ready (Run) and connects in the background.
+	o.ConnectInBackground = true
 	st, err := valkey.New(o)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return st, ledger.NewValkeySink(st.Client()), fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+	return st, lazyValkeySink{st}, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+}
+
+// lazyValkeySink is the ledger's Valkey sink on the store's client, which
+// exists only once the store is connected.
+type lazyValkeySink struct{ st *valkey.Store }
+
+func (l lazyValkeySink) Apply(ctx context.Context, b ledger.Batch) error {
+	c := l.st.Client()
+	if c == nil {
+		return fmt.Errorf("%w: not connected to valkey yet", store.ErrUnavailable)
+	}
+	return ledger.NewValkeySink(c).Apply(ctx, b)
 }
 
 // secret returns value, or the content of file (one trailing newline

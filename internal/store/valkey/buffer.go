@@ -167,7 +167,7 @@ func (s *Store) replayOnce() bool {
 		return false
 	}
 	defer func() { <-s.sem }()
-	if !s.probe() {
+	if !s.ready.Load() || !s.probe() {
 		return false
 	}
 	if s.idem != nil {
