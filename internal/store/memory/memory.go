@@ -1,5 +1,6 @@
 // Package memory is the embedded counter store used when no Valkey address is
-// configured: one process, no persistence, the same semantics as the Valkey
+// configured: one process, persisted only by a Snapshotter (snapshot.go,
+// MEMORY_SNAPSHOT_PATH), the same semantics as the Valkey
 // store (absolute expiry set on first write, check-only reads that create
 // nothing, one atomic step per call).
 //

@@ -25,7 +25,11 @@
 // (the connection broke, the call timed out) may or may not have been applied:
 // a stalled server executes what is in its socket when it resumes. Those charges
 // are never re-sent, to avoid counting them twice; they are counted in
-// Stats().Ambiguous and logged. Beyond the buffer's bound the lost hits are
+// Stats().Ambiguous and logged. With Options.Idempotent each call carries an
+// id recorded by a Lua script (idempotent.go), and ambiguous calls are
+// replayed under their id: counted exactly once. With
+// Options.ConnectInBackground an unreachable Valkey at start is an outage
+// like any other (buffered until the first connection). Beyond the buffer's bound the lost hits are
 // counted in Stats().Lost and logged, never silently dropped.
 package valkey
 
