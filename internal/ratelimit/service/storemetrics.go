@@ -22,6 +22,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
 		gauge("ratelimit_valkey_in_flight_calls", "Store calls holding a Valkey slot now.", func() float64 { return float64(s.Stats().InFlight) })
 		gauge("ratelimit_valkey_buffer_keys", "Counters and ledger fields waiting in the outage buffer.", func() float64 { return float64(s.Stats().BufferKeys) })
 		counter("ratelimit_valkey_no_slot_total", "Store calls not sent: no free slot before their deadline, or Valkey stalled.", func() float64 { return float64(s.Stats().NoSlot) })
+		counter("ratelimit_valkey_not_connected_calls_total", "Store calls not sent because the store had not yet connected to Valkey since start (buffered).", func() float64 { return float64(s.Stats().NotConnected) })
 		counter("ratelimit_valkey_stalled_calls_total", "Store calls not sent because Valkey had answered nothing for 100 ms with calls in flight (buffered, not sent into the stall).", func() float64 { return float64(s.Stats().Stalled) })
 		counter("ratelimit_valkey_buffered_hits_total", "Hits kept in the outage buffer because Valkey certainly did not get them.", func() float64 { return float64(s.Stats().Buffered) })
 		counter("ratelimit_valkey_replayed_hits_total", "Buffered hits applied once Valkey answered again.", func() float64 { return float64(s.Stats().Replayed) })

@@ -3,6 +3,8 @@ package service
 import (
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,9 @@ func TestValkeyDownAtStart(t *testing.T) {
 					t.Fatalf("call %d took %v with Valkey down", i, took)
 				}
 			}
+			if got := metricValue(t, s, "ratelimit_valkey_not_connected_calls_total"); got < 1 {
+				t.Fatalf("ratelimit_valkey_not_connected_calls_total = %v with Valkey down, want the refused calls counted", got)
+			}
 			valkeytest.Start(t, valkeytest.Options{Port: port})
 			waitFor(t, "the health check to turn ready", func() bool { return health() == http.StatusOK })
 			// Replayed within the store's replay interval; then exactly once.
@@ -85,4 +90,20 @@ func TestValkeyDownAtStart(t *testing.T) {
 
 func userDescriptor(user string) []*rlcommon.RateLimitDescriptor {
 	return []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}
+}
+
+// metricValue reads one unlabelled series from the debug port's /metrics.
+func metricValue(t *testing.T, s *svc, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(get(t, s.debug+"/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no series %s", name)
+	return 0
 }
