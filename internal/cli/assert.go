@@ -26,6 +26,7 @@ type assertOptions struct {
 	AllowEnforce        []string
 	EnvoyGatewayVersion string
 	MaxFileSize         int64
+	AllowEmpty          bool
 
 	failOn assert.Severity // set by validate
 }
@@ -113,6 +114,7 @@ input or the command line cannot be used.`,
 	f.StringVar(&o.Spec, "spec", "", "BudgetSet spec: budget modes for BG002, token metadata for BG003, drift check BG008")
 	f.StringSliceVar(&o.AllowEnforce, "allow-enforce", nil, "without --spec: budgets (annotation name) or rules (<ns>/<policy>/rule/<i>) allowed to enforce")
 	f.StringVar(&o.EnvoyGatewayVersion, "envoy-gateway-version", "", "Envoy Gateway version the manifests are applied to, e.g. v1.8.1 (enables BG010)")
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "pass when the input holds no budget policy (by default that fails: a wrong path or a build that dropped them checks nothing)")
 	f.Int64Var(&o.MaxFileSize, "max-file-size", manifest.DefaultMaxFileBytes, "largest input file or stdin stream read, in bytes")
 	return cmd
 }
@@ -161,6 +163,11 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	}
 	if err := output.WriteAll(w, rep.Findings); err != nil {
 		return fmt.Errorf("write findings: %w", err)
+	}
+	if rep.BudgetPolicies == 0 && !o.AllowEmpty {
+		// Fail closed: an empty directory, a wrong path or a kustomize build
+		// that dropped the policies would otherwise pass with nothing checked.
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: no budget policy in the input (%d objects from %d files): no BackendTrafficPolicy has token rules or the %s annotation; check the paths (or the build that produced them), or pass --allow-empty if the input is meant to hold none", rep.Objects, len(rep.Files), assert.RuleBudgetsAnnotation)}
 	}
 	if rep.Failed(o.failOn) {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: %d findings at or above %s", countAtLeast(rep, o.failOn), o.failOn), Silent: true}

@@ -49,9 +49,9 @@ var ruleOptionalCredential = &Rule{
 		for _, sp := range p.Index.SecurityPolicies {
 			spec := manifest.Get(sp.Node, "spec")
 			type lax struct {
-				node        *yaml.Node
+				node       *yaml.Node
 				path, what string
-				headers     []string
+				headers    []string
 			}
 			var jwtHeaders []string
 			for _, prov := range manifest.Items(manifest.Get(spec, "jwt", "providers")) {
