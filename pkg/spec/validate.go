@@ -1,8 +1,8 @@
 package spec
 
 import (
-	"path/filepath"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
