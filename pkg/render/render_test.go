@@ -127,8 +127,8 @@ func TestRenderRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Objects) != 2 {
-		t.Fatalf("got %d objects, want a BTP and a CTP", len(res.Objects))
+	if len(res.Objects) != 3 || res.Objects[2].Kind != "GatewayConfig" {
+		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig", len(res.Objects))
 	}
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
 	if btp.Spec.RateLimit.Type != nil {
