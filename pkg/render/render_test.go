@@ -85,12 +85,20 @@ func TestGolden(t *testing.T) {
 // TestExamplesRendered checks that the committed examples/rendered directory
 // is exactly what render produces from examples/budgets.yaml today.
 func TestExamplesRendered(t *testing.T) {
-	res, err := Render(load(t, "../../examples/budgets.yaml"))
+	for spec, dir := range map[string]string{
+		"../../examples/budgets.yaml":             "../../examples/rendered",
+		"../../examples/base-policy/budgets.yaml": "../../examples/base-policy/rendered",
+	} {
+		t.Run(dir, func(t *testing.T) { checkExampleRendered(t, spec, dir) })
+	}
+}
+
+func checkExampleRendered(t *testing.T, specPath, dir string) {
+	res, err := Render(load(t, specPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	validateAll(t, res)
-	dir := "../../examples/rendered"
 	files := res.Files()
 	if *update {
 		if err := atomicfile.WriteDir(dir, files, atomicfile.Options{RemoveStale: func(_ string, b []byte) bool { return IsGenerated(b) }}); err != nil {
@@ -114,7 +122,7 @@ func TestExamplesRendered(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s/%s differs from the current render (regenerate: go run ./cmd/budgetgen render examples/budgets.yaml -o examples/rendered)", dir, e.Name())
+			t.Errorf("%s/%s differs from the current render (regenerate: go test ./pkg/render -update)", dir, e.Name())
 		}
 	}
 	if len(onDisk) != len(files) {
