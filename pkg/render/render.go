@@ -246,6 +246,11 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 	}
 	var base *egv1a1.BackendTrafficPolicy
 	offset := 0
+	if gw.BasePolicy != "" && gw.Base == nil {
+		// Rendering without the base would emit a second Gateway-level policy,
+		// which EG marks Conflicted: fail instead.
+		return nil, fmt.Errorf("gateway %s/%s: base policy %s was not read (load the spec with spec.LoadFile, or call ReadBasePolicies)", gw.Namespace, gw.Name, gw.BasePolicy)
+	}
 	if gw.Base != nil {
 		var err error
 		if base, err = basePolicy(gw); err != nil {
