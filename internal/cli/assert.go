@@ -87,10 +87,13 @@ shared counters, shadow mode until promoted, token cost from response
 metadata, daily units, one policy per Gateway, identity headers set from a
 verified credential and stripped from client requests, Envoy Gateway's
 schema and CEL rules, drift from render (with --spec), overrides that bind,
-version hazards and Envoy Gateway's size limits. Rules: ` + strings.Join(assert.IDs(), ", ") + ` (docs/assert.md).
+version hazards, Envoy Gateway's size limits, Envoy AI Gateway writing the
+charged token key for every AIGatewayRoute, credentials that cannot be
+skipped, and budgets covering every route of their Gateway. Rules: ` + strings.Join(assert.IDs(), ", ") + ` (docs/assert.md).
 
-Exit status: 0 clean, 1 when a finding is at or above --fail-on, 2 when the
-input or the command line cannot be used.`,
+Exit status: 0 clean, 1 when a finding is at or above --fail-on or the input
+holds no budget policy (unless --allow-empty), 2 when the input or the
+command line cannot be used.`,
 		Example: `  # The gate in CI, annotating the pull request
   budgetgen assert --spec budgets/budgets.yaml -o github deploy/
 
