@@ -58,6 +58,18 @@ var ruleGatewayScope = &Rule{
 						}
 					}
 				}
+				for _, ar := range p.Index.AIGatewayRoutes {
+					name := ar.Obj.Namespace + "/" + ar.Obj.Name
+					if covered[name] {
+						continue
+					}
+					for _, parent := range ar.Parents {
+						if parent.Namespace == gk.Namespace && parent.Name == gk.Name {
+							other = append(other, name)
+							break
+						}
+					}
+				}
 				if len(other) == 0 {
 					continue
 				}

@@ -292,10 +292,24 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 		case "Gateway":
 			add(Target{Gateway: GatewayKey{obj.Namespace, name, manifest.Str(manifest.Get(ref, "sectionName"))}, Node: ref, Path: paths[i]})
 		case "HTTPRoute", "GRPCRoute":
+			found := false
 			for _, rt := range ix.Routes {
 				if rt.Namespace == obj.Namespace && rt.Name == name {
+					found = true
 					for _, gk := range routeParents(rt) {
 						add(Target{Gateway: gk, Node: ref, Path: paths[i], Via: rt.Namespace + "/" + rt.Name})
+					}
+				}
+			}
+			if found || manifest.Str(manifest.Get(ref, "kind")) != "HTTPRoute" {
+				continue
+			}
+			// Envoy AI Gateway generates an HTTPRoute of the same name from
+			// each AIGatewayRoute (its docs attach BackendTrafficPolicies to it).
+			for _, ar := range ix.AIGatewayRoutes {
+				if ar.Obj.Namespace == obj.Namespace && ar.Obj.Name == name {
+					for _, pr := range ar.Parents {
+						add(Target{Gateway: GatewayKey{Namespace: pr.Namespace, Name: pr.Name}, Node: ref, Path: paths[i], Via: ar.Obj.Namespace + "/" + ar.Obj.Name})
 					}
 				}
 			}
