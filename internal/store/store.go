@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -46,6 +47,21 @@ type Store interface {
 // ErrUnavailable is wrapped by errors that mean the store could not be reached
 // or did not answer in time; the caller's failure policy applies.
 var ErrUnavailable = errors.New("store unavailable")
+
+// ErrRefused is wrapped by errors that mean the store refused the call as a
+// whole and changed nothing (the memory store at its counter bound): the
+// same counters in smaller calls may still be taken. It wraps ErrUnavailable,
+// so the failure policy applies.
+var ErrRefused = fmt.Errorf("%w: refused", ErrUnavailable)
+
+// Deferrer is implemented by stores that can take hits that certainly never
+// reached them and apply them later (the valkey store's outage buffer; the
+// memory store applies them at once). The charger hands it the hits of a
+// call whose deadline passed before the call started, instead of dropping
+// them. Defer must not block on the network.
+type Deferrer interface {
+	Defer(counters []Counter)
+}
 
 // ErrMalformedReply is wrapped by errors that mean the store answered with
 // something that is not a counter (for example a key holding another type).

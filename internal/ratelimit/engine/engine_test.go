@@ -25,6 +25,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -435,17 +436,6 @@ func mustConfig(t *testing.T, y string) *config.Config {
 	return c
 }
 
-func TestOverLimitCacheBounded(t *testing.T) {
-	c := newOverCache(64)
-	now := int64(1000)
-	for i := 0; i < 10000; i++ {
-		c.put([]byte(strings.Repeat("k", i%50)+string(rune(i))), 5, now, now+60, time.Unix(now+60, 0))
-	}
-	if n := c.len(); n > 64 {
-		t.Fatalf("cache holds %d entries, bound is 64", n)
-	}
-}
-
 func TestStoreFailurePolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy  FailurePolicy
@@ -460,7 +450,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			if el := time.Since(start); el > 100*time.Millisecond {
 				t.Fatalf("blocked %v past the 15 ms store deadline", el)
 			}
-			if status.Code(err) != tc.code {
+			if status.Code(server.Status(err)) != tc.code {
 				t.Fatalf("err = %v, want code %s", err, tc.code)
 			}
 			if err != nil {
@@ -509,7 +499,7 @@ func TestInvalidRequests(t *testing.T) {
 		for name, r := range cases {
 			t.Run(name, func(t *testing.T) {
 				_, err := f.e.ShouldRateLimit(context.Background(), r)
-				if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() == "" {
+				if status.Code(server.Status(err)) != codes.InvalidArgument || status.Convert(server.Status(err)).Message() == "" {
 					t.Fatalf("err = %v, want InvalidArgument with a reason", err)
 				}
 			})
@@ -521,7 +511,7 @@ func TestNoConfigIsUnavailable(t *testing.T) {
 	each(t, func(t *testing.T, kind string) {
 		f := newFixture(t, kind, Options{}, testConfig)
 		f.e.SetConfig(nil)
-		if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(err) != codes.Unavailable {
+		if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(server.Status(err)) != codes.Unavailable {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -566,7 +556,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 		resp, err := e.ShouldRateLimit(context.Background(), &r)
 		if err != nil {
-			if c := status.Code(err); c != codes.InvalidArgument {
+			if c := status.Code(server.Status(err)); c != codes.InvalidArgument {
 				t.Fatalf("unexpected error code %s: %v", c, err)
 			}
 			return

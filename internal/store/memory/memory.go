@@ -35,7 +35,7 @@ const (
 
 // ErrFull is returned (wrapping store.ErrUnavailable) when a call needs a new
 // counter and the store already holds MaxCounters live counters.
-var ErrFull = fmt.Errorf("%w: memory store full", store.ErrUnavailable)
+var ErrFull = fmt.Errorf("%w: memory store full", store.ErrRefused)
 
 var errClosed = fmt.Errorf("%w: memory store closed", store.ErrUnavailable)
 
