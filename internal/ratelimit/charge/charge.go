@@ -149,11 +149,11 @@ func New(o Options) (*Charger, error) {
 
 type noEvents struct{}
 
-func (noEvents) CacheHit()                           {}
-func (noEvents) CacheFull()                          {}
-func (noEvents) Charged(time.Duration, error)        {}
+func (noEvents) CacheHit()                            {}
+func (noEvents) CacheFull()                           {}
+func (noEvents) Charged(time.Duration, error)         {}
 func (noEvents) Flushed(uint64, time.Duration, error) {}
-func (noEvents) Unsent(string, uint64)               {}
+func (noEvents) Unsent(string, uint64)                {}
 
 // Scratch holds a request's counters and totals between calls (one per
 // goroutine, reused).
