@@ -54,6 +54,13 @@ var ErrUnavailable = errors.New("store unavailable")
 // so the failure policy applies.
 var ErrRefused = fmt.Errorf("%w: refused", ErrUnavailable)
 
+// ErrOverflow is wrapped by errors that mean a counter is at the store's
+// maximum (MaxInt64) and cannot take the hits; it wraps ErrMalformedReply.
+// The charger answers such a counter as saturated (over any limit) rather
+// than applying the failure policy. A store that refused the whole call
+// also wraps ErrRefused.
+var ErrOverflow = fmt.Errorf("%w: counter overflow", ErrMalformedReply)
+
 // Deferrer is implemented by stores that can take hits that certainly never
 // reached them and apply them later (the valkey store's outage buffer; the
 // memory store applies them at once). The charger hands it the hits of a

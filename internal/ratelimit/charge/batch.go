@@ -148,16 +148,19 @@ func (b *batcher) flusher() {
 				// cardinality flood would otherwise fail existing principals
 				// open). Charge each request on its own.
 				for _, p := range live {
-					p.done <- b.c.send(ctx, p.counters, p.totals)
+					err := b.c.send(ctx, p.counters, p.totals)
+					b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
+					p.done <- err
 				}
 				live = live[:0]
 				for i := range orphans {
-					if err := b.c.send(ctx, orphans[i:i+1], totals[:1]); err != nil && errors.Is(err, store.ErrRefused) {
-						// Answered by the failure policy long ago; the
-						// store will not take it: reported, not silent.
-						b.c.ev.Unsent(UnsentRefused, orphans[i].Hits)
-					}
+					// Answered by the failure policy long ago: a refusal is
+					// reported, not silent.
+					b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], totals[:1]), false)
 				}
+			} else {
+				b.c.refused(counters[:len(counters)-len(orphans)], err, true)
+				b.c.refused(counters[len(counters)-len(orphans):], err, false)
 			}
 			off := 0
 			for _, p := range live {

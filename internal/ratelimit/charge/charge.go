@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -47,6 +48,9 @@ const (
 	UnsentCallerGone = "caller_gone"
 	// UnsentRefused: the store refused them (store.ErrRefused) even alone.
 	UnsentRefused = "refused"
+	// UnsentSaturated: their counter is at the store's maximum; the store
+	// refused them and the item is answered over its limit.
+	UnsentSaturated = "saturated"
 )
 
 // Events receives the charger's bookkeeping (metrics). Methods are called on
@@ -221,6 +225,10 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 		err = c.batch.charge(ctx, start, counters, totals)
 	} else {
 		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, totals)
+		c.refused(counters, err, true)
+	}
+	if err != nil && errors.Is(err, store.ErrOverflow) {
+		err = c.saturate(counters, totals, err)
 	}
 	c.ev.Charged(time.Since(start), err)
 	if err != nil {
@@ -242,6 +250,47 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 	return totals, nil
 }
 
+// saturate answers a call that failed because a counter is at the store's
+// maximum: that counter's total is MaxInt64 (over any limit: denied, never
+// failed open); the others get their real totals. A store that refused the
+// call whole (store.ErrRefused) applied nothing, so the other counters are
+// charged again on their own; otherwise they were applied and are read.
+func (c *Charger) saturate(counters []store.Counter, totals []uint64, callErr error) error {
+	read := make([]store.Counter, len(counters))
+	for i, k := range counters {
+		read[i] = store.Counter{Key: k.Key, ExpireAt: k.ExpireAt}
+	}
+	if err := c.st.Charge(c.deadlines.after(time.Now(), c.o.StoreTimeout), read, totals); err != nil {
+		return callErr
+	}
+	refused := errors.Is(callErr, store.ErrRefused)
+	var again []store.Counter
+	var at []int
+	for i, k := range counters {
+		if k.Hits > 0 && totals[i] > math.MaxInt64-k.Hits {
+			totals[i] = math.MaxInt64
+			if refused {
+				c.ev.Unsent(UnsentSaturated, k.Hits) // a store that refused did not count them
+			}
+			continue
+		}
+		if refused && k.Hits > 0 {
+			again = append(again, k)
+			at = append(at, i)
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]uint64, len(again))
+		if err := c.send(c.deadlines.after(time.Now(), c.o.StoreTimeout), again, sub); err != nil {
+			return err
+		}
+		for j, i := range at {
+			totals[i] = sub[j]
+		}
+	}
+	return nil
+}
+
 func (c *Charger) expireAt(it *decide.Item) time.Time {
 	return time.Unix(it.WindowEnd, 0).Add(c.o.Grace)
 }
@@ -255,6 +304,18 @@ func (c *Charger) send(ctx context.Context, counters []store.Counter, totals []u
 		return fmt.Errorf("%w: deadline passed before the store call: %w", store.ErrUnavailable, err)
 	}
 	return c.st.Charge(ctx, counters, totals)
+}
+
+// refused counts the hits of a call the store refused (store.ErrRefused):
+// they are in no counter. A waiting request's overflow is not counted here:
+// saturate answers it and charges its other counters.
+func (c *Charger) refused(counters []store.Counter, err error, waiting bool) {
+	if err == nil || !errors.Is(err, store.ErrRefused) || (waiting && errors.Is(err, store.ErrOverflow)) {
+		return
+	}
+	if n := sumHits(counters); n > 0 {
+		c.ev.Unsent(UnsentRefused, n)
+	}
 }
 
 // unsent hands hits that were in no store call to the store's Deferrer.

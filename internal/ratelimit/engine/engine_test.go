@@ -692,3 +692,33 @@ func TestConcurrentChargesExact(t *testing.T) {
 		}
 	})
 }
+
+// TestCounterAtMaximumSaturatesAndDenies: a counter at the store's maximum
+// (MaxInt64) cannot take more hits; with the over-limit cache off it is
+// answered OVER_LIMIT (saturated), never failed open by the store error,
+// and the other descriptors of the request are charged exactly once.
+func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		day := f.clk.Now().Unix() / 86400 * 86400
+		full := string(key.Encoder{}.Append(nil, "d", d("user", "full").Entries, nil, 86400, day))
+		exp := time.Unix(day+86400, 0).Add(DefaultGrace)
+		if err := f.st.Store.Charge(context.Background(), []store.Counter{{Key: full, Hits: math.MaxInt64, ExpireAt: exp}}, make([]uint64, 1)); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			check(t, f.call(t, req("d", 0, d("user", "full"))), OVER, want{OVER, 0})
+			check(t, f.call(t, req("d", 0, d("user", "full"), d("user", "other"))), OVER, want{OVER, 0}, want{OK, uint32(2 - i)})
+		}
+		if got := f.total(full); got != math.MaxInt64 {
+			t.Fatalf("saturated counter = %d, want MaxInt64", got)
+		}
+		other := string(key.Encoder{}.Append(nil, "d", d("user", "other").Entries, nil, 86400, day))
+		if got := f.total(other); got != 3 {
+			t.Fatalf("the other descriptor's counter = %d, want 3 (charged once per request)", got)
+		}
+		if got := testutil.ToFloat64(f.e.o.Metrics.FailurePolicy.WithLabelValues("allow")); got != 0 {
+			t.Fatalf("%v requests answered by the failure policy, want 0", got)
+		}
+	})
+}
