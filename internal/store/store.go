@@ -44,6 +44,35 @@ type Store interface {
 	Close() error
 }
 
+// HashWrites are the periodic writes of the shadow-week ledger
+// (internal/ledger): increments of hash fields (denial counts, usage the
+// over-limit cache answered) and absolute expiries of hashes. Increments are
+// applied before expiries, so a hash created by them gets its expiry.
+type HashWrites struct {
+	Incr   []HashIncrBy
+	Expire []HashExpire
+}
+
+// HashIncrBy adds N to one hash field.
+type HashIncrBy struct {
+	HashIncr
+	N uint64
+}
+
+// HashExpire sets a hash's absolute expiry.
+type HashExpire struct {
+	Key string
+	At  time.Time
+}
+
+// HashWriter is implemented by stores that hold the ledger's hashes, so its
+// flushes go through the store (the valkey store's in-flight bound and stall
+// guard cover them) rather than around it. Charges stay one round trip:
+// usage of a charged counter rides in Counter.Ledger.
+type HashWriter interface {
+	WriteHashes(ctx context.Context, w HashWrites) error
+}
+
 // ErrUnavailable is wrapped by errors that mean the store could not be reached
 // or did not answer in time; the caller's failure policy applies.
 var ErrUnavailable = errors.New("store unavailable")

@@ -63,7 +63,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	st, ledgerSink, desc, err := openStore(s, log)
+	st, ledgerMem, desc, err := openStore(s, log)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
 	// the 80/90/100% threshold events, read back by budgetgen report.
-	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays}, ledgerSink, nil)
+	// Its flushes go through the store (store.HashWriter): the valkey store's
+	// in-flight bound and stall guard cover them.
+	hw, ok := st.(store.HashWriter)
+	if !ok {
+		return fmt.Errorf("counter store %T cannot hold the ledger", st)
+	}
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays}, ledger.NewStoreSink(hw), nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -113,7 +119,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
-		Ledger: ledgerReader(ledgerSink),
+		Ledger: ledgerReader(ledgerMem),
 	})
 	if err != nil {
 		return err
@@ -192,14 +198,16 @@ const ledgerFlushInterval = 5 * time.Second
 
 // ledgerReader is the ledger the debug port serves: the embedded store's,
 // which only this process holds (a Valkey ledger is read from Valkey).
-func ledgerReader(sink ledger.Sink) ledger.Reader {
-	if m, ok := sink.(*ledger.Memory); ok {
-		return m
+func ledgerReader(m *ledger.Memory) ledger.Reader {
+	if m == nil {
+		return nil // a nil *ledger.Memory must not become a non-nil Reader
 	}
-	return nil
+	return m
 }
 
-func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
+// openStore opens the counter store; with the embedded store it also
+// returns the in-process ledger it holds.
+func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memory, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
 		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
@@ -242,7 +250,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return st, ledger.NewValkeySink(st.Client()), fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+	return st, nil, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
 }
 
 // secret returns value, or the content of file (one trailing newline
