@@ -188,6 +188,7 @@ type scratch struct {
 	charge charge.Scratch
 	names  []observe.Names
 	desc   observe.Descriptor
+	req    observe.Request
 	ann    annotator
 }
 
@@ -272,14 +273,15 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 			}
 			e.observers.Descriptor(ctx, d)
 		}
-		r := observe.Request{Class: observe.RequestOK, GlobalShadowed: verdict.GlobalShadowed}
+		r := &sc.req // pooled: an interface call would move a local to the heap
+		*r = observe.Request{Class: observe.RequestOK, GlobalShadowed: verdict.GlobalShadowed}
 		if verdict.Over {
 			r.Class = observe.RequestOverLimit
 		}
 		if storeErr != nil {
 			r.FailurePolicy = e.o.FailurePolicy.String()
 		}
-		e.observers.Request(ctx, &r)
+		e.observers.Request(ctx, r)
 	}
 	return resp, nil
 }
