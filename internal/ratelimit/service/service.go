@@ -29,6 +29,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
+	"github.com/budgetgen/budgetgen/internal/tlsconfig"
 )
 
 // ErrUsage marks settings errors (exit code 2 in main).
@@ -227,17 +228,13 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memo
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
 	}
-	addrs := strings.Split(s.RedisURL, ",")
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
-	}
-	switch strings.ToLower(s.RedisType) {
-	case "cluster":
-		o.Mode, o.Addresses = valkey.Cluster, addrs
-	case "sentinel":
-		o.Mode, o.MasterSet, o.Addresses = valkey.Sentinel, addrs[0], addrs[1:]
+	switch s.Redis.Type {
+	case settings.RedisCluster:
+		o.Mode, o.Addresses = valkey.Cluster, s.Redis.Addresses
+	case settings.RedisSentinel:
+		o.Mode, o.MasterSet, o.Addresses = valkey.Sentinel, s.Redis.MasterSet, s.Redis.Addresses
 	default:
-		o.Mode, o.Addresses = valkey.Standalone, addrs[:1]
+		o.Mode, o.Addresses = valkey.Standalone, s.Redis.Addresses
 	}
 	if s.RedisTLS {
 		tc, err := redisTLS(s)
@@ -274,26 +271,12 @@ func secret(value, file, setting string) (string, error) {
 // redisTLS builds the client TLS config from REDIS_TLS_* files, as the
 // reference does: optional client pair, optional CA (system roots
 // otherwise), and hostname verification that can be skipped while the chain
-// is still verified.
+// is still verified. Files are loaded by internal/tlsconfig (errors name
+// the file).
 func redisTLS(s settings.Settings) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.RedisTLSClientCert != "" || s.RedisTLSClientKey != "" {
-		pair, err := tls.LoadX509KeyPair(s.RedisTLSClientCert, s.RedisTLSClientKey)
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_TLS_CLIENT_CERT/KEY: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
-	if s.RedisTLSCACert != "" {
-		pem, err := os.ReadFile(s.RedisTLSCACert)
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_TLS_CACERT: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("REDIS_TLS_CACERT %s: no certificate found", s.RedisTLSCACert)
-		}
-		tc.RootCAs = pool
+	tc, err := tlsconfig.Client(tlsconfig.ClientOptions{CertFile: s.RedisTLSClientCert, KeyFile: s.RedisTLSClientKey, CAFile: s.RedisTLSCACert})
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY, REDIS_TLS_CACERT: %w", err)
 	}
 	if s.RedisTLSSkipHostnameVerification {
 		roots := tc.RootCAs

@@ -86,6 +86,8 @@ type Settings struct {
 	RedisSocketType                  string // REDIS_SOCKET_TYPE: tcp (unix is not supported)
 	RedisURL                         string // REDIS_URL: host:port, or a comma list (cluster seeds; sentinel: master,s1,s2)
 	RedisType                        string // REDIS_TYPE: single|cluster|sentinel (case-insensitive)
+	// Redis is RedisURL and RedisType parsed (by Load, once; see ParseRedis).
+	Redis RedisTarget
 	RedisAuth                        string // REDIS_AUTH: password or user:password. Never logged.
 	RedisSentinelAuth                string // REDIS_SENTINEL_AUTH. Never logged.
 	RedisTLS                         bool   // REDIS_TLS
@@ -406,6 +408,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	sort.Strings(s.Unsupported)
 	errs = append(errs, s.Validate())
+	if s.RedisURL != "" {
+		s.Redis, _ = ParseRedis(s.RedisURL, s.RedisType) // its errors are Validate's
+	}
 	return s, errors.Join(errs...)
 }
 
@@ -463,35 +468,11 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("CONFIG_TYPE: %q is not FILE or GRPC_XDS_SOTW", s.ConfigType))
 	}
 	if s.RedisURL != "" {
-		// Credentials never ride in REDIS_URL: the addresses are logged at
-		// start and appear in connection errors, and this message must not
-		// echo them either.
-		for i, a := range strings.Split(s.RedisURL, ",") {
-			if strings.Contains(a, "@") {
-				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
-			}
-		}
 		if strings.ToLower(s.RedisSocketType) != "tcp" {
 			errs = append(errs, fmt.Errorf("REDIS_SOCKET_TYPE: %q is not supported (set tcp; REDIS_URL is set)", s.RedisSocketType))
 		}
-		switch strings.ToLower(s.RedisType) {
-		case "single", "cluster":
-		case "sentinel":
-			if len(strings.Split(s.RedisURL, ",")) < 2 {
-				errs = append(errs, errors.New("REDIS_URL: sentinel wants <master name>,<sentinel1>,...,<sentinelN>"))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("REDIS_TYPE: %q is not single, cluster or sentinel", s.RedisType))
-		}
-		if strings.ToLower(s.RedisType) != "sentinel" {
-			for _, a := range strings.Split(s.RedisURL, ",") {
-				if strings.Contains(a, "@") {
-					continue // reported above, without the value
-				}
-				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
-					errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
-				}
-			}
+		if _, err := ParseRedis(s.RedisURL, s.RedisType); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
