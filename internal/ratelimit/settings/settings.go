@@ -83,11 +83,9 @@ type Settings struct {
 	HealthyWithAtLeastOneConfigLoaded bool
 
 	// Store. RedisURL empty (REDIS_URL unset) means the embedded memory store.
-	RedisSocketType string // REDIS_SOCKET_TYPE: tcp (unix is not supported)
-	RedisURL        string // REDIS_URL: host:port, or a comma list (cluster seeds; sentinel: master,s1,s2)
-	RedisType       string // REDIS_TYPE: single|cluster|sentinel (case-insensitive)
-	// Redis is RedisURL and RedisType parsed (by Load, once; see ParseRedis).
-	Redis                            RedisTarget
+	RedisSocketType                  string // REDIS_SOCKET_TYPE: tcp (unix is not supported)
+	RedisURL                         string // REDIS_URL: host:port, or a comma list (cluster seeds; sentinel: master,s1,s2)
+	RedisType                        string // REDIS_TYPE: single|cluster|sentinel (case-insensitive)
 	RedisAuth                        string // REDIS_AUTH: password or user:password. Never logged.
 	RedisSentinelAuth                string // REDIS_SENTINEL_AUTH. Never logged.
 	RedisTLS                         bool   // REDIS_TLS
@@ -141,6 +139,9 @@ type Settings struct {
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
 	LedgerRetentionDays int
+
+	// Redis is RedisURL and RedisType parsed (by Load, once; see ParseRedis).
+	Redis RedisTarget
 
 	// Unsupported lists reference settings that are set but have no effect
 	// here, one human-readable line each (values never included), sorted.
