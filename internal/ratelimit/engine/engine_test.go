@@ -25,6 +25,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
@@ -721,4 +722,52 @@ func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
 			t.Fatalf("%v requests answered by the failure policy, want 0", got)
 		}
 	})
+}
+
+// recObserver records what the observer seam is told.
+type recObserver struct {
+	mu       sync.Mutex
+	descs    []string
+	requests []string
+}
+
+func (r *recObserver) Descriptor(_ context.Context, d *observe.Descriptor) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	it := d.Item
+	r.descs = append(r.descs, fmt.Sprintf("%s hits=%d total=%d over=%v cached=%v failed=%v", it.Limit.Rule, it.Hits, it.Total, it.Over, it.Cached, d.StoreFailed))
+}
+
+func (r *recObserver) Request(_ context.Context, q *observe.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, q.Class+"/"+q.FailurePolicy)
+}
+
+// TestObserversToldEachOutcome: an extra observer gets each limited
+// descriptor's outcome (never unlimited or unmatched ones) and each
+// request's verdict, including invalid requests and store failures.
+func TestObserversToldEachOutcome(t *testing.T) {
+	ob := &recObserver{}
+	f := newFixture(t, "memory", Options{Observers: []observe.Observer{ob}}, testConfig)
+	for i := 0; i < 5; i++ {
+		f.call(t, req("d", 0, d("user", "o"), d("free", "x"), d("none", "y")))
+	}
+	_, _ = f.e.ShouldRateLimit(context.Background(), req("", 0, d("user", "o")))
+	f.st.block = true
+	f.call(t, req("d", 0, d("user", "p")))
+	want := []string{
+		"d.user hits=1 total=1 over=false cached=false failed=false",
+		"d.user hits=1 total=2 over=false cached=false failed=false",
+		"d.user hits=1 total=3 over=false cached=false failed=false",
+		"d.user hits=1 total=4 over=true cached=false failed=false",
+		"d.user hits=1 total=0 over=true cached=true failed=false",
+		"d.user hits=1 total=0 over=false cached=false failed=true",
+	}
+	if fmt.Sprint(ob.descs) != fmt.Sprint(want) {
+		t.Fatalf("descriptors:\n got  %q\n want %q", ob.descs, want)
+	}
+	if got := fmt.Sprint(ob.requests); got != "[ok/ ok/ ok/ over_limit/ over_limit/ invalid_argument/ ok/allow]" {
+		t.Fatalf("requests: %s", got)
+	}
 }
