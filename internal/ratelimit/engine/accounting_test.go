@@ -17,6 +17,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
@@ -101,7 +102,9 @@ func TestExactAccountingBehindSlowLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vs.Close()
-	m := metrics.New(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	storemetrics.Register(reg, vs)
 	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
@@ -169,16 +172,46 @@ descriptors:
 			stored += n
 		}
 	}
-	st := vs.Stats()
-	unsent := func(c string) uint64 { return uint64(testutil.ToFloat64(m.UnsentHits.WithLabelValues(c))) }
-	reported := st.Lost + st.Expired + st.Canceled + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused)
-	t.Logf("attempted %d, stored %d, reported %d (lost %d expired %d canceled %d), ambiguous %d, buffered %d replayed %d, applied on error %d, deferred %d",
-		attempted.Load(), stored, reported, st.Lost, st.Expired, st.Canceled, st.Ambiguous, st.Buffered, st.Replayed, st.AppliedOnError, unsent(charge.UnsentDeferred))
-	if failed.Load() == 0 || st.Buffered == 0 || st.Replayed == 0 {
-		t.Fatalf("no call missed its deadline or was buffered (failed %d, stats %+v): the link was not slow enough to test anything", failed.Load(), st)
+	// Read from the exported metrics, as a monitoring system would.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := stored + reported; got > attempted.Load() || got+st.Ambiguous < attempted.Load() {
+	metric := func(name string, labels ...string) uint64 {
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, mt := range f.GetMetric() {
+				ok := true
+				for i := 0; i+1 < len(labels); i += 2 {
+					found := false
+					for _, lp := range mt.GetLabel() {
+						found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+					}
+					ok = ok && found
+				}
+				if ok {
+					return uint64(mt.GetCounter().GetValue())
+				}
+			}
+		}
+		return 0
+	}
+	unsent := func(c string) uint64 { return metric("ratelimit_unsent_hits_total", "outcome", c) }
+	lost, expired, canceled := metric("ratelimit_valkey_lost_hits_total"), metric("ratelimit_valkey_expired_hits_total"), metric("ratelimit_valkey_canceled_hits_total")
+	ambiguous, buffered, replayed := metric("ratelimit_valkey_ambiguous_hits_total"), metric("ratelimit_valkey_buffered_hits_total"), metric("ratelimit_valkey_replayed_hits_total")
+	reported := lost + expired + canceled + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
+	t.Logf("attempted %d, stored %d, reported %d (lost %d expired %d canceled %d), ambiguous %d, buffered %d replayed %d, applied on error %d, deferred %d",
+		attempted.Load(), stored, reported, lost, expired, canceled, ambiguous, buffered, replayed, metric("ratelimit_valkey_applied_on_error_hits_total"), unsent(charge.UnsentDeferred))
+	if st := vs.Stats(); st.Buffered != buffered || st.Lost != lost || st.Canceled != canceled {
+		t.Fatalf("exported metrics disagree with the store's stats %+v", st)
+	}
+	if failed.Load() == 0 || buffered == 0 || replayed == 0 {
+		t.Fatalf("no call missed its deadline or was buffered (failed %d, buffered %d, replayed %d): the link was not slow enough to test anything", failed.Load(), buffered, replayed)
+	}
+	if got := stored + reported; got > attempted.Load() || got+ambiguous < attempted.Load() {
 		t.Fatalf("stored %d + reported %d = %d, ambiguous %d; attempted %d: hits lost without a class or counted twice",
-			stored, reported, got, st.Ambiguous, attempted.Load())
+			stored, reported, got, ambiguous, attempted.Load())
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -68,7 +69,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	registerStoreMetrics(reg, st)
+	storemetrics.Register(reg, st)
 	defer func() {
 		if err := st.Close(); err != nil {
 			log.Warn("close store", "err", err)

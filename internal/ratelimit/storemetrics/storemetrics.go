@@ -1,4 +1,8 @@
-package service
+// Package storemetrics exports a counter store's own bookkeeping (outage
+// buffer, lost, expired, canceled and ambiguous hits, capacity) as Prometheus
+// metrics read at scrape time, so every outcome class of a charge can be
+// checked from outside (docs/architecture.md, Accounting).
+package storemetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,9 +12,9 @@ import (
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 )
 
-// registerStoreMetrics exports the store's own counters (outage buffer,
-// lost and ambiguous hits, capacity) read at scrape time.
-func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
+// Register exports st's counters on reg (a store of another type exports
+// nothing).
+func Register(reg prometheus.Registerer, st store.Store) {
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 	}
