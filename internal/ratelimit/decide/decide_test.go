@@ -11,6 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
@@ -413,4 +414,52 @@ func TestValidate(t *testing.T) {
 	if err := Validate(rq("d", 0, dsc("user", "x"), dsc("user", "y")), Limits{MaxDescriptors: 1}); err == nil {
 		t.Fatal("MaxDescriptors ignored")
 	}
+}
+
+// FuzzDecide: any request Validate accepts is planned and answered without
+// a panic, one status per descriptor, and a limited item never reports more
+// remaining than its limit; a rejected one is an *InvalidError.
+func FuzzDecide(f *testing.F) {
+	seed := func(r *rlpb.RateLimitRequest) {
+		b, _ := proto.Marshal(r)
+		f.Add(b, uint64(3))
+	}
+	seed(rq("diff", 0, dsc("user", "a")))
+	seed(rq("diff", 3, hits(dsc("tokens", "t"), 0), dsc("tier", "gold"), dsc("who", "w")))
+	seed(rq("diff", 0, dsc("files", "fx"), dsc("nested", "n1", "leaf", "x"), dsc("kill", "k")))
+	cfg, err := config.Load([]config.File{{Name: "t.yaml", Data: []byte(diffConfig)}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, total uint64) {
+		var r rlpb.RateLimitRequest
+		if err := proto.Unmarshal(data, &r); err != nil {
+			return
+		}
+		if err := Validate(&r, Limits{}); err != nil {
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("rejection is not an *InvalidError: %v", err)
+			}
+			return
+		}
+		var sc Scratch
+		items := Planner{Keys: key.Encoder{Format: key.Envoy}}.Plan(cfg, &r, noon, &sc)
+		var totals []uint64
+		for i := range items {
+			if items[i].Limit != nil {
+				items[i].Slot = len(totals)
+				totals = append(totals, total)
+			}
+		}
+		resp, _, err := Answer(items, totals, nil, noon.Unix(), Policy{})
+		if err != nil || len(resp.Statuses) != len(r.Descriptors) {
+			t.Fatalf("answer %v, %v for %d descriptors", resp, err, len(r.Descriptors))
+		}
+		for i, st := range resp.Statuses {
+			if l := items[i].Limit; l != nil && st.LimitRemaining > l.RequestsPerUnit {
+				t.Fatalf("status %d: remaining %d above the limit %d", i, st.LimitRemaining, l.RequestsPerUnit)
+			}
+		}
+	})
 }
