@@ -40,7 +40,9 @@ func TestMetricsObserver(t *testing.T) {
 	for _, r := range []Request{{Class: RequestOK}, {Class: RequestOverLimit, FailurePolicy: "deny"}, {Class: RequestInvalid}, {Class: RequestOK, GlobalShadowed: true}} {
 		o.Request(ctx, &r)
 	}
-	got := func(rule, outcome string) float64 { return testutil.ToFloat64(m.Decisions.WithLabelValues("d", rule, outcome)) }
+	got := func(rule, outcome string) float64 {
+		return testutil.ToFloat64(m.Decisions.WithLabelValues("d", rule, outcome))
+	}
 	if fmt.Sprint(got("d.u", "ok"), got("d.u", "near_limit"), got("d.u", "over_limit"), got("d.s", "shadow_over_limit"), got("d.s", "over_limit")) != "2 1 1 1 0" {
 		t.Fatalf("decisions: ok %v near %v over %v shadow %v shadow-as-over %v", got("d.u", "ok"), got("d.u", "near_limit"), got("d.u", "over_limit"), got("d.s", "shadow_over_limit"), got("d.s", "over_limit"))
 	}
