@@ -78,10 +78,11 @@ type HashWriter interface {
 var ErrUnavailable = errors.New("store unavailable")
 
 // ErrRefused is wrapped by errors that mean the store refused the call as a
-// whole and changed nothing (the memory store at its counter bound): the
-// same counters in smaller calls may still be taken. It wraps ErrUnavailable,
-// so the failure policy applies.
-var ErrRefused = fmt.Errorf("%w: refused", ErrUnavailable)
+// whole and changed nothing (ErrFull, or an overflow in the memory store):
+// the same counters in smaller calls may still be taken, so the charger
+// retries each request of a refused batch on its own. Whether the failure
+// policy applies is told by the error that wraps it (ErrUnavailable, ErrFull).
+var ErrRefused = errors.New("store refused the call")
 
 // ErrOverflow is wrapped by errors that mean a counter is at the store's
 // maximum (MaxInt64) and cannot take the hits; it wraps ErrMalformedReply.
@@ -98,6 +99,16 @@ var ErrOverflow = fmt.Errorf("%w: counter overflow", ErrMalformedReply)
 type Deferrer interface {
 	Defer(counters []Counter)
 }
+
+// ErrFull is wrapped by errors that mean the store refused to create a counter
+// because it is at its bound (the embedded store's MaxCounters). Nothing of
+// the call was applied. Unless the error also wraps ErrUnavailable (a store
+// configured to leave it to the failure policy), the caller denies the
+// request whatever its failure policy: a bounded store must still enforce,
+// and allowing would let every new principal past the bound through
+// uncounted.
+// It wraps ErrRefused.
+var ErrFull = fmt.Errorf("%w: store full", ErrRefused)
 
 // ErrMalformedReply is wrapped by errors that mean the store answered with
 // something that is not a counter (for example a key holding another type).

@@ -230,6 +230,11 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 	if err != nil && errors.Is(err, store.ErrOverflow) {
 		err = c.saturate(counters, totals, err)
 	}
+	if err != nil && errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable) {
+		// A bounded store refused a new counter and asks to enforce: deny,
+		// whatever the failure policy.
+		err = fmt.Errorf("%w: %w", decide.ErrDenied, err)
+	}
 	c.ev.Charged(time.Since(start), err)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -82,9 +83,11 @@ type oneResponse struct {
 // call's (indexed by Item.Slot), storeErr its error (nil if it succeeded or
 // no call was needed), now the request's instant in Unix seconds. It sets
 // each item's Total, Over and Near. Under FailError a store error is
-// returned as *StoreError and no response.
+// returned as *StoreError and no response. A store error wrapping ErrDenied
+// denies every limited item whatever the policy.
 func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) (*rlpb.RateLimitResponse, Verdict, error) {
-	if storeErr != nil && p.Failure == FailError {
+	denied := storeErr != nil && errors.Is(storeErr, ErrDenied)
+	if storeErr != nil && p.Failure == FailError && !denied {
 		return nil, Verdict{}, &StoreError{Err: storeErr}
 	}
 	nearF := p.NearLimitRatio
@@ -132,7 +135,7 @@ func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) 
 		case it.Cached:
 			it.Over = true
 		case storeErr != nil:
-			it.Over = p.Failure == FailDeny
+			it.Over = p.Failure == FailDeny || denied
 			if !it.Over {
 				st.LimitRemaining = l.RequestsPerUnit
 			}

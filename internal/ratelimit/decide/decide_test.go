@@ -341,6 +341,15 @@ func TestFailureAndCache(t *testing.T) {
 	if !errors.As(err, &se) || !errors.Is(err, storeErr) {
 		t.Fatalf("FailError: err = %v, want a *StoreError wrapping the store's", err)
 	}
+	// a store error that asks for a denial (a bounded store at its bound)
+	// denies under every policy, FailError included
+	for _, pol := range []FailurePolicy{FailAllow, FailDeny, FailError} {
+		items = Planner{}.Plan(cfg, r, noon, &sc)
+		resp, _, err := Answer(items, nil, fmt.Errorf("%w: full", ErrDenied), noon.Unix(), Policy{Failure: pol})
+		if err != nil || describe(resp) != "OVER_LIMIT OVER_LIMIT/0@5/DAY OK/0@2/DAY OK/0 OK/max" {
+			t.Fatalf("ErrDenied under %s: %v %v", pol, err, resp)
+		}
+	}
 	// cached: over whatever the totals, no store slot read
 	items = Planner{}.Plan(cfg, rq("diff", 0, dsc("user", "a")), noon, &sc)
 	items[0].Cached = true

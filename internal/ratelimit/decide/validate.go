@@ -52,6 +52,12 @@ func (e *InvalidError) Error() string { return e.Reason }
 // answers Unavailable.
 var ErrNoConfig = errors.New("no rate limit configuration loaded")
 
+// ErrDenied is wrapped by a store error after which every limited descriptor
+// is denied whatever the failure policy: a bounded store refusing a new
+// counter (store.ErrFull), where allowing would let every new principal past
+// the bound through uncounted.
+var ErrDenied = errors.New("denied at the store's bound")
+
 // StoreError is the answer under FailError when the store failed: the
 // transport answers Unavailable and Envoy applies its own failure mode.
 type StoreError struct {

@@ -278,7 +278,10 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		if verdict.Over {
 			r.Class = observe.RequestOverLimit
 		}
-		if storeErr != nil {
+		switch {
+		case storeErr != nil && errors.Is(storeErr, decide.ErrDenied):
+			r.FailurePolicy = "store_full_deny" // denied at the store's bound, not by the policy
+		case storeErr != nil:
 			r.FailurePolicy = e.o.FailurePolicy.String()
 		}
 		e.observers.Request(ctx, r)

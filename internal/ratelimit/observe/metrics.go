@@ -161,6 +161,8 @@ func ErrReason(err error) string {
 		return "unavailable"
 	case errors.Is(err, store.ErrMalformedReply):
 		return "malformed_reply"
+	case errors.Is(err, store.ErrFull):
+		return "full"
 	}
 	return "other"
 }

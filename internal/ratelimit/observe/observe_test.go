@@ -68,7 +68,7 @@ func TestMetricsObserver(t *testing.T) {
 		testutil.ToFloat64(m.StoreErrors.WithLabelValues("charge", "timeout")) != 1 {
 		t.Fatal("charge events not recorded")
 	}
-	for err, want := range map[error]string{store.ErrOverflow: "malformed_reply", store.ErrRefused: "unavailable", errors.New("x"): "other"} {
+	for err, want := range map[error]string{store.ErrOverflow: "malformed_reply", store.ErrFull: "full", store.ErrRefused: "other", errors.New("x"): "other"} {
 		if got := ErrReason(err); got != want {
 			t.Errorf("ErrReason(%v) = %s, want %s", err, got, want)
 		}

@@ -24,8 +24,8 @@ type setting struct {
 // raw holds settings parsed into Settings fields only after Load has read
 // them all (their text form is what env and flags set).
 type raw struct {
-	keyFormat, policy string
-	jitter            int
+	keyFormat, policy, fullPolicy string
+	jitter                        int
 }
 
 // table is every setting of the service. Defaults are s's current values.
@@ -82,6 +82,8 @@ func table(s *Settings, r *raw) []setting {
 		{e("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), "", "verify Valkey's chain but not its host name", boolean(&s.RedisTLSSkipHostnameVerification)},
 		{e("REDIS_TIMEOUT"), "", "Valkey dial timeout", duration(&s.RedisTimeout)},
 		{e("VALKEY_MAX_FLUSH_DELAY"), "valkey-max-flush-delay", "auto-pipeline flush delay", duration(&s.ValkeyMaxFlushDelay)},
+		{e("VALKEY_IDEMPOTENT_CHARGES"), "", "charge through one script per call that records its id, so ambiguous charges are replayed exactly once (costs Valkey CPU)", boolean(&s.ValkeyIdempotentCharges)},
+		{e("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
 		{e("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
 		{e("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
 		{e("STORE_BATCH_WORKERS"), "", "goroutines coalescing store calls, negative = one call per request", integer(&s.StoreBatchWorkers)},
@@ -95,6 +97,9 @@ func table(s *Settings, r *raw) []setting {
 		{e("EXPIRATION_JITTER_MAX_SECONDS"), "", "seconds a counter outlives its window", integer(&r.jitter)},
 		{e("OVER_LIMIT_CACHE_SIZE"), "over-limit-cache-size", "entries in the local over-limit cache, -1 disables", integer(&s.OverLimitCacheSize)},
 		{e("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
+		{e("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
+		{e("MEMORY_SNAPSHOT_PATH"), "", "file the embedded store's counters and ledger are snapshotted to and restored from; empty = none", str(&s.MemorySnapshotPath)},
+		{e("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
 		{e("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
 	}
 }

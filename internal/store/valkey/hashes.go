@@ -21,6 +21,11 @@ func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
 	if len(w.Incr)+len(w.Expire) == 0 {
 		return nil
 	}
+	if !s.ready.Load() {
+		// Connecting in the background (ConnectInBackground): the Recorder
+		// keeps the batch and sends it at its next flush.
+		return fmt.Errorf("%w: not connected to valkey yet: ledger write not sent", store.ErrUnavailable)
+	}
 	if since, stalled := s.stalled(); stalled {
 		return fmt.Errorf("%w: valkey has answered nothing for %v: ledger write not sent", store.ErrUnavailable, since.Round(time.Millisecond))
 	}
