@@ -16,6 +16,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // diffConfig is test/reftest's config: every matching and limit feature the
@@ -102,8 +103,17 @@ type sim struct {
 	sc       Scratch
 }
 
+// epochWindows are the reference's windows (the differential test's mode).
+func epochWindows(t testing.TB) window.Windows {
+	w, err := window.New(window.Options{Mode: window.Epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func newSim(t *testing.T, p Policy) *sim {
-	return &sim{cfg: mustConfig(t, diffConfig), planner: Planner{Keys: key.Encoder{Prefix: "rl_", Format: key.Envoy}},
+	return &sim{cfg: mustConfig(t, diffConfig), planner: Planner{Keys: key.Encoder{Prefix: "rl_", Format: key.Envoy}, Windows: epochWindows(t)},
 		policy: p, counters: map[string]uint64{}}
 }
 
@@ -286,12 +296,12 @@ func TestWindowBoundaries(t *testing.T) {
 		{rlpb.RateLimitResponse_RateLimit_WEEK, 7*86400 + 5, 7 * 86400, 14 * 86400},
 		{rlpb.RateLimitResponse_RateLimit_MONTH, 30 * 86400, 30 * 86400, 60 * 86400},
 	} {
-		start, end, ok := Window(tc.unit, tc.now)
+		start, end, ok := Window(epochWindows(t), tc.unit, tc.now)
 		if !ok || start != tc.start || end != tc.end {
 			t.Errorf("Window(%s, %d) = %d, %d, %v; want %d, %d", tc.unit, tc.now, start, end, ok, tc.start, tc.end)
 		}
 	}
-	if _, _, ok := Window(rlpb.RateLimitResponse_RateLimit_UNKNOWN, 5); ok {
+	if _, _, ok := Window(epochWindows(t), rlpb.RateLimitResponse_RateLimit_UNKNOWN, 5); ok {
 		t.Error("a unit without a divider has a window")
 	}
 	// Across midnight UTC: the key changes, the reset is one second before.

@@ -15,20 +15,15 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // Window is the one place that maps a limit's unit and an instant to its
-// window [start, end) in Unix seconds: fixed windows aligned on the Unix
-// epoch, as the reference computes them (a day starts at 00:00 UTC, a week
-// on a Thursday, a month is 30 days). Calendar windows replace this
-// function. ok is false for a unit with no window.
-func Window(unit config.Unit, now int64) (start, end int64, ok bool) {
-	div := config.Divider(unit)
-	if div <= 0 {
-		return 0, 0, false
-	}
-	start = now / div * div
-	return start, start + div, true
+// window [start, end) in Unix seconds: w's calendar windows (the default, in
+// its time zone) or the reference's epoch windows (window.Epoch). ok is false
+// for a unit with no window.
+func Window(w window.Windows, unit config.Unit, now int64) (start, end int64, ok bool) {
+	return w.Bounds(window.Unit(unit), now)
 }
 
 // Item is the plan (and, after charging and Answer, the outcome) of one
@@ -70,9 +65,12 @@ type Scratch struct {
 	lookup []byte
 }
 
-// Planner plans requests with one key encoding.
+// Planner plans requests with one key encoding and one way of placing
+// counters in time.
 type Planner struct {
 	Keys key.Encoder
+	// Windows: the zero value is calendar windows in UTC.
+	Windows window.Windows
 }
 
 // HitsAddend is the reference's utils.GetHitsAddends for one descriptor: a
@@ -132,12 +130,14 @@ func (p Planner) Plan(cfg *config.Config, req *rlpb.RateLimitRequest, now time.T
 			continue
 		}
 		var ok bool
-		if it.WindowStart, it.WindowEnd, ok = Window(l.Unit, unix); !ok {
+		if it.WindowStart, it.WindowEnd, ok = Window(p.Windows, l.Unit, unix); !ok {
 			it.Limit = nil // config.Load rejects such a unit; never divide by zero
 			continue
 		}
 		it.keyStart = len(keys)
-		keys = p.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, l.Divider, it.WindowStart)
+		// The key names the window by its start and length, so a calendar
+		// window that equals an epoch one (a UTC day) keeps the same counter.
+		keys = p.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, it.WindowEnd-it.WindowStart, it.WindowStart)
 		it.keyEnd = len(keys)
 	}
 	// Slice keys only once the buffer stopped growing.

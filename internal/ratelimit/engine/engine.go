@@ -24,6 +24,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
 )
@@ -65,6 +66,9 @@ type Options struct {
 	Now func() time.Time
 	// Keys encodes counter keys (format and CACHE_KEY_PREFIX). Default Safe, no prefix.
 	Keys key.Encoder
+	// Windows places counters in time (WINDOW_MODE, RESET_TIME_ZONE). The
+	// zero value is calendar windows in UTC; window.Epoch is the reference's.
+	Windows window.Windows
 	// NearLimitRatio, default DefaultNearLimitRatio.
 	NearLimitRatio float32
 	// ShadowMode is the global SHADOW_MODE: an OVER_LIMIT overall code becomes OK.
@@ -134,7 +138,7 @@ func New(o Options) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	e := &Engine{o: o, planner: decide.Planner{Keys: o.Keys},
+	e := &Engine{o: o, planner: decide.Planner{Keys: o.Keys, Windows: o.Windows},
 		policy: decide.Policy{Failure: o.FailurePolicy, ShadowMode: o.ShadowMode, NearLimitRatio: o.NearLimitRatio},
 		limits: decide.Limits{MaxDescriptors: o.MaxDescriptors, MaxEntries: o.MaxEntries, MaxStringBytes: o.MaxStringBytes}}
 	var events charge.Events

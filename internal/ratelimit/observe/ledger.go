@@ -3,14 +3,16 @@ package observe
 import (
 	"context"
 
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
 )
 
-// dayDivider is the window of the rules the ledger and thresholds measure.
-const dayDivider = 86400
+// dayUnit is the window of the rules the ledger and thresholds measure.
+const dayUnit = rlpb.RateLimitResponse_RateLimit_DAY
 
 // Ledger feeds the shadow-week ledger (internal/ledger) and the 80/90/100%
 // threshold events (internal/thresholds) of day-window rules. Either may be
@@ -23,14 +25,14 @@ type Ledger struct {
 
 // measured reports whether the ledger or thresholds care about an item.
 func (o *Ledger) measured(it *decide.Item) bool {
-	return (o.Recorder != nil || o.Thresholds != nil) && it.Limit != nil && it.Limit.Divider == dayDivider
+	return (o.Recorder != nil || o.Thresholds != nil) && it.Limit != nil && it.Limit.Unit == dayUnit
 }
 
 // Annotate adds the usage field of a charged day-window descriptor to its
 // counter, so the ledger write shares the charge's round trip.
 func (o *Ledger) Annotate(d *Descriptor, c *store.Counter) {
 	it := d.Item
-	if o.Recorder == nil || it.Hits == 0 || it.Limit.Divider != dayDivider {
+	if o.Recorder == nil || it.Hits == 0 || it.Limit.Unit != dayUnit {
 		return
 	}
 	r, p := d.Names.Of(d.Domain, it.Limit.Rule, d.Entries, it.Free)
@@ -42,7 +44,7 @@ func (o *Ledger) Annotate(d *Descriptor, c *store.Counter) {
 // answered: it is charged later, with no round trip to ride on.
 func (o *Ledger) Cached(d *Descriptor) {
 	it := d.Item
-	if o.Recorder == nil || it.Hits == 0 || it.Limit.Divider != dayDivider {
+	if o.Recorder == nil || it.Hits == 0 || it.Limit.Unit != dayUnit {
 		return
 	}
 	r, p := d.Names.Of(d.Domain, it.Limit.Rule, d.Entries, it.Free)

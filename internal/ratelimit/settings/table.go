@@ -9,6 +9,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // setting binds one value to its environment variables, its flag and its
@@ -24,8 +25,8 @@ type setting struct {
 // raw holds settings parsed into Settings fields only after Load has read
 // them all (their text form is what env and flags set).
 type raw struct {
-	keyFormat, policy, fullPolicy string
-	jitter                        int
+	keyFormat, policy, fullPolicy, windowMode string
+	jitter                                    int
 }
 
 // table is every setting of the service. Defaults are s's current values.
@@ -100,6 +101,8 @@ func table(s *Settings, r *raw) []setting {
 		{e("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
 		{e("MEMORY_SNAPSHOT_PATH"), "", "file the embedded store's counters and ledger are snapshotted to and restored from; empty = none", str(&s.MemorySnapshotPath)},
 		{e("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
+		{e("WINDOW_MODE"), "window-mode", "counter windows: " + strings.Join(window.ModeNames, " or ") + "; default calendar (USE_CALENDAR_MONTH_RATE_LIMIT is the reference's alias)", str(&r.windowMode)},
+		{e("RESET_TIME_ZONE"), "reset-time-zone", "IANA time zone of calendar day/week/month/year windows; default UTC", str(&s.ResetTimeZone)},
 		{e("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
 	}
 }
