@@ -56,6 +56,8 @@ type conn struct {
 	peerGone   bool // the peer sent GOAWAY
 	closeOnce  sync.Once
 	closed     chan struct{}
+	readDone   chan struct{} // the read loop returned
+	flushDone  chan struct{} // the flusher returned
 
 	// Read side, serve's goroutine only.
 	br          *bufio.Reader
@@ -128,14 +130,16 @@ func (st *stream) cancel() { st.once.Do(func() { close(st.done) }) }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{
-		s:        s,
-		raw:      nc,
-		kick:     make(chan struct{}, 1),
-		closed:   make(chan struct{}),
-		streams:  map[uint32]*stream{},
-		sendConn: 65535,
-		peerInit: 65535,
-		maxFrame: defaultFrameSize,
+		s:         s,
+		raw:       nc,
+		kick:      make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		readDone:  make(chan struct{}),
+		flushDone: make(chan struct{}),
+		streams:   map[uint32]*stream{},
+		sendConn:  65535,
+		peerInit:  65535,
+		maxFrame:  defaultFrameSize,
 	}
 	c.recvConn.Store(connWindow)
 	c.drained = sync.NewCond(&c.wmu)
@@ -179,9 +183,21 @@ func (c *conn) serve() {
 	c.fr = http2.NewFramer((*pendingWriter)(c), br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.s.o.MaxHeaderListSize
+	// The server never advertises SETTINGS_MAX_FRAME_SIZE, so the peer may
+	// send at most the default 16,384 bytes per frame (RFC 9113 4.2). The
+	// framer's own default is 16 MiB, and its read buffer grows to the
+	// largest frame read and stays that large: a peer could pin 16 MiB per
+	// connection with one unknown-type frame. A larger frame is a
+	// FRAME_SIZE_ERROR connection error (readLoop), as in grpc-go.
+	c.fr.SetMaxReadFrameSize(defaultFrameSize)
 	c.fr.SetReuseFrames()
 	c.wmu.Unlock()
 	go c.flusher()
+	// Run before removeConn, after closeAfterFlush: the connection is not
+	// done (nor GracefulStop finished) until the flusher has written
+	// everything and closed.
+	defer func() { <-c.flushDone }()
+	defer c.closeAfterFlush()
 	c.write(func() error {
 		if err := c.fr.WriteSettings(
 			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.o.MaxConcurrentStreams},
@@ -203,7 +219,9 @@ func (c *conn) serve() {
 			defer t2.Stop()
 		}
 	}
-	if err := c.readLoop(); err != nil {
+	err = c.readLoop()
+	close(c.readDone)
+	if err != nil {
 		c.s.log.Debug("grpc: connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
 	}
 }
@@ -219,6 +237,7 @@ func (w *pendingWriter) Write(p []byte) (int, error) {
 // flusher writes pending frames, as many as have accumulated, until the
 // connection closes.
 func (c *conn) flusher() {
+	defer close(c.flushDone)
 	var spare []byte
 	for {
 		select {
@@ -261,7 +280,7 @@ func (c *conn) flusher() {
 			spare = nil // let a burst's large buffer go
 		}
 		if closeNow {
-			c.close()
+			c.lingerClose()
 			return
 		}
 	}
@@ -284,6 +303,41 @@ func (c *conn) close() {
 		}
 		c.smu.Unlock()
 	})
+}
+
+// lingerTimeout bounds how long a closing connection keeps reading (and
+// discarding) what the peer still sends after the server's last frame.
+const lingerTimeout = time.Second
+
+// lingerClose closes a connection whose last frames (answers, GOAWAY) are
+// written. Closing a socket that has unread input makes the kernel send a
+// TCP reset, which can destroy those frames before the peer reads them; so
+// the write side is shut first, and what the peer still sends is read and
+// discarded until it closes too or lingerTimeout passes (as net/http's
+// closeWriteAndWait and grpc-go's server do).
+func (c *conn) lingerClose() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite() // TLS: close_notify; TCP: FIN
+	}
+	if tc, ok := c.raw.(*net.TCPConn); ok && c.nc != c.raw {
+		_ = tc.CloseWrite()
+	}
+	_ = c.raw.SetReadDeadline(time.Now().Add(lingerTimeout))
+	t := time.NewTimer(lingerTimeout)
+	defer t.Stop()
+	select {
+	case <-c.readDone:
+		// Nobody reads any more: discard here, in a small buffer.
+		var buf [512]byte
+		for {
+			if _, err := c.raw.Read(buf[:]); err != nil {
+				break
+			}
+		}
+	case <-t.C:
+	case <-c.closed:
+	}
+	c.close()
 }
 
 // closeAfterFlush closes the connection once the frames queued so far are
