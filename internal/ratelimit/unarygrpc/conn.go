@@ -52,8 +52,9 @@ type conn struct {
 	smu        sync.Mutex
 	streams    map[uint32]*stream
 	lastStream uint32
-	goneAway   bool // we sent GOAWAY: no new streams
-	peerGone   bool // the peer sent GOAWAY
+	goneAway   bool      // we sent GOAWAY: no new streams
+	peerGone   bool      // the peer sent GOAWAY
+	idleSince  time.Time // when the last stream ended (or the connection started)
 	closeOnce  sync.Once
 	closed     chan struct{}
 	readDone   chan struct{} // the read loop returned
@@ -218,6 +219,19 @@ func (c *conn) serve() {
 			t2 := time.AfterFunc(age+grace, c.close)
 			defer t2.Stop()
 		}
+	}
+	if idle := c.s.o.IdleTimeout; idle > 0 {
+		c.smu.Lock()
+		c.idleSince = time.Now()
+		c.smu.Unlock()
+		var t *time.Timer
+		t = time.AfterFunc(time.Hour, func() {
+			if next := c.checkIdle(idle); next > 0 {
+				t.Reset(next)
+			}
+		})
+		t.Reset(idle) // after t is set: the callback reads it
+		defer t.Stop()
 	}
 	err = c.readLoop()
 	close(c.readDone)
@@ -398,11 +412,34 @@ func (c *conn) lookup(id uint32) *stream {
 func (c *conn) removeStream(st *stream) {
 	c.smu.Lock()
 	delete(c.streams, st.id)
+	if len(c.streams) == 0 {
+		c.idleSince = time.Now()
+	}
 	last := len(c.streams) == 0 && (c.goneAway || c.peerGone)
 	c.smu.Unlock()
 	if last {
 		c.closeAfterFlush()
 	}
+}
+
+// checkIdle sends GOAWAY (and so closes) a connection without a stream
+// for idle; otherwise it returns when to look again.
+func (c *conn) checkIdle(idle time.Duration) time.Duration {
+	c.smu.Lock()
+	busy, since, gone := len(c.streams) > 0, c.idleSince, c.goneAway
+	c.smu.Unlock()
+	switch {
+	case gone:
+		return 0
+	case busy:
+		return idle
+	}
+	if left := idle - time.Since(since); left > 0 {
+		return left
+	}
+	c.s.idleClosed.Add(1)
+	c.goAway(errCodeNo)
+	return 0
 }
 
 // goAway sends GOAWAY: streams up to the last one seen are answered, later
