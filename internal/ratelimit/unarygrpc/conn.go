@@ -96,6 +96,7 @@ type stream struct {
 	h       Handler
 	sh      ServerStreamHandler
 	enc     string  // grpc-encoding
+	gzipOut bool    // the answer is gzip-compressed (set before finish)
 	msgBuf  *[]byte // pooled holder of msg
 	msg     []byte  // the request body as received (gRPC length-prefixed)
 	req     []byte  // the message inside msg
@@ -852,7 +853,8 @@ func (c *conn) endRequest(st *stream) {
 		c.answerEarly(st, true, 200, codes.Internal, "grpc: request has no message")
 		return
 	}
-	if st.msg[0]&1 == 1 {
+	if st.msg[0]&1 == 1 && st.enc != gzipEncoding {
+		// grpc-go's words; the answer's grpc-accept-encoding says what is.
 		c.answerEarly(st, true, 200, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", st.enc))
 		return
 	}
@@ -871,20 +873,52 @@ func (c *conn) run(st *stream) {
 		return
 	}
 	holder := getBuf()
-	out, err := st.h(st, st.req, append((*holder)[:0], 0, 0, 0, 0, 0))
-	if err == nil && len(out) < 5 {
-		err = errors.New("unarygrpc: handler did not append to dst")
+	var plain *[]byte // the decompressed request
+	req, err := st.req, error(nil)
+	if st.msg[0]&1 == 1 {
+		plain = getBuf()
+		req, err = gunzip((*plain)[:0], st.req, c.s.o.MaxRecvMsgSize)
+		*plain = req
+		switch {
+		case errors.Is(err, errDecompressedTooLarge):
+			err = statusError{codes.ResourceExhausted, fmt.Sprintf("grpc: received message after decompression larger than max (%d)", c.s.o.MaxRecvMsgSize)}
+		case err != nil:
+			err = statusError{codes.Internal, "grpc: failed to decompress the received message: " + err.Error()}
+		}
+	}
+	var out []byte
+	if err == nil {
+		out, err = st.h(st, req, append((*holder)[:0], 0, 0, 0, 0, 0))
+		if err == nil && len(out) < 5 {
+			err = errors.New("unarygrpc: handler did not append to dst")
+		}
+	}
+	if err == nil && st.enc == gzipEncoding {
+		// As grpc-go: a client that sent grpc-encoding gzip gets its
+		// answer in gzip too.
+		var z []byte
+		if z, err = appendGzip(append(make([]byte, 0, 64+len(out)/2), 0, 0, 0, 0, 0), out[5:]); err == nil {
+			*holder = out
+			out = z
+			out[0] = 1
+			st.gzipOut = true
+		}
 	}
 	if err != nil {
 		c.finish(st, nil, statusTrailers(nil, 200, err))
 	} else {
-		out[0] = 0
+		if !st.gzipOut {
+			out[0] = 0
+			*holder = out // keep the grown buffer
+		}
 		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
 		c.finish(st, out, okTrailers)
-		*holder = out // keep the grown buffer
 	}
 	st.releaseMsg()
 	putBuf(holder)
+	if plain != nil {
+		putBuf(plain)
+	}
 }
 
 func (st *stream) releaseMsg() {
@@ -951,7 +985,11 @@ func (c *conn) pushLocked(st *stream) (done bool, err error) {
 	if !st.headersSent {
 		st.headersSent = true
 		c.answers.Add(1)
-		if err := c.writeBlockLocked(st.id, okHeaders, false); err != nil {
+		hdr := okHeaders
+		if st.gzipOut {
+			hdr = gzipHeaders
+		}
+		if err := c.writeBlockLocked(st.id, hdr, false); err != nil {
 			return true, err
 		}
 	}

@@ -20,10 +20,12 @@
 // work: the HTTP/2 "rapid reset" attack), a header list size limit, a
 // control-frame rate limit, gRPC length-prefixed messages up to
 // MaxRecvMsgSize, grpc-status and percent-encoded grpc-message trailers, and
-// TLS (ALPN h2), and server-streaming methods (HandleServerStream: the health
-// service's Watch). What it does not: client streaming, compression
-// (a compressed request is refused with Unimplemented, as grpc-go does
-// without a registered decompressor), and the grpc-timeout deadline, which
+// TLS (ALPN h2), server-streaming methods (HandleServerStream: the health
+// service's Watch), frames bounded by the 16,384-byte SETTINGS_MAX_FRAME_SIZE
+// it advertises, and gzip (requests decompressed up to MaxRecvMsgSize,
+// answers compressed for a client that compresses, grpc-accept-encoding
+// advertised, other encodings refused with Unimplemented as grpc-go does).
+// What it does not: client streaming and the grpc-timeout deadline, which
 // is parsed and validated but not turned into a context deadline: the rate
 // limit engine bounds every call by its own store timeout, shorter than
 // Envoy Gateway's, and a client that gives up resets the stream, which
