@@ -52,13 +52,18 @@ type conn struct {
 	smu        sync.Mutex
 	streams    map[uint32]*stream
 	lastStream uint32
-	goneAway   bool      // we sent GOAWAY: no new streams
-	peerGone   bool      // the peer sent GOAWAY
-	idleSince  time.Time // when the last stream ended (or the connection started)
-	closeOnce  sync.Once
-	closed     chan struct{}
-	readDone   chan struct{} // the read loop returned
-	flushDone  chan struct{} // the flusher returned
+	// opened remembers which of the last openedWindow client stream ids
+	// were opened (a bit per odd id): a HEADERS frame on an id at or below
+	// lastStream is a closed stream reused (STREAM_CLOSED) or an id skipped
+	// and now used out of order (PROTOCOL_ERROR), RFC 9113 5.1 and 5.1.1.
+	opened    [openedWindow / 64]uint64
+	goneAway  bool      // we sent GOAWAY: no new streams
+	peerGone  bool      // the peer sent GOAWAY
+	idleSince time.Time // when the last stream ended (or the connection started)
+	closeOnce sync.Once
+	closed    chan struct{}
+	readDone  chan struct{} // the read loop returned
+	flushDone chan struct{} // the flusher returned
 
 	// Read side, serve's goroutine only.
 	br          *bufio.Reader
@@ -401,6 +406,13 @@ func (c *conn) failLocked(err error) {
 	}
 }
 
+// idle reports whether a client stream id was never used (above the last).
+func (c *conn) idle(id uint32) bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return id > c.lastStream
+}
+
 func (c *conn) lookup(id uint32) *stream {
 	c.smu.Lock()
 	st := c.streams[id]
@@ -441,6 +453,34 @@ func (c *conn) checkIdle(idle time.Duration) time.Duration {
 	c.s.idleClosed.Add(1)
 	c.goAway(errCodeNo)
 	return 0
+}
+
+// openedWindow is how many recent client stream ids opened remembers.
+const openedWindow = 4096
+
+// openLocked makes id (odd, above lastStream) the last stream opened.
+func (c *conn) openLocked(id uint32) {
+	if id-c.lastStream >= 2*openedWindow {
+		clear(c.opened[:])
+	} else {
+		for skipped := c.lastStream + 2; skipped < id; skipped += 2 {
+			i := (skipped / 2) % openedWindow
+			c.opened[i/64] &^= 1 << (i % 64)
+		}
+	}
+	i := (id / 2) % openedWindow
+	c.opened[i/64] |= 1 << (i % 64)
+	c.lastStream = id
+}
+
+// wasOpenedLocked reports whether id, at or below lastStream, was opened;
+// ids older than the window count as opened (closed long ago).
+func (c *conn) wasOpenedLocked(id uint32) bool {
+	if c.lastStream-id >= 2*openedWindow {
+		return true
+	}
+	i := (id / 2) % openedWindow
+	return c.opened[i/64]&(1<<(i%64)) != 0
 }
 
 // goAway sends GOAWAY: streams up to the last one seen are answered, later
@@ -504,7 +544,7 @@ func (c *conn) readLoop() error {
 			if errors.As(err, &se) {
 				c.smu.Lock()
 				if se.StreamID > c.lastStream && se.StreamID%2 == 1 {
-					c.lastStream = se.StreamID
+					c.openLocked(se.StreamID)
 				}
 				st := c.streams[se.StreamID]
 				c.smu.Unlock()
@@ -562,6 +602,8 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		if st := c.lookup(f.StreamID); st != nil {
 			c.resetStream(st)
+		} else if c.idle(f.StreamID) {
+			return errConn{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", f.StreamID)}
 		}
 	case *http2.GoAwayFrame:
 		c.smu.Lock()
@@ -671,14 +713,19 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.smu.Lock()
 	if st := c.streams[id]; st != nil {
 		c.smu.Unlock()
+		if st.ended {
+			// Half-closed (remote): nothing but WINDOW_UPDATE, PRIORITY and
+			// RST_STREAM may come (RFC 9113 5.1): a stream error.
+			c.resetStream(st)
+			c.rst(id, http2.ErrCodeStreamClosed)
+			return nil
+		}
 		// Trailers from the client (gRPC clients send none): they must end
 		// the request.
 		if !f.StreamEnded() {
 			return errConn{http2.ErrCodeProtocol, "HEADERS after the request headers without END_STREAM"}
 		}
-		if !st.ended {
-			c.endRequest(st)
-		}
+		c.endRequest(st)
 		return nil
 	}
 	if id%2 == 0 {
@@ -686,10 +733,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on server stream id %d", id)}
 	}
 	if id <= c.lastStream {
+		opened := c.wasOpenedLocked(id)
 		c.smu.Unlock()
-		return nil // a stream already answered or refused: ignore
+		if opened {
+			// Closed: the client ended it (or reset it, or we answered).
+			// gRPC clients send no trailers, so no HEADERS can be in flight.
+			return errConn{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
+		}
+		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("stream id %d after %d: stream ids must increase", id, c.lastStream)}
 	}
-	c.lastStream = id
+	c.openLocked(id)
 	if c.goneAway || c.peerGone || uint32(len(c.streams)) >= c.s.o.MaxConcurrentStreams {
 		c.smu.Unlock()
 		c.rst(id, http2.ErrCodeRefusedStream)
@@ -703,7 +756,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
 		return nil
 	}
-	if m := f.PseudoValue("method"); m != "POST" {
+	if why := malformedRequest(f); why != "" {
+		// A malformed request is a stream error (RFC 9113 8.1.1).
+		c.s.log.Debug("grpc: malformed request", "stream", id, "why", why)
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeProtocol)
 		return nil
@@ -719,13 +774,20 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			timeout = hf.Value
 		}
 	}
+	if m := f.PseudoValue("method"); m != "POST" {
+		// grpc-go's answer: HTTP 405 (a GET or HEAD is a valid HTTP/2
+		// request, just not a gRPC one).
+		c.answerEarly(st, f.StreamEnded(), 405, codes.Internal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", m))
+		return nil
+	}
 	if !isGRPCContentType(ct) {
 		c.answerEarly(st, f.StreamEnded(), 415, codes.Internal, "invalid gRPC request content-type "+quote(ct))
 		return nil
 	}
 	if timeout != "" {
 		if _, err := parseTimeout(timeout); err != nil {
-			c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "malformed grpc-timeout: "+err.Error())
+			// HTTP 400, as grpc-go answers a malformed grpc-timeout.
+			c.answerEarly(st, f.StreamEnded(), 400, codes.Internal, "malformed grpc-timeout: "+err.Error())
 			return nil
 		}
 	}
@@ -739,6 +801,42 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.endRequest(st)
 	}
 	return nil
+}
+
+// malformedRequest says why a request's header block is malformed (RFC 9113
+// 8.2.2 and 8.3.1), or "" when it is not: connection-specific fields, a TE
+// other than "trailers", a missing or empty :method, :scheme or :path (no
+// CONNECT here), or a response pseudo-header. The framer has already
+// refused invalid names and values, duplicate and misplaced pseudo-headers.
+func malformedRequest(f *http2.MetaHeadersFrame) string {
+	var method, scheme, path bool
+	for _, hf := range f.PseudoFields() {
+		switch hf.Name {
+		case ":method":
+			method = hf.Value != ""
+		case ":scheme":
+			scheme = hf.Value != ""
+		case ":path":
+			path = hf.Value != ""
+		case ":authority":
+		default:
+			return "pseudo-header " + hf.Name + " in a request"
+		}
+	}
+	if !method || !scheme || !path {
+		return "missing or empty :method, :scheme or :path"
+	}
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return "connection-specific header " + hf.Name
+		case "te":
+			if hf.Value != "trailers" {
+				return "te other than trailers"
+			}
+		}
+	}
+	return ""
 }
 
 // unknown words an unknown method as grpc-go does.
@@ -790,11 +888,16 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		if idle {
 			return errConn{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 		}
-		return nil // a stream answered early or reset: ignore its rest
+		// Closed: a stream error (RFC 9113 6.1). If we reset it first, the
+		// client may have had DATA in flight; the RST_STREAM it gets here
+		// is harmless, and its window was returned above.
+		c.rst(id, http2.ErrCodeStreamClosed)
+		return nil
 	}
 	if st.ended {
-		// DATA after END_STREAM: the stream is closed for good, so its
-		// answer must not be sent after this RST_STREAM either.
+		// DATA after END_STREAM (or after an early answer): the stream is
+		// closed for good, so its answer must not be sent after this
+		// RST_STREAM either.
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeStreamClosed)
 		return nil
