@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel)
+# Installs what a fresh machine lacks for the test suite: prlimit (util-linux), Valkey 8 (server, cli, sentinel)
 # from Debian's bookworm-backports suite. The archive URI is read from the machine's own
 # apt sources so no host name is written here. Idempotent: does nothing when present.
 set -euo pipefail
@@ -9,13 +9,18 @@ have_valkey() {
     command -v valkey-sentinel >/dev/null 2>&1
 }
 
-if have_valkey; then
-  echo "install-deps: valkey present: $(valkey-server --version | head -1)"
-  exit 0
-fi
-
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+# prlimit (util-linux) runs the service under a file descriptor limit in
+# internal/ratelimit/service's tests.
+if ! command -v prlimit >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq util-linux >/dev/null
+fi
+
+install_valkey() {
 
 if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then
   uri=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
@@ -30,9 +35,15 @@ if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.
     $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
 fi
 
-export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools valkey-sentinel >/dev/null
 # The packages start a system daemon on 6379 on some machines; tests start their own servers.
 $SUDO systemctl stop valkey-server valkey-sentinel >/dev/null 2>&1 || true
 echo "install-deps: installed $(valkey-server --version | head -1)"
+}
+
+if have_valkey; then
+  echo "install-deps: valkey present: $(valkey-server --version | head -1)"
+else
+  install_valkey
+fi

@@ -112,6 +112,18 @@ type Settings struct {
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
 	GRPCStreamWorkers int
+	// GRPCServerImpl (GRPC_SERVER_IMPL, ours; lean) picks the gRPC server:
+	// lean (unarygrpc) or grpc-go (the reference's), switchable without a
+	// new image.
+	GRPCServerImpl string
+	// GRPCMaxConnections (GRPC_MAX_CONNECTIONS, ours; 0 = no cap) caps the
+	// gRPC port's open connections.
+	GRPCMaxConnections int
+	// GRPCIdleTimeout (GRPC_IDLE_TIMEOUT, ours; 0 = never) closes gRPC
+	// connections without a call for that long (GOAWAY first, so clients
+	// reconnect transparently) and idle HTTP keep-alive connections (2m
+	// when 0).
+	GRPCIdleTimeout time.Duration
 	// StoreBatchWorkers (STORE_BATCH_WORKERS, ours; 4) coalesce concurrent
 	// requests' store calls; -1 sends one store call per request.
 	StoreBatchWorkers int
@@ -157,7 +169,7 @@ func Defaults() Settings {
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
-		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 		LedgerRetentionDays: ledger.DefaultRetentionDays,
@@ -321,6 +333,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
 	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
 	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
+	str(&s.GRPCServerImpl, "GRPC_SERVER_IMPL")
+	integer(&s.GRPCMaxConnections, "GRPC_MAX_CONNECTIONS")
+	duration(&s.GRPCIdleTimeout, "GRPC_IDLE_TIMEOUT")
 	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
 	integer(&s.GCPercent, "GC_PERCENT")
 	str(&s.CacheKeyPrefix, "CACHE_KEY_PREFIX")
@@ -375,6 +390,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.IntVar(&s.OverLimitCacheSize, "over-limit-cache-size", s.OverLimitCacheSize, "entries in the local over-limit cache, -1 disables (OVER_LIMIT_CACHE_SIZE)")
 	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
 	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
+	fs.StringVar(&s.GRPCServerImpl, "grpc-server-impl", s.GRPCServerImpl, "gRPC server: lean or grpc-go (GRPC_SERVER_IMPL)")
+	fs.IntVar(&s.GRPCMaxConnections, "grpc-max-connections", s.GRPCMaxConnections, "cap on open gRPC connections, 0 = none (GRPC_MAX_CONNECTIONS)")
+	fs.DurationVar(&s.GRPCIdleTimeout, "grpc-idle-timeout", s.GRPCIdleTimeout, "close gRPC connections idle that long, 0 = never (GRPC_IDLE_TIMEOUT)")
 	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
@@ -425,6 +443,15 @@ func (s Settings) Validate() error {
 	}
 	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
 		errs = append(errs, fmt.Errorf("GRPC_STREAM_WORKERS: %d not in [0,65536]", s.GRPCStreamWorkers))
+	}
+	if s.GRPCServerImpl != "lean" && s.GRPCServerImpl != "grpc-go" {
+		errs = append(errs, fmt.Errorf("GRPC_SERVER_IMPL: %q is neither lean nor grpc-go", s.GRPCServerImpl))
+	}
+	if s.GRPCMaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("GRPC_MAX_CONNECTIONS: %d must not be negative", s.GRPCMaxConnections))
+	}
+	if s.GRPCIdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("GRPC_IDLE_TIMEOUT: %v must not be negative", s.GRPCIdleTimeout))
 	}
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
