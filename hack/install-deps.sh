@@ -20,6 +20,16 @@ if ! command -v prlimit >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq util-linux >/dev/null
 fi
 
+# h2spec (HTTP/2 conformance, internal/ratelimit/server's TestH2Spec), built at a pinned version
+# into the repository's tools directory.
+H2SPEC_VERSION=v2.2.1+incompatible
+tools="$(cd "$(dirname "$0")/.." && pwd)/.tools/bin"
+if [ ! -x "$tools/h2spec" ]; then
+  mkdir -p "$tools"
+  GOBIN="$tools" GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION"
+  echo "install-deps: built h2spec $H2SPEC_VERSION into $tools"
+fi
+
 install_valkey() {
 
 if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then

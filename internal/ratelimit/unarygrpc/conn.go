@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,20 +97,22 @@ type conn struct {
 
 // stream is one call. It is its handler's context.
 type stream struct {
-	c       *conn
-	id      uint32
-	h       Handler
-	sh      ServerStreamHandler
-	enc     string  // grpc-encoding
-	gzipOut bool    // the answer is gzip-compressed (set before finish)
-	msgBuf  *[]byte // pooled holder of msg
-	msg     []byte  // the request body as received (gRPC length-prefixed)
-	req     []byte  // the message inside msg
-	ended   bool    // END_STREAM received (read side only)
-	held    int64   // DATA bytes (padding included) counted in c.held
-	recvWin int64   // read side only
-	done    chan struct{}
-	once    sync.Once
+	c   *conn
+	id  uint32
+	h   Handler
+	sh  ServerStreamHandler
+	enc string // grpc-encoding
+	// contentLength is the request's content-length, -1 when absent.
+	contentLength int64
+	gzipOut       bool    // the answer is gzip-compressed (set before finish)
+	msgBuf        *[]byte // pooled holder of msg
+	msg           []byte  // the request body as received (gRPC length-prefixed)
+	req           []byte  // the message inside msg
+	ended         bool    // END_STREAM received (read side only)
+	held          int64   // DATA bytes (padding included) counted in c.held
+	recvWin       int64   // read side only
+	done          chan struct{}
+	once          sync.Once
 
 	// Under c.wmu.
 	reset       bool
@@ -615,6 +618,14 @@ func (c *conn) handle(f http2.Frame) error {
 		}
 	case *http2.PushPromiseFrame:
 		return errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream cannot depend on itself (RFC 9113 5.3.1): a stream error.
+			if st := c.lookup(f.StreamID); st != nil {
+				c.resetStream(st)
+			}
+			c.rst(f.StreamID, http2.ErrCodeProtocol)
+		}
 	}
 	// PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
 	return nil
@@ -748,12 +759,17 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.rst(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
-	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow}
+	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow, contentLength: -1}
 	c.streams[id] = st
 	c.smu.Unlock()
 
 	if f.Truncated {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
+		return nil
+	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeProtocol)
 		return nil
 	}
 	if why := malformedRequest(f); why != "" {
@@ -772,6 +788,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			st.enc = hf.Value
 		case "grpc-timeout":
 			timeout = hf.Value
+		case "content-length":
+			// gRPC clients send none; one that is sent must match the body
+			// (RFC 9113 8.1.1), checked as DATA arrives and at its end.
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 {
+				c.resetStream(st)
+				c.rst(id, http2.ErrCodeProtocol)
+				return nil
+			}
+			st.contentLength = n
 		}
 	}
 	if m := f.PseudoValue("method"); m != "POST" {
@@ -798,6 +824,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	if f.StreamEnded() {
+		if st.contentLength > 0 {
+			c.resetStream(st)
+			c.rst(id, http2.ErrCodeProtocol)
+			return nil
+		}
 		c.endRequest(st)
 	}
 	return nil
@@ -930,6 +961,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if len(st.msg)+len(data) > c.s.o.MaxRecvMsgSize+5 {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.ResourceExhausted,
 			fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", len(st.msg)+len(data)-5, c.s.o.MaxRecvMsgSize))
+		return nil
+	}
+	if cl := st.contentLength; cl >= 0 && (int64(len(st.msg)+len(data)) > cl || f.StreamEnded() && int64(len(st.msg)+len(data)) != cl) {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeProtocol)
 		return nil
 	}
 	if st.msgBuf == nil {

@@ -84,7 +84,10 @@ func TestRFC9113Strictness(t *testing.T) {
 		}
 	}
 	answered := func(r *raw, id uint32) {
-		r.until("answer", func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamEnded() && h.StreamID == id })
+		r.until("answer", func(f http2.Frame) bool {
+			h, ok := f.(*http2.MetaHeadersFrame)
+			return ok && h.StreamEnded() && h.StreamID == id
+		})
 	}
 
 	t.Run("DATA on an idle stream", func(t *testing.T) {
@@ -228,5 +231,50 @@ func TestPeerGoAwayDrains(t *testing.T) {
 			t.Fatalf("after the answers: %v, want EOF", err)
 		}
 		break
+	}
+}
+
+// A content-length that does not match the DATA received makes the request
+// malformed (RFC 9113 8.1.1): a stream error. One that matches is fine.
+func TestContentLength(t *testing.T) {
+	ts := serve(t, Options{}, map[string]Handler{"/t.S/Echo": echo})
+	body := []byte{0, 0, 0, 0, 2, 'a', 'b'}
+	for _, tc := range []struct {
+		name   string
+		length string
+		chunks [][]byte
+		ok     bool
+	}{
+		{"matches", "7", [][]byte{body}, true},
+		{"matches over two frames", "7", [][]byte{body[:3], body[3:]}, true},
+		{"shorter body", "8", [][]byte{body}, false},
+		{"longer body", "6", [][]byte{body}, false},
+		{"longer over two frames", "5", [][]byte{body[:3], body[3:]}, false},
+		{"not a number", "x", [][]byte{body}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dialRaw(t, ts.addr)
+			r.headersWith(1, false, grpcFields([2]string{"content-length", tc.length})...)
+			for i, c := range tc.chunks {
+				_ = r.fr.WriteData(1, i == len(tc.chunks)-1, c)
+			}
+			r.until("the end of stream 1", func(f http2.Frame) bool {
+				switch f := f.(type) {
+				case *http2.RSTStreamFrame:
+					if tc.ok || f.ErrCode != http2.ErrCodeProtocol {
+						t.Errorf("RST_STREAM %v", f.ErrCode)
+					}
+					return true
+				case *http2.MetaHeadersFrame:
+					if f.StreamEnded() {
+						if !tc.ok || headerValue(f, "grpc-status") != "0" {
+							t.Errorf("answered %v", f.Fields)
+						}
+						return true
+					}
+				}
+				return false
+			})
+		})
 	}
 }
