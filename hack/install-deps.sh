@@ -30,6 +30,16 @@ if [ ! -x "$tools/h2spec" ]; then
   echo "install-deps: built h2spec $H2SPEC_VERSION into $tools"
 fi
 
+# @grpc/grpc-js (a non-Go gRPC client, internal/ratelimit/server's TestGRPCJSClient), pinned, into
+# the tools directory, with the machine's Node.
+GRPC_JS_VERSION=1.14.7
+node_dir="$(dirname "$tools")/node"
+if command -v npm >/dev/null 2>&1 && [ ! -f "$node_dir/node_modules/@grpc/grpc-js/package.json" ]; then
+  mkdir -p "$node_dir"
+  npm install --silent --no-audit --no-fund --prefix "$node_dir" "@grpc/grpc-js@$GRPC_JS_VERSION" >/dev/null
+  echo "install-deps: installed @grpc/grpc-js $GRPC_JS_VERSION into $node_dir"
+fi
+
 install_valkey() {
 
 if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then

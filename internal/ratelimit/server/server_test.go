@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,8 +77,11 @@ func start(t *testing.T, o Options, clientCreds credentials.TransportCredentials
 	if err != nil {
 		t.Fatal(err)
 	}
+	var stop func()
 	r := &running{srv: srv, eng: eng, conn: conn, client: rlpb.NewRateLimitServiceClient(conn), http: "http://" + h.String(), debug: "http://" + d.String()}
-	r.stop = func() {
+	var once sync.Once
+	r.stop = func() { once.Do(stop) }
+	stop = func() {
 		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
