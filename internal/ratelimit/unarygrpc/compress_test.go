@@ -124,3 +124,23 @@ func TestGzipOnTheWire(t *testing.T) {
 		t.Errorf("corrupt gzip: %v", trl)
 	}
 }
+
+// FuzzGunzip: any input either decompresses within the bound or fails;
+// the output never exceeds the bound and nothing panics.
+func FuzzGunzip(f *testing.F) {
+	f.Add(gz(f, []byte("hello")), 100)
+	f.Add(gz(f, make([]byte, 10000)), 1000)
+	f.Add([]byte("\x1f\x8b\x08\x00garbage"), 10)
+	f.Fuzz(func(t *testing.T, in []byte, limit int) {
+		if limit < 0 || limit > 1<<20 {
+			return
+		}
+		out, err := gunzip(nil, in, limit)
+		if err == nil && len(out) > limit {
+			t.Fatalf("%d bytes out for a %d-byte bound", len(out), limit)
+		}
+		if cap(out) > limit+1 && cap(out) > 512 {
+			t.Fatalf("allocated %d bytes for a %d-byte bound", cap(out), limit)
+		}
+	})
+}
