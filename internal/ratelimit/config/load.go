@@ -406,6 +406,18 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 		if d.Key == "" {
 			return errAt("key", "descriptor has empty key")
 		}
+		notApplied := func(sub, why string) {
+			c.notApplied = append(c.notApplied, fmt.Sprintf("%s:%d:%d: %s.%s: %s", file, d.Line, d.Column, field, sub, why))
+		}
+		if d.DetailedMetric {
+			notApplied("detailed_metric", "accepted, not applied: metric labels here never carry request values (docs/compatibility.md)")
+		}
+		if d.ValueToMetric {
+			notApplied("value_to_metric", "accepted, not applied: metric labels here never carry request values (docs/compatibility.md)")
+		}
+		if i := strings.IndexByte(d.Value, '*'); i >= 0 && i < len(d.Value)-1 {
+			notApplied("value", "a '*' before the end is matched literally, as the pinned reference does (newer references treat it as a wildcard)")
+		}
 		finalKey := d.Key
 		if d.Value != "" {
 			finalKey += "_" + d.Value

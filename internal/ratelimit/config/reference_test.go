@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	refconfig "github.com/envoyproxy/ratelimit/src/config"
@@ -71,5 +72,32 @@ func TestVerdictsMatchReference(t *testing.T) {
 	}
 	if accepted < 5 || accepted > len(referenceCorpus)-5 {
 		t.Errorf("%d of %d files accepted: the corpus must hold both kinds", accepted, len(referenceCorpus))
+	}
+}
+
+// Keys the reference gives a meaning that is not applied here are
+// reported, each with its place.
+func TestNotAppliedReported(t *testing.T) {
+	c, err := Load([]File{{Name: "m.yaml", Data: []byte(referenceCorpus["quota and metrics keys"] + "  - key: w\n    value: a*b\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.NotApplied()
+	want := []string{
+		"m.yaml:3:5: descriptors[0].detailed_metric: accepted, not applied",
+		"m.yaml:3:5: descriptors[0].value_to_metric: accepted, not applied",
+		"m.yaml:8:5: descriptors[1].value: a '*' before the end is matched literally",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %q", got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("got %q, want prefix %q", got[i], want[i])
+		}
+	}
+	plain, _ := Load([]File{{Name: "p.yaml", Data: []byte(referenceCorpus["plain"])}})
+	if n := plain.NotApplied(); len(n) != 0 {
+		t.Errorf("plain config: %q", n)
 	}
 }
