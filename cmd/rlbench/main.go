@@ -34,6 +34,7 @@ type options struct {
 	limit                                           uint
 	keyFormat                                       string
 	only                                            string
+	transports                                      string
 	profile                                         string
 	client                                          string
 }
@@ -65,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.oursBin, "ours-bin", "", "our ratelimit binary; empty builds ./cmd/ratelimit")
 	fs.StringVar(&o.keyFormat, "key-format", "envoy", "our KEY_FORMAT (envoy writes the same keys as the reference); memory-store runs ours on its embedded store (no Valkey) to show the service's own floor")
 	fs.StringVar(&o.only, "only", "", "run only 'ours' or 'reference'")
+	fs.StringVar(&o.transports, "transports", "lean", "our gRPC transports to run, comma-separated: lean, grpc-go (GRPC_SERVER_IMPL); each is a service of its own in every round")
 	fs.StringVar(&o.client, "client", "h2", "load client: h2 (minimal HTTP/2 gRPC client, cheap) or grpc (grpc-go)")
 	fs.StringVar(&o.profile, "profile", "", "save a CPU profile of our service per round to <path>.<round>")
 	fs.StringVar(&o.workDir, "workdir", "", "scratch directory; empty uses a temporary one")
@@ -121,9 +123,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "rlbench: client=%s workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
 		o.client, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU())
 	var results = map[string][]result{}
-	targets := []string{"reference", "ours"}
-	if o.only != "" {
-		targets = []string{o.only}
+	var targets []string
+	if o.only != "ours" {
+		targets = append(targets, "reference")
+	}
+	if o.only != "reference" {
+		for _, tr := range strings.Split(o.transports, ",") {
+			switch tr = strings.TrimSpace(tr); tr {
+			case "lean":
+				targets = append(targets, "ours")
+			case "grpc-go":
+				targets = append(targets, oursGRPCGo)
+			default:
+				return fmt.Errorf("-transports: unknown transport %q (want lean or grpc-go)", tr)
+			}
+		}
 	}
 	for r := 0; r < o.rounds; r++ {
 		for _, name := range targets {
@@ -135,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%s round %d: %w", name, r+1, err)
 			}
 			results[name] = append(results[name], res)
-			fmt.Fprintf(stdout, "round %d %-9s %s\n", r+1, name, res)
+			fmt.Fprintf(stdout, "round %d %-12s %s\n", r+1, name, res)
 		}
 	}
 	report(stdout, results)

@@ -83,7 +83,10 @@ func startService(ctx context.Context, bin, name, valkey, root, prefix, keyForma
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]), "CACHE_KEY_PREFIX="+prefix,
 	)
-	if name == "ours" {
+	if name == oursGRPCGo {
+		cmd.Env = append(cmd.Env, "GRPC_SERVER_IMPL=grpc-go")
+	}
+	if strings.HasPrefix(name, "ours") {
 		cmd.Env = append(cmd.Env, "KEY_FORMAT="+keyFormat)
 		if keyFormat == "memory-store" {
 			// Drop REDIS_URL: our service then uses its embedded store.
@@ -170,6 +173,9 @@ func numCPU() int {
 	return strings.Count(string(b), "processor\t:")
 }
 
+// oursGRPCGo is our service on grpc-go's server transport.
+const oursGRPCGo = "ours-grpc-go"
+
 func runRound(ctx context.Context, o options, name string, round int, root string, logw io.Writer) (result, error) {
 	bin := o.oursBin
 	if name == "reference" {
@@ -240,7 +246,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			vk0, _ = cpuTime(o.valkeyPID)
 		}
 		start := time.Now()
-		if record && o.profile != "" && name == "ours" && d > 2*time.Second {
+		if record && o.profile != "" && strings.HasPrefix(name, "ours") && d > 2*time.Second {
 			go fetchProfile(debugAddr, d-time.Second, fmt.Sprintf("%s.%d", o.profile, round), logw)
 		}
 		for w := 0; w < o.workers; w++ {
@@ -359,19 +365,21 @@ func report(w io.Writer, results map[string][]result) {
 		cpu            time.Duration
 	}
 	var rows []row
-	for _, name := range []string{"reference", "ours"} {
+	for _, name := range []string{"reference", "ours", oursGRPCGo} {
 		if rs, ok := results[name]; ok {
 			r := row{name: name}
 			r.rps, r.p50, r.p99, r.p999, r.cpu = agg(rs)
 			rows = append(rows, r)
-			fmt.Fprintf(w, "  %-9s %9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus\n", name, r.rps,
+			fmt.Fprintf(w, "  %-12s %9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus\n", name, r.rps,
 				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond), float64(r.cpu.Nanoseconds())/1000)
 		}
 	}
-	if len(rows) == 2 {
-		ref, ours := rows[0], rows[1]
-		fmt.Fprintf(w, "  ratio ours/reference: throughput %.2fx, p99 %.2fx, cpu/call %.2fx\n",
-			ours.rps/ref.rps, float64(ours.p99)/float64(ref.p99), float64(ours.cpu)/float64(ref.cpu))
+	if len(rows) >= 2 && rows[0].name == "reference" {
+		ref := rows[0]
+		for _, ours := range rows[1:] {
+			fmt.Fprintf(w, "  ratio %s/reference: throughput %.2fx, p99 %.2fx, cpu/call %.2fx\n", ours.name,
+				ours.rps/ref.rps, float64(ours.p99)/float64(ref.p99), float64(ours.cpu)/float64(ref.cpu))
+		}
 	}
 }
 

@@ -179,7 +179,7 @@ type ours struct {
 	client rlpb.RateLimitServiceClient
 }
 
-func startOurs(t *testing.T, addr string, keys key.Encoder, shadow ...bool) *ours {
+func startOurs(t *testing.T, addr, transport string, keys key.Encoder, shadow ...bool) *ours {
 	st, err := valkey.New(valkey.Options{Addresses: []string{addr}})
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func startOurs(t *testing.T, addr string, keys key.Encoder, shadow ...bool) *our
 		t.Fatal(err)
 	}
 	eng.SetConfig(c)
-	srv, err := server.New(eng, server.Options{GRPCAddr: "127.0.0.1:0"})
+	srv, err := server.New(eng, server.Options{GRPCAddr: "127.0.0.1:0", Transport: transport})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +264,12 @@ func TestDifferentialAgainstReference(t *testing.T) {
 	refValkey := valkeytest.Start(t, valkeytest.Options{})
 	ourValkey := valkeytest.Start(t, valkeytest.Options{})
 	safeValkey := valkeytest.Start(t, valkeytest.Options{})
+	grpcGoValkey := valkeytest.Start(t, valkeytest.Options{})
 	ref := startReference(t, refValkey.Addr)
-	envoyFmt := startOurs(t, ourValkey.Addr, key.Encoder{Prefix: "rl_", Format: key.Envoy})
-	safeFmt := startOurs(t, safeValkey.Addr, key.Encoder{Prefix: "rl_"})
+	envoyFmt := startOurs(t, ourValkey.Addr, server.TransportLean, key.Encoder{Prefix: "rl_", Format: key.Envoy})
+	safeFmt := startOurs(t, safeValkey.Addr, server.TransportLean, key.Encoder{Prefix: "rl_"})
+	// The same answers on the other transport (GRPC_SERVER_IMPL=grpc-go).
+	grpcGo := startOurs(t, grpcGoValkey.Addr, server.TransportGRPCGo, key.Encoder{Prefix: "rl_", Format: key.Envoy})
 	avoidMinuteBoundary()
 	ctx := context.Background()
 	for _, st := range sequence() {
@@ -274,7 +277,7 @@ func TestDifferentialAgainstReference(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: reference: %v", st.name, err)
 		}
-		for name, o := range map[string]*ours{"envoy": envoyFmt, "safe": safeFmt} {
+		for name, o := range map[string]*ours{"envoy": envoyFmt, "safe": safeFmt, "envoy, grpc-go transport": grpcGo} {
 			got, err := o.client.ShouldRateLimit(ctx, st.req)
 			if err != nil {
 				t.Fatalf("%s (%s keys): ours: %v", st.name, name, err)
@@ -321,7 +324,7 @@ func TestDifferentialGlobalShadowMode(t *testing.T) {
 	refValkey := valkeytest.Start(t, valkeytest.Options{})
 	ourValkey := valkeytest.Start(t, valkeytest.Options{})
 	ref := startReference(t, refValkey.Addr, "SHADOW_MODE=true")
-	o := startOurs(t, ourValkey.Addr, key.Encoder{Prefix: "rl_", Format: key.Envoy}, true)
+	o := startOurs(t, ourValkey.Addr, server.TransportLean, key.Encoder{Prefix: "rl_", Format: key.Envoy}, true)
 	avoidMinuteBoundary()
 	ctx := context.Background()
 	sawOver := false

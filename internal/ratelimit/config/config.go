@@ -65,6 +65,19 @@ type Config struct {
 	limits  []*RateLimit
 	// Sources names the files or resources the config came from, sorted.
 	sources []string
+	// notApplied says, per place, which keys the reference gives a meaning
+	// that this service accepts but does not apply.
+	notApplied []string
+}
+
+// NotApplied lists the config's keys that the reference gives a meaning
+// this service does not apply, one "file:line:column: field: why" each, for
+// the start-up log: accepted, never silently.
+func (c *Config) NotApplied() []string {
+	if c == nil {
+		return nil
+	}
+	return c.notApplied
 }
 
 // Empty reports whether the config has no domain.

@@ -22,6 +22,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
@@ -42,6 +43,9 @@ const (
 	DefaultMetricsPath           = "/metrics"
 	// DefaultMaxJSONBody bounds a /json request body.
 	DefaultMaxJSONBody = 4 << 20
+	// DefaultHTTPIdleTimeout closes idle HTTP keep-alive connections when
+	// Options.IdleTimeout is 0 (net/http keeps them forever).
+	DefaultHTTPIdleTimeout = 2 * time.Minute
 	// HealthServiceName is the gRPC health service name the reference uses.
 	HealthServiceName = "ratelimit"
 )
@@ -67,6 +71,18 @@ type Options struct {
 	// StreamWorkers > 0 serves calls on that many reusable goroutines; 0
 	// starts one goroutine per call.
 	StreamWorkers int
+	// Transport is the gRPC server: TransportLean (default) or
+	// TransportGRPCGo.
+	Transport string
+	// MaxConnections > 0 caps the gRPC port's open connections (one over
+	// it is closed at accept); 0: no cap.
+	MaxConnections int
+	// IdleTimeout > 0 closes (GOAWAY first) gRPC connections without a call
+	// for that long, and HTTP keep-alive connections idle that long on the
+	// HTTP, debug and metrics ports (default DefaultHTTPIdleTimeout there).
+	IdleTimeout time.Duration
+	// Registerer, when set, gets the gRPC connection metrics.
+	Registerer prometheus.Registerer
 	// RequireConfigForHealth makes health fail until a config is loaded
 	// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	RequireConfigForHealth bool
@@ -83,7 +99,7 @@ type Server struct {
 	d      Decider
 	o      Options
 	log    *slog.Logger
-	grpc   *unarygrpc.Server
+	grpc   grpcTransport
 	health *Health
 
 	grpcL, httpL, debugL, metricsL net.Listener
@@ -111,20 +127,27 @@ func New(d Decider, o Options) (*Server, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Server{d: d, o: o, log: o.Logger}
+	s.health = newHealth(o.RequireConfigForHealth)
 	// The gRPC port serves two unary methods; unarygrpc does that with
 	// about half the CPU per call of grpc-go's server (docs/benchmarks.md).
-	s.grpc = unarygrpc.New(unarygrpc.Options{
-		TLS:                   o.TLS,
-		MaxConnectionAge:      o.MaxConnectionAge,
-		MaxConnectionAgeGrace: o.MaxConnectionAgeGrace,
-		Workers:               o.StreamWorkers,
-		Logger:                o.Logger,
-	})
-	s.health = newHealth(o.RequireConfigForHealth)
-	s.grpc.Handle(methodShouldRateLimit, s.serveShouldRateLimit)
-	s.grpc.Handle(methodHealthCheck, s.health.serveHealthCheck)
-	s.grpc.HandleServerStream(methodHealthWatch, s.health.serveHealthWatch)
+	switch o.Transport {
+	case "", TransportLean:
+		s.grpc = s.newLean(o)
+	case TransportGRPCGo:
+		s.grpc = s.newGRPCGo(o)
+	default:
+		return nil, fmt.Errorf("server: unknown gRPC transport %q (want one of %s)", o.Transport, strings.Join(Transports, ", "))
+	}
+	if o.Registerer != nil {
+		if err := registerConnMetrics(o.Registerer, s.grpc); err != nil {
+			return nil, err
+		}
+	}
 
+	httpIdle := o.IdleTimeout
+	if httpIdle <= 0 {
+		httpIdle = DefaultHTTPIdleTimeout
+	}
 	var err error
 	listen := func(addr string) net.Listener {
 		if err != nil || addr == "" {
@@ -150,15 +173,15 @@ func New(d Decider, o Options) (*Server, error) {
 		mux := http.NewServeMux()
 		mux.Handle("/healthcheck", s.health)
 		mux.HandleFunc("/json", s.serveJSON)
-		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdle}
 	}
 	if s.debugL != nil {
-		s.debugS = &http.Server{Handler: s.debugMux(metricsH), ReadHeaderTimeout: 10 * time.Second}
+		s.debugS = &http.Server{Handler: s.debugMux(metricsH), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdle}
 	}
 	if s.metricsL != nil {
 		mux := http.NewServeMux()
 		mux.Handle(o.MetricsPath, metricsH)
-		s.metricsS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.metricsS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdle}
 	}
 	return s, nil
 }
@@ -182,6 +205,9 @@ func (s *Server) Addrs() (grpcAddr, httpAddr, debugAddr, metricsAddr net.Addr) {
 	return a(s.grpcL), a(s.httpL), a(s.debugL), a(s.metricsL)
 }
 
+// GRPCStats returns the gRPC port's connection counts.
+func (s *Server) GRPCStats() unarygrpc.Stats { return s.grpc.Stats() }
+
 // Health returns the health checker (the config source marks config loads,
 // shutdown marks draining).
 func (s *Server) Health() *Health { return s.health }
@@ -196,7 +222,7 @@ func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, unarygrpc.ErrServerStopped) {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, unarygrpc.ErrServerStopped) && !errors.Is(err, grpc.ErrServerStopped) {
 				errc <- fmt.Errorf("%s server: %w", name, err)
 			}
 		}()

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -74,8 +77,11 @@ func start(t *testing.T, o Options, clientCreds credentials.TransportCredentials
 	if err != nil {
 		t.Fatal(err)
 	}
+	var stop func()
 	r := &running{srv: srv, eng: eng, conn: conn, client: rlpb.NewRateLimitServiceClient(conn), http: "http://" + h.String(), debug: "http://" + d.String()}
-	r.stop = func() {
+	var once sync.Once
+	r.stop = func() { once.Do(stop) }
+	stop = func() {
 		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
@@ -95,7 +101,11 @@ func rlReq(user string) *rlpb.RateLimitRequest {
 }
 
 func TestGRPCShouldRateLimitAndHealth(t *testing.T) {
-	r := start(t, Options{}, nil)
+	forEachTransport(t, testGRPCShouldRateLimitAndHealth)
+}
+
+func testGRPCShouldRateLimitAndHealth(t *testing.T, transport string) {
+	r := start(t, Options{Transport: transport}, nil)
 	ctx := context.Background()
 	resp, err := r.client.ShouldRateLimit(ctx, rlReq("a"))
 	if err != nil || resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 ||
@@ -144,7 +154,11 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
 
 func TestMalformedWireRequestIsInvalidArgument(t *testing.T) {
-	r := start(t, Options{}, nil)
+	forEachTransport(t, testMalformedWireRequestIsInvalidArgument)
+}
+
+func testMalformedWireRequestIsInvalidArgument(t *testing.T, transport string) {
+	r := start(t, Options{Transport: transport}, nil)
 	for name, body := range map[string][]byte{
 		"invalid utf8": invalidUTF8Request(),
 		"garbage":      {0xff, 0xff, 0xff},
@@ -221,9 +235,11 @@ func TestRequireConfigForHealth(t *testing.T) {
 	}
 }
 
-func TestTLSOption(t *testing.T) {
+func TestTLSOption(t *testing.T) { forEachTransport(t, testTLSOption) }
+
+func testTLSOption(t *testing.T, transport string) {
 	cert, pool := selfSigned(t)
-	r := start(t, Options{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"}))
+	r := start(t, Options{Transport: transport, TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"}))
 	if _, err := r.client.ShouldRateLimit(context.Background(), rlReq("tls")); err != nil {
 		t.Fatalf("over TLS: %v", err)
 	}
@@ -289,7 +305,9 @@ func FuzzHandler(f *testing.F) {
 // TestHealthWatch: Watch sends the status at once and every change; an
 // unknown service gets SERVICE_UNKNOWN; at shutdown the watcher gets
 // NOT_SERVING, then its stream ends, and the stop does not wait for it.
-func TestHealthWatch(t *testing.T) {
+func TestHealthWatch(t *testing.T) { forEachTransport(t, testHealthWatch) }
+
+func testHealthWatch(t *testing.T, transport string) {
 	mem := memory.New(memory.Options{})
 	defer mem.Close()
 	eng, err := engine.New(engine.Options{Store: mem})
@@ -297,7 +315,7 @@ func TestHealthWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	srv, err := New(eng, Options{GRPCAddr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
+	srv, err := New(eng, Options{Transport: transport, GRPCAddr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,5 +367,67 @@ func TestHealthWatch(t *testing.T) {
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("shutdown took %v with watchers open (drain 10 s)", el)
+	}
+}
+
+// forEachTransport runs a test against both gRPC transports.
+func forEachTransport(t *testing.T, f func(t *testing.T, transport string)) {
+	for _, tr := range Transports {
+		t.Run(tr, func(t *testing.T) { f(t, tr) })
+	}
+}
+
+func TestUnknownTransportRefused(t *testing.T) {
+	if _, err := New(nil, Options{GRPCAddr: "127.0.0.1:0", Transport: "netty"}); err == nil || !strings.Contains(err.Error(), `unknown gRPC transport "netty"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Both transports: gzip requests are accepted and answered, connections
+// over MaxConnections are closed at accept, and the counts are metrics.
+func TestTransportLimitsAndGzip(t *testing.T) { forEachTransport(t, testTransportLimitsAndGzip) }
+
+func testTransportLimitsAndGzip(t *testing.T, transport string) {
+	reg := prometheus.NewRegistry()
+	r := start(t, Options{Transport: transport, MaxConnections: 2, Registerer: reg}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp, err := r.client.ShouldRateLimit(ctx, rlReq("gz"), grpc.UseCompressor(gzip.Name)); err != nil || resp.OverallCode != rlpb.RateLimitResponse_OK {
+		t.Fatalf("gzip call: %v %v", resp, err)
+	}
+	g, _, _, _ := r.srv.Addrs()
+	second, err := grpc.NewClient(g.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if _, err := rlpb.NewRateLimitServiceClient(second).ShouldRateLimit(ctx, rlReq("b")); err != nil {
+		t.Fatalf("second connection: %v", err)
+	}
+	third, err := net.Dial("tcp", g.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	_ = third.SetDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(third); err != nil || len(b) != 0 {
+		t.Errorf("third connection read %d bytes, %v: want closed at accept", len(b), err)
+	}
+	st := r.srv.GRPCStats()
+	if st.Open != 2 || st.Refused != 1 || st.Accepted != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if got["ratelimit_grpc_connections_open"] != 2 || got["ratelimit_grpc_connections_refused_total"] != 1 {
+		t.Errorf("metrics %v", got)
 	}
 }

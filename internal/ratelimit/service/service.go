@@ -135,7 +135,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
-		Ledger: ledgerReader(ledgerMem),
+		Ledger:    ledgerReader(ledgerMem),
+		Transport: s.GRPCServerImpl, MaxConnections: s.GRPCMaxConnections, IdleTimeout: s.GRPCIdleTimeout, Registerer: reg,
 	})
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 	t.Helper()
 	logs := &syncBuffer{}
 	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "CONFIG_POLL_INTERVAL": "20ms"}
+	if suiteTransport != "" {
+		base["GRPC_SERVER_IMPL"] = suiteTransport
+	}
 	for k, v := range env {
 		base[k] = v
 	}

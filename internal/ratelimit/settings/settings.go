@@ -124,6 +124,18 @@ type Settings struct {
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
 	GRPCStreamWorkers int
+	// GRPCServerImpl (GRPC_SERVER_IMPL, ours; lean) picks the gRPC server:
+	// lean (unarygrpc) or grpc-go (the reference's), switchable without a
+	// new image.
+	GRPCServerImpl string
+	// GRPCMaxConnections (GRPC_MAX_CONNECTIONS, ours; 0 = no cap) caps the
+	// gRPC port's open connections.
+	GRPCMaxConnections int
+	// GRPCIdleTimeout (GRPC_IDLE_TIMEOUT, ours; 0 = never) closes gRPC
+	// connections without a call for that long (GOAWAY first, so clients
+	// reconnect transparently) and idle HTTP keep-alive connections (2m
+	// when 0).
+	GRPCIdleTimeout time.Duration
 	// StoreBatchWorkers (STORE_BATCH_WORKERS, ours; 4) coalesce concurrent
 	// requests' store calls; -1 sends one store call per request.
 	StoreBatchWorkers int
@@ -198,7 +210,7 @@ func Defaults() Settings {
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
-		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
@@ -397,6 +409,15 @@ func (s Settings) Validate() error {
 	}
 	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
 		errs = append(errs, fmt.Errorf("GRPC_STREAM_WORKERS: %d not in [0,65536]", s.GRPCStreamWorkers))
+	}
+	if s.GRPCServerImpl != "lean" && s.GRPCServerImpl != "grpc-go" {
+		errs = append(errs, fmt.Errorf("GRPC_SERVER_IMPL: %q is neither lean nor grpc-go", s.GRPCServerImpl))
+	}
+	if s.GRPCMaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("GRPC_MAX_CONNECTIONS: %d must not be negative", s.GRPCMaxConnections))
+	}
+	if s.GRPCIdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("GRPC_IDLE_TIMEOUT: %v must not be negative", s.GRPCIdleTimeout))
 	}
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))

@@ -79,6 +79,18 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	}
 }
 
+func TestGRPCServerSettings(t *testing.T) {
+	s, err := Load(nil, envOf(nil), io.Discard)
+	if err != nil || s.GRPCServerImpl != "lean" || s.GRPCMaxConnections != 0 || s.GRPCIdleTimeout != 0 {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = Load([]string{"--grpc-server-impl", "grpc-go"},
+		envOf(map[string]string{"GRPC_SERVER_IMPL": "lean", "GRPC_MAX_CONNECTIONS": "300", "GRPC_IDLE_TIMEOUT": "90s"}), io.Discard)
+	if err != nil || s.GRPCServerImpl != "grpc-go" || s.GRPCMaxConnections != 300 || s.GRPCIdleTimeout != 90*time.Second {
+		t.Fatalf("set: %+v %v", s, err)
+	}
+}
+
 func TestInvalidSettings(t *testing.T) {
 	cases := map[string]struct {
 		env  map[string]string
@@ -98,6 +110,9 @@ func TestInvalidSettings(t *testing.T) {
 		"config type":     {env: map[string]string{"CONFIG_TYPE": "CONSUL"}, want: "CONFIG_TYPE"},
 		"unknown flag":    {args: []string{"--nope"}, want: "flag provided but not defined"},
 		"extra args":      {args: []string{"x"}, want: "unexpected arguments"},
+		"server impl":     {env: map[string]string{"GRPC_SERVER_IMPL": "netty"}, want: `GRPC_SERVER_IMPL: "netty" is neither lean nor grpc-go`},
+		"max conns":       {args: []string{"--grpc-max-connections", "-1"}, want: "GRPC_MAX_CONNECTIONS"},
+		"idle timeout":    {env: map[string]string{"GRPC_IDLE_TIMEOUT": "soon"}, want: "GRPC_IDLE_TIMEOUT: not a duration"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -65,6 +65,9 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	a.loaded = true
 	a.mu.Unlock()
 	log.Info("config loaded", "source", source, "domains", len(c.Domains()), "rules", len(c.Limits()), "files", c.Sources())
+	for _, n := range c.NotApplied() {
+		log.Warn("config key not applied", "source", source, "detail", n)
+	}
 	if a.OnLoaded != nil {
 		a.OnLoaded(c)
 	}

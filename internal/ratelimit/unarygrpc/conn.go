@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,10 +53,18 @@ type conn struct {
 	smu        sync.Mutex
 	streams    map[uint32]*stream
 	lastStream uint32
-	goneAway   bool // we sent GOAWAY: no new streams
-	peerGone   bool // the peer sent GOAWAY
-	closeOnce  sync.Once
-	closed     chan struct{}
+	// opened remembers which of the last openedWindow client stream ids
+	// were opened (a bit per odd id): a HEADERS frame on an id at or below
+	// lastStream is a closed stream reused (STREAM_CLOSED) or an id skipped
+	// and now used out of order (PROTOCOL_ERROR), RFC 9113 5.1 and 5.1.1.
+	opened    [openedWindow / 64]uint64
+	goneAway  bool      // we sent GOAWAY: no new streams
+	peerGone  bool      // the peer sent GOAWAY
+	idleSince time.Time // when the last stream ended (or the connection started)
+	closeOnce sync.Once
+	closed    chan struct{}
+	readDone  chan struct{} // the read loop returned
+	flushDone chan struct{} // the flusher returned
 
 	// Read side, serve's goroutine only.
 	br          *bufio.Reader
@@ -88,19 +97,22 @@ type conn struct {
 
 // stream is one call. It is its handler's context.
 type stream struct {
-	c       *conn
-	id      uint32
-	h       Handler
-	sh      ServerStreamHandler
-	enc     string  // grpc-encoding
-	msgBuf  *[]byte // pooled holder of msg
-	msg     []byte  // the request body as received (gRPC length-prefixed)
-	req     []byte  // the message inside msg
-	ended   bool    // END_STREAM received (read side only)
-	held    int64   // DATA bytes (padding included) counted in c.held
-	recvWin int64   // read side only
-	done    chan struct{}
-	once    sync.Once
+	c   *conn
+	id  uint32
+	h   Handler
+	sh  ServerStreamHandler
+	enc string // grpc-encoding
+	// contentLength is the request's content-length, -1 when absent.
+	contentLength int64
+	gzipOut       bool    // the answer is gzip-compressed (set before finish)
+	msgBuf        *[]byte // pooled holder of msg
+	msg           []byte  // the request body as received (gRPC length-prefixed)
+	req           []byte  // the message inside msg
+	ended         bool    // END_STREAM received (read side only)
+	held          int64   // DATA bytes (padding included) counted in c.held
+	recvWin       int64   // read side only
+	done          chan struct{}
+	once          sync.Once
 
 	// Under c.wmu.
 	reset       bool
@@ -128,14 +140,16 @@ func (st *stream) cancel() { st.once.Do(func() { close(st.done) }) }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{
-		s:        s,
-		raw:      nc,
-		kick:     make(chan struct{}, 1),
-		closed:   make(chan struct{}),
-		streams:  map[uint32]*stream{},
-		sendConn: 65535,
-		peerInit: 65535,
-		maxFrame: defaultFrameSize,
+		s:         s,
+		raw:       nc,
+		kick:      make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		readDone:  make(chan struct{}),
+		flushDone: make(chan struct{}),
+		streams:   map[uint32]*stream{},
+		sendConn:  65535,
+		peerInit:  65535,
+		maxFrame:  defaultFrameSize,
 	}
 	c.recvConn.Store(connWindow)
 	c.drained = sync.NewCond(&c.wmu)
@@ -179,9 +193,21 @@ func (c *conn) serve() {
 	c.fr = http2.NewFramer((*pendingWriter)(c), br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.s.o.MaxHeaderListSize
+	// The server never advertises SETTINGS_MAX_FRAME_SIZE, so the peer may
+	// send at most the default 16,384 bytes per frame (RFC 9113 4.2). The
+	// framer's own default is 16 MiB, and its read buffer grows to the
+	// largest frame read and stays that large: a peer could pin 16 MiB per
+	// connection with one unknown-type frame. A larger frame is a
+	// FRAME_SIZE_ERROR connection error (readLoop), as in grpc-go.
+	c.fr.SetMaxReadFrameSize(defaultFrameSize)
 	c.fr.SetReuseFrames()
 	c.wmu.Unlock()
 	go c.flusher()
+	// Run before removeConn, after closeAfterFlush: the connection is not
+	// done (nor GracefulStop finished) until the flusher has written
+	// everything and closed.
+	defer func() { <-c.flushDone }()
+	defer c.closeAfterFlush()
 	c.write(func() error {
 		if err := c.fr.WriteSettings(
 			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.o.MaxConcurrentStreams},
@@ -203,7 +229,22 @@ func (c *conn) serve() {
 			defer t2.Stop()
 		}
 	}
-	if err := c.readLoop(); err != nil {
+	if idle := c.s.o.IdleTimeout; idle > 0 {
+		c.smu.Lock()
+		c.idleSince = time.Now()
+		c.smu.Unlock()
+		var t *time.Timer
+		t = time.AfterFunc(time.Hour, func() {
+			if next := c.checkIdle(idle); next > 0 {
+				t.Reset(next)
+			}
+		})
+		t.Reset(idle) // after t is set: the callback reads it
+		defer t.Stop()
+	}
+	err = c.readLoop()
+	close(c.readDone)
+	if err != nil {
 		c.s.log.Debug("grpc: connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
 	}
 }
@@ -219,6 +260,7 @@ func (w *pendingWriter) Write(p []byte) (int, error) {
 // flusher writes pending frames, as many as have accumulated, until the
 // connection closes.
 func (c *conn) flusher() {
+	defer close(c.flushDone)
 	var spare []byte
 	for {
 		select {
@@ -261,7 +303,7 @@ func (c *conn) flusher() {
 			spare = nil // let a burst's large buffer go
 		}
 		if closeNow {
-			c.close()
+			c.lingerClose()
 			return
 		}
 	}
@@ -284,6 +326,41 @@ func (c *conn) close() {
 		}
 		c.smu.Unlock()
 	})
+}
+
+// lingerTimeout bounds how long a closing connection keeps reading (and
+// discarding) what the peer still sends after the server's last frame.
+const lingerTimeout = time.Second
+
+// lingerClose closes a connection whose last frames (answers, GOAWAY) are
+// written. Closing a socket that has unread input makes the kernel send a
+// TCP reset, which can destroy those frames before the peer reads them; so
+// the write side is shut first, and what the peer still sends is read and
+// discarded until it closes too or lingerTimeout passes (as net/http's
+// closeWriteAndWait and grpc-go's server do).
+func (c *conn) lingerClose() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite() // TLS: close_notify; TCP: FIN
+	}
+	if tc, ok := c.raw.(*net.TCPConn); ok && c.nc != c.raw {
+		_ = tc.CloseWrite()
+	}
+	_ = c.raw.SetReadDeadline(time.Now().Add(lingerTimeout))
+	t := time.NewTimer(lingerTimeout)
+	defer t.Stop()
+	select {
+	case <-c.readDone:
+		// Nobody reads any more: discard here, in a small buffer.
+		var buf [512]byte
+		for {
+			if _, err := c.raw.Read(buf[:]); err != nil {
+				break
+			}
+		}
+	case <-t.C:
+	case <-c.closed:
+	}
+	c.close()
 }
 
 // closeAfterFlush closes the connection once the frames queued so far are
@@ -332,6 +409,13 @@ func (c *conn) failLocked(err error) {
 	}
 }
 
+// idle reports whether a client stream id was never used (above the last).
+func (c *conn) idle(id uint32) bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return id > c.lastStream
+}
+
 func (c *conn) lookup(id uint32) *stream {
 	c.smu.Lock()
 	st := c.streams[id]
@@ -344,11 +428,62 @@ func (c *conn) lookup(id uint32) *stream {
 func (c *conn) removeStream(st *stream) {
 	c.smu.Lock()
 	delete(c.streams, st.id)
+	if len(c.streams) == 0 {
+		c.idleSince = time.Now()
+	}
 	last := len(c.streams) == 0 && (c.goneAway || c.peerGone)
 	c.smu.Unlock()
 	if last {
 		c.closeAfterFlush()
 	}
+}
+
+// checkIdle sends GOAWAY (and so closes) a connection without a stream
+// for idle; otherwise it returns when to look again.
+func (c *conn) checkIdle(idle time.Duration) time.Duration {
+	c.smu.Lock()
+	busy, since, gone := len(c.streams) > 0, c.idleSince, c.goneAway
+	c.smu.Unlock()
+	switch {
+	case gone:
+		return 0
+	case busy:
+		return idle
+	}
+	if left := idle - time.Since(since); left > 0 {
+		return left
+	}
+	c.s.idleClosed.Add(1)
+	c.goAway(errCodeNo)
+	return 0
+}
+
+// openedWindow is how many recent client stream ids opened remembers.
+const openedWindow = 4096
+
+// openLocked makes id (odd, above lastStream) the last stream opened.
+func (c *conn) openLocked(id uint32) {
+	if id-c.lastStream >= 2*openedWindow {
+		clear(c.opened[:])
+	} else {
+		for skipped := c.lastStream + 2; skipped < id; skipped += 2 {
+			i := (skipped / 2) % openedWindow
+			c.opened[i/64] &^= 1 << (i % 64)
+		}
+	}
+	i := (id / 2) % openedWindow
+	c.opened[i/64] |= 1 << (i % 64)
+	c.lastStream = id
+}
+
+// wasOpenedLocked reports whether id, at or below lastStream, was opened;
+// ids older than the window count as opened (closed long ago).
+func (c *conn) wasOpenedLocked(id uint32) bool {
+	if c.lastStream-id >= 2*openedWindow {
+		return true
+	}
+	i := (id / 2) % openedWindow
+	return c.opened[i/64]&(1<<(i%64)) != 0
 }
 
 // goAway sends GOAWAY: streams up to the last one seen are answered, later
@@ -412,7 +547,7 @@ func (c *conn) readLoop() error {
 			if errors.As(err, &se) {
 				c.smu.Lock()
 				if se.StreamID > c.lastStream && se.StreamID%2 == 1 {
-					c.lastStream = se.StreamID
+					c.openLocked(se.StreamID)
 				}
 				st := c.streams[se.StreamID]
 				c.smu.Unlock()
@@ -470,6 +605,8 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		if st := c.lookup(f.StreamID); st != nil {
 			c.resetStream(st)
+		} else if c.idle(f.StreamID) {
+			return errConn{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", f.StreamID)}
 		}
 	case *http2.GoAwayFrame:
 		c.smu.Lock()
@@ -481,6 +618,14 @@ func (c *conn) handle(f http2.Frame) error {
 		}
 	case *http2.PushPromiseFrame:
 		return errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream cannot depend on itself (RFC 9113 5.3.1): a stream error.
+			if st := c.lookup(f.StreamID); st != nil {
+				c.resetStream(st)
+			}
+			c.rst(f.StreamID, http2.ErrCodeProtocol)
+		}
 	}
 	// PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
 	return nil
@@ -579,14 +724,19 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.smu.Lock()
 	if st := c.streams[id]; st != nil {
 		c.smu.Unlock()
+		if st.ended {
+			// Half-closed (remote): nothing but WINDOW_UPDATE, PRIORITY and
+			// RST_STREAM may come (RFC 9113 5.1): a stream error.
+			c.resetStream(st)
+			c.rst(id, http2.ErrCodeStreamClosed)
+			return nil
+		}
 		// Trailers from the client (gRPC clients send none): they must end
 		// the request.
 		if !f.StreamEnded() {
 			return errConn{http2.ErrCodeProtocol, "HEADERS after the request headers without END_STREAM"}
 		}
-		if !st.ended {
-			c.endRequest(st)
-		}
+		c.endRequest(st)
 		return nil
 	}
 	if id%2 == 0 {
@@ -594,16 +744,22 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on server stream id %d", id)}
 	}
 	if id <= c.lastStream {
+		opened := c.wasOpenedLocked(id)
 		c.smu.Unlock()
-		return nil // a stream already answered or refused: ignore
+		if opened {
+			// Closed: the client ended it (or reset it, or we answered).
+			// gRPC clients send no trailers, so no HEADERS can be in flight.
+			return errConn{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
+		}
+		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("stream id %d after %d: stream ids must increase", id, c.lastStream)}
 	}
-	c.lastStream = id
+	c.openLocked(id)
 	if c.goneAway || c.peerGone || uint32(len(c.streams)) >= c.s.o.MaxConcurrentStreams {
 		c.smu.Unlock()
 		c.rst(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
-	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow}
+	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow, contentLength: -1}
 	c.streams[id] = st
 	c.smu.Unlock()
 
@@ -611,7 +767,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
 		return nil
 	}
-	if m := f.PseudoValue("method"); m != "POST" {
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeProtocol)
+		return nil
+	}
+	if why := malformedRequest(f); why != "" {
+		// A malformed request is a stream error (RFC 9113 8.1.1).
+		c.s.log.Debug("grpc: malformed request", "stream", id, "why", why)
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeProtocol)
 		return nil
@@ -625,7 +788,23 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			st.enc = hf.Value
 		case "grpc-timeout":
 			timeout = hf.Value
+		case "content-length":
+			// gRPC clients send none; one that is sent must match the body
+			// (RFC 9113 8.1.1), checked as DATA arrives and at its end.
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 {
+				c.resetStream(st)
+				c.rst(id, http2.ErrCodeProtocol)
+				return nil
+			}
+			st.contentLength = n
 		}
+	}
+	if m := f.PseudoValue("method"); m != "POST" {
+		// grpc-go's answer: HTTP 405 (a GET or HEAD is a valid HTTP/2
+		// request, just not a gRPC one).
+		c.answerEarly(st, f.StreamEnded(), 405, codes.Internal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", m))
+		return nil
 	}
 	if !isGRPCContentType(ct) {
 		c.answerEarly(st, f.StreamEnded(), 415, codes.Internal, "invalid gRPC request content-type "+quote(ct))
@@ -633,7 +812,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if timeout != "" {
 		if _, err := parseTimeout(timeout); err != nil {
-			c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "malformed grpc-timeout: "+err.Error())
+			// HTTP 400, as grpc-go answers a malformed grpc-timeout.
+			c.answerEarly(st, f.StreamEnded(), 400, codes.Internal, "malformed grpc-timeout: "+err.Error())
 			return nil
 		}
 	}
@@ -644,9 +824,50 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	if f.StreamEnded() {
+		if st.contentLength > 0 {
+			c.resetStream(st)
+			c.rst(id, http2.ErrCodeProtocol)
+			return nil
+		}
 		c.endRequest(st)
 	}
 	return nil
+}
+
+// malformedRequest says why a request's header block is malformed (RFC 9113
+// 8.2.2 and 8.3.1), or "" when it is not: connection-specific fields, a TE
+// other than "trailers", a missing or empty :method, :scheme or :path (no
+// CONNECT here), or a response pseudo-header. The framer has already
+// refused invalid names and values, duplicate and misplaced pseudo-headers.
+func malformedRequest(f *http2.MetaHeadersFrame) string {
+	var method, scheme, path bool
+	for _, hf := range f.PseudoFields() {
+		switch hf.Name {
+		case ":method":
+			method = hf.Value != ""
+		case ":scheme":
+			scheme = hf.Value != ""
+		case ":path":
+			path = hf.Value != ""
+		case ":authority":
+		default:
+			return "pseudo-header " + hf.Name + " in a request"
+		}
+	}
+	if !method || !scheme || !path {
+		return "missing or empty :method, :scheme or :path"
+	}
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return "connection-specific header " + hf.Name
+		case "te":
+			if hf.Value != "trailers" {
+				return "te other than trailers"
+			}
+		}
+	}
+	return ""
 }
 
 // unknown words an unknown method as grpc-go does.
@@ -698,11 +919,16 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		if idle {
 			return errConn{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 		}
-		return nil // a stream answered early or reset: ignore its rest
+		// Closed: a stream error (RFC 9113 6.1). If we reset it first, the
+		// client may have had DATA in flight; the RST_STREAM it gets here
+		// is harmless, and its window was returned above.
+		c.rst(id, http2.ErrCodeStreamClosed)
+		return nil
 	}
 	if st.ended {
-		// DATA after END_STREAM: the stream is closed for good, so its
-		// answer must not be sent after this RST_STREAM either.
+		// DATA after END_STREAM (or after an early answer): the stream is
+		// closed for good, so its answer must not be sent after this
+		// RST_STREAM either.
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeStreamClosed)
 		return nil
@@ -737,6 +963,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", len(st.msg)+len(data)-5, c.s.o.MaxRecvMsgSize))
 		return nil
 	}
+	if cl := st.contentLength; cl >= 0 && (int64(len(st.msg)+len(data)) > cl || f.StreamEnded() && int64(len(st.msg)+len(data)) != cl) {
+		c.resetStream(st)
+		c.rst(id, http2.ErrCodeProtocol)
+		return nil
+	}
 	if st.msgBuf == nil {
 		st.msgBuf = getBuf()
 		st.msg = (*st.msgBuf)[:0]
@@ -761,7 +992,8 @@ func (c *conn) endRequest(st *stream) {
 		c.answerEarly(st, true, 200, codes.Internal, "grpc: request has no message")
 		return
 	}
-	if st.msg[0]&1 == 1 {
+	if st.msg[0]&1 == 1 && st.enc != gzipEncoding {
+		// grpc-go's words; the answer's grpc-accept-encoding says what is.
 		c.answerEarly(st, true, 200, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", st.enc))
 		return
 	}
@@ -780,20 +1012,52 @@ func (c *conn) run(st *stream) {
 		return
 	}
 	holder := getBuf()
-	out, err := st.h(st, st.req, append((*holder)[:0], 0, 0, 0, 0, 0))
-	if err == nil && len(out) < 5 {
-		err = errors.New("unarygrpc: handler did not append to dst")
+	var plain *[]byte // the decompressed request
+	req, err := st.req, error(nil)
+	if st.msg[0]&1 == 1 {
+		plain = getBuf()
+		req, err = gunzip((*plain)[:0], st.req, c.s.o.MaxRecvMsgSize)
+		*plain = req
+		switch {
+		case errors.Is(err, errDecompressedTooLarge):
+			err = statusError{codes.ResourceExhausted, fmt.Sprintf("grpc: received message after decompression larger than max (%d)", c.s.o.MaxRecvMsgSize)}
+		case err != nil:
+			err = statusError{codes.Internal, "grpc: failed to decompress the received message: " + err.Error()}
+		}
+	}
+	var out []byte
+	if err == nil {
+		out, err = st.h(st, req, append((*holder)[:0], 0, 0, 0, 0, 0))
+		if err == nil && len(out) < 5 {
+			err = errors.New("unarygrpc: handler did not append to dst")
+		}
+	}
+	if err == nil && st.enc == gzipEncoding {
+		// As grpc-go: a client that sent grpc-encoding gzip gets its
+		// answer in gzip too.
+		var z []byte
+		if z, err = appendGzip(append(make([]byte, 0, 64+len(out)/2), 0, 0, 0, 0, 0), out[5:]); err == nil {
+			*holder = out
+			out = z
+			out[0] = 1
+			st.gzipOut = true
+		}
 	}
 	if err != nil {
 		c.finish(st, nil, statusTrailers(nil, 200, err))
 	} else {
-		out[0] = 0
+		if !st.gzipOut {
+			out[0] = 0
+			*holder = out // keep the grown buffer
+		}
 		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
 		c.finish(st, out, okTrailers)
-		*holder = out // keep the grown buffer
 	}
 	st.releaseMsg()
 	putBuf(holder)
+	if plain != nil {
+		putBuf(plain)
+	}
 }
 
 func (st *stream) releaseMsg() {
@@ -860,7 +1124,11 @@ func (c *conn) pushLocked(st *stream) (done bool, err error) {
 	if !st.headersSent {
 		st.headersSent = true
 		c.answers.Add(1)
-		if err := c.writeBlockLocked(st.id, okHeaders, false); err != nil {
+		hdr := okHeaders
+		if st.gzipOut {
+			hdr = gzipHeaders
+		}
+		if err := c.writeBlockLocked(st.id, hdr, false); err != nil {
 			return true, err
 		}
 	}

@@ -13,8 +13,14 @@ import (
 // table, so one encoding serves every connection and every answer, and the
 // client's table is left alone.
 var (
-	// okHeaders: ":status: 200", "content-type: application/grpc".
-	okHeaders = appendLiteralIndexedName(appendIndexed(nil, staticStatus200), staticContentType, "application/grpc")
+	// okHeaders: ":status: 200", "content-type: application/grpc",
+	// "grpc-accept-encoding: gzip" (the encodings a client may compress
+	// requests with).
+	okHeaders = appendLiteral(appendLiteralIndexedName(appendIndexed(nil, staticStatus200), staticContentType, "application/grpc"),
+		"grpc-accept-encoding", gzipEncoding)
+	// gzipHeaders: okHeaders and "grpc-encoding: gzip", for an answer to a
+	// client that compresses.
+	gzipHeaders = appendLiteral(append([]byte(nil), okHeaders...), "grpc-encoding", gzipEncoding)
 	// okTrailers: "grpc-status: 0".
 	okTrailers = appendLiteral(nil, "grpc-status", "0")
 )
@@ -47,6 +53,7 @@ func statusTrailers(dst []byte, httpStatus int, err error) []byte {
 		dst = appendLiteralIndexedName(dst, staticStatus, strconv.Itoa(httpStatus))
 	}
 	dst = appendLiteralIndexedName(dst, staticContentType, "application/grpc")
+	dst = appendLiteral(dst, "grpc-accept-encoding", gzipEncoding)
 	return appendStatus(dst, code, msg)
 }
 

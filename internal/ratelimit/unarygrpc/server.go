@@ -20,10 +20,12 @@
 // work: the HTTP/2 "rapid reset" attack), a header list size limit, a
 // control-frame rate limit, gRPC length-prefixed messages up to
 // MaxRecvMsgSize, grpc-status and percent-encoded grpc-message trailers, and
-// TLS (ALPN h2), and server-streaming methods (HandleServerStream: the health
-// service's Watch). What it does not: client streaming, compression
-// (a compressed request is refused with Unimplemented, as grpc-go does
-// without a registered decompressor), and the grpc-timeout deadline, which
+// TLS (ALPN h2), server-streaming methods (HandleServerStream: the health
+// service's Watch), frames bounded by the 16,384-byte SETTINGS_MAX_FRAME_SIZE
+// it advertises, and gzip (requests decompressed up to MaxRecvMsgSize,
+// answers compressed for a client that compresses, grpc-accept-encoding
+// advertised, other encodings refused with Unimplemented as grpc-go does).
+// What it does not: client streaming and the grpc-timeout deadline, which
 // is parsed and validated but not turned into a context deadline: the rate
 // limit engine bounds every call by its own store timeout, shorter than
 // Envoy Gateway's, and a client that gives up resets the stream, which
@@ -40,6 +42,8 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -100,7 +104,14 @@ type Options struct {
 	// goroutine start and stack growth per call); a call that finds them
 	// all busy runs on a new goroutine. 0 starts a goroutine per call.
 	Workers int
-	Logger  *slog.Logger
+	// MaxConnections > 0 caps the connections open at once; one accepted
+	// over it is closed at once. 0: no cap.
+	MaxConnections int
+	// IdleTimeout > 0 sends GOAWAY to, and closes, a connection that has
+	// had no call in flight for that long (an idle client holds a file
+	// descriptor and its buffers). 0: never.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // ErrServerStopped is returned by Serve after Stop or GracefulStop.
@@ -122,6 +133,8 @@ type Server struct {
 	connWG   sync.WaitGroup
 	workers  sync.WaitGroup
 	quit     chan struct{}
+
+	accepted, connsRefused, idleClosed, acceptErrors atomic.Uint64
 }
 
 // New returns a server with no methods.
@@ -246,11 +259,17 @@ func (s *Server) Serve(l net.Listener) error {
 			if stopping {
 				return ErrServerStopped
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors and the like: back off, as net/http does.
+			if temporaryAcceptError(err) {
+				// Out of file descriptors and the like: back off and keep
+				// accepting, as net/http does (returning here ended the
+				// process under fd exhaustion).
+				s.acceptErrors.Add(1)
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
+				s.log.Warn("grpc: accept failed; retrying", "err", err, "delay", delay)
+				select {
+				case <-time.After(delay):
+				case <-s.quit:
+				}
 				continue
 			}
 			return err
@@ -262,12 +281,57 @@ func (s *Server) Serve(l net.Listener) error {
 			nc.Close()
 			return ErrServerStopped
 		}
+		if s.o.MaxConnections > 0 && len(s.conns) >= s.o.MaxConnections {
+			// Over the cap: close at once (a client retries with backoff,
+			// usually on another replica) rather than hold a descriptor.
+			s.mu.Unlock()
+			s.connsRefused.Add(1)
+			nc.Close()
+			continue
+		}
+		s.accepted.Add(1)
 		c := s.newConn(nc)
 		s.conns[c] = struct{}{}
 		s.connWG.Add(1)
 		s.mu.Unlock()
 		go c.serve()
 	}
+}
+
+// temporaryAcceptError reports an accept error worth retrying: out of file
+// descriptors or memory, a connection aborted before it was accepted, or a
+// timeout. net.Error's Temporary is deprecated for reads and writes, not for
+// accept, where net/http still relies on it.
+func temporaryAcceptError(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var t interface{ Temporary() bool }
+	if errors.As(err, &t) && t.Temporary() {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Stats are a server's connection counts, for metrics.
+type Stats struct {
+	Open         int    // connections open now
+	Accepted     uint64 // connections accepted since start
+	Refused      uint64 // connections closed at accept: MaxConnections reached
+	IdleClosed   uint64 // connections closed after IdleTimeout without a call
+	AcceptErrors uint64 // temporary accept errors retried (EMFILE and the like)
+}
+
+// Stats returns the connection counts.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	open := len(s.conns)
+	s.mu.Unlock()
+	return Stats{Open: open, Accepted: s.accepted.Load(), Refused: s.connsRefused.Load(),
+		IdleClosed: s.idleClosed.Load(), AcceptErrors: s.acceptErrors.Load()}
 }
 
 func (s *Server) closeListeners() {

@@ -1,0 +1,136 @@
+package unarygrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// flakyListener fails Accept with err the first n times.
+type flakyListener struct {
+	net.Listener
+	n   int
+	err error
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.n > 0 {
+		l.n--
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// Out of file descriptors, Accept fails with EMFILE: the server backs off
+// and keeps accepting (it used to return, and the process exited).
+func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	s := New(Options{})
+	s.Handle("/t.S/Echo", echo)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(&flakyListener{Listener: l, n: 5, err: emfile}) }()
+	defer func() {
+		s.Stop()
+		if err := <-done; !errors.Is(err, ErrServerStopped) {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	cc := dial(t, l.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := call(ctx, cc, "/t.S/Echo", []byte("ab")); err != nil || string(out) != "ba" {
+		t.Fatalf("call after EMFILE: %q %v", out, err)
+	}
+	if n := s.Stats().AcceptErrors; n != 5 {
+		t.Errorf("AcceptErrors %d, want 5", n)
+	}
+
+	// A permanent error still ends Serve.
+	s2 := New(Options{})
+	bad := &flakyListener{Listener: l, n: 1, err: errors.New("listener broken")}
+	if err := s2.Serve(bad); err == nil || err.Error() != "listener broken" {
+		t.Errorf("Serve with a permanent error: %v", err)
+	}
+}
+
+func TestMaxConnections(t *testing.T) {
+	ts := serve(t, Options{MaxConnections: 2}, map[string]Handler{"/t.S/Echo": echo})
+	r1, r2 := dialRaw(t, ts.addr), dialRaw(t, ts.addr)
+	for _, r := range []*raw{r1, r2} {
+		r.until("SETTINGS", func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok })
+	}
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if n, err := io.ReadAll(c); err != nil || len(n) != 0 {
+		t.Errorf("third connection: read %d bytes, %v; want closed at once", len(n), err)
+	}
+	if st := ts.s.Stats(); st.Refused != 1 || st.Open != 2 {
+		t.Errorf("stats %+v, want 1 refused and 2 open", st)
+	}
+	// A slot freed is usable again.
+	r1.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.s.Stats().Open > 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r3 := dialRaw(t, ts.addr)
+	r3.headers(1, "/t.S/Echo", "application/grpc", false)
+	r3.message(1, []byte("x"))
+	r3.until("answer", func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamEnded() })
+}
+
+// An idle connection gets GOAWAY NO_ERROR after IdleTimeout and is
+// closed; one with a call in flight is not, however long the call.
+func TestIdleTimeout(t *testing.T) {
+	block := make(chan struct{})
+	ts := serve(t, Options{IdleTimeout: 200 * time.Millisecond}, map[string]Handler{
+		"/t.S/Echo":  echo,
+		"/t.S/Block": func(_ context.Context, _, dst []byte) ([]byte, error) { <-block; return dst, nil },
+	})
+	idle := dialRaw(t, ts.addr)
+	busy := dialRaw(t, ts.addr)
+	busy.headers(1, "/t.S/Block", "application/grpc", false)
+	busy.message(1, nil)
+	start := time.Now()
+	if code := readGoAway(t, idle); code != http2.ErrCodeNo {
+		t.Errorf("idle connection: GOAWAY %v", code)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("closed after %v, before the idle timeout", d)
+	}
+	time.Sleep(300 * time.Millisecond) // past the timeout for busy too
+	close(block)
+	got := map[string]bool{}
+	busy.until("answer to the blocked call", func(f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			got["goaway"] = true
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				return true
+			}
+		}
+		return false
+	})
+	if got["goaway"] {
+		t.Error("a connection with a call in flight got GOAWAY for idleness")
+	}
+	if st := ts.s.Stats(); st.IdleClosed < 1 {
+		t.Errorf("stats %+v, want an idle close", st)
+	}
+}
