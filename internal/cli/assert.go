@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 	"github.com/budgetgen/budgetgen/pkg/assert/crd"
 	"github.com/budgetgen/budgetgen/pkg/assert/output"
@@ -126,7 +127,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	objs, err := manifest.ReadPaths(ctx, o.Paths, e.stdin, manifest.Options{MaxFileBytes: o.MaxFileSize,
 		// A GitOps tree holds CI configs and Helm values next to manifests.
 		SkipForeign: func(file string) {
-			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", file)
+			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", safetext.Inline(file))
 		}})
 	if err != nil {
 		return inputError(fmt.Errorf("read input: %w", err))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/promote"
 	"github.com/budgetgen/budgetgen/internal/report"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -116,11 +117,11 @@ func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
 	}
 	switch {
 	case !up:
-		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", o.specFile, budget, res.Date)
+		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date)
 	case res.Forced && len(res.Overridden) > 0:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", o.specFile, budget, res.Date, res.Reason, res.Overridden)
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", o.specFile, budget, res.Date, res.FullDays)
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
 	}
 	fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
 	return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -169,11 +170,11 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		return failure(err)
 	}
 	if len(data) == 0 {
-		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, where)
+		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, safetext.Inline(where))
 	}
 	if o.format != report.FormatText {
 		for _, w := range r.Warnings {
-			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", w)
+			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", safetext.Inline(w))
 		}
 	}
 	w, _ := report.WriterFor(o.format)

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // env is what every subcommand may use instead of process globals, so tests can
@@ -43,7 +45,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 	if !ee.Silent && ee.Err != nil {
-		fmt.Fprintf(stderr, "budgetgen: %v\n", ee.Err)
+		// File names and values in errors come from input: escaped, so no
+		// line of stderr can pass for a CI workflow command.
+		fmt.Fprintf(stderr, "budgetgen: %s\n", safetext.Lines(ee.Err.Error()))
 	}
 	return ee.Code
 }
