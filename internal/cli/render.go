@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
@@ -68,7 +71,7 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 				return err
 			}
 			o.rlsDir = rlsDir
-			return runRender(e, o)
+			return runRender(cmd.Context(), e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
@@ -77,8 +80,8 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 	return cmd
 }
 
-func runRender(e *env, o renderOptions) error {
-	bs, err := spec.LoadFile(o.specPath, e.stdin)
+func runRender(ctx context.Context, e *env, o renderOptions) error {
+	bs, err := loadSpecFile(ctx, o.specPath, e.stdin)
 	if err != nil {
 		var list spec.ErrorList
 		if errors.As(err, &list) {
@@ -95,23 +98,54 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
+	// Both outputs are staged (every byte in temporary files next to its
+	// target) before either is put in place: a failed write of one leaves
+	// neither written.
+	rls, err := stageRateLimitConfig(o.rlsDir, rlsFiles)
+	if err != nil {
+		return err
+	}
 	if o.outDir == "" {
 		if _, err := e.stdout.Write(res.YAML()); err != nil {
+			rls.Abort()
 			return failure(fmt.Errorf("write stdout: %w", err))
 		}
-		return writeRateLimitConfig(o.rlsDir, rlsFiles)
+		return commitRateLimitConfig(rls)
 	}
 	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
+		rls.Abort()
 		return usageError("render: -o %s: not a directory", o.outDir)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		rls.Abort()
 		return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
 	}
-	err = atomicfile.WriteDir(o.outDir, res.Files(), atomicfile.Options{
+	out, err := atomicfile.StageDir(o.outDir, res.Files(), atomicfile.Options{
 		// Remove files of objects no longer rendered, never files budgetgen did not write.
 		RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
 	})
 	if err != nil {
+		rls.Abort()
 		return failure(err)
 	}
-	return writeRateLimitConfig(o.rlsDir, rlsFiles)
+	if err := out.Commit(); err != nil {
+		rls.Abort()
+		return failure(err)
+	}
+	return commitRateLimitConfig(rls)
+}
+
+// loadSpecFile is spec.LoadFile with reads that end when ctx does (a FIFO
+// or a pipe that never sends EOF must not make SIGTERM wait).
+func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.BudgetSet, error) {
+	name, data, err := path, []byte(nil), error(nil)
+	if path == "-" {
+		name = "<stdin>"
+		data, err = ctxio.ReadAll(ctx, stdin)
+	} else {
+		data, err = ctxio.ReadFile(ctx, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read spec %s: %w", name, err)
+	}
+	return spec.Load(data, name)
 }

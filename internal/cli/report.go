@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/safetext"
@@ -129,7 +130,7 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	var m report.Mapping
 	if o.specFile != "" {
-		b, err := os.ReadFile(o.specFile)
+		b, err := ctxio.ReadFile(ctx, o.specFile)
 		if err != nil {
 			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
 		}

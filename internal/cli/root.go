@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
@@ -24,6 +25,11 @@ type env struct {
 
 // Run executes budgetgen with args and returns the process exit status.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Every read of stdin gives up when ctx ends (SIGTERM, SIGINT in main):
+	// a CI runner's stop must not wait for an EOF that never comes.
+	if stdin != nil {
+		stdin = &ctxio.Reader{Ctx: ctx, R: stdin}
+	}
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := newRootCmd(e)
 	root.SetArgs(args)
@@ -33,6 +39,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		// Stopped by a signal while waiting for input or a lock: nothing
+		// was written (every write is staged and renamed).
+		fmt.Fprintf(stderr, "budgetgen: stopped: %s\n", safetext.Lines(err.Error()))
+		return ExitInterrupted
 	}
 	var ee *ExitError
 	if !errors.As(err, &ee) {
