@@ -134,7 +134,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	}
 	opts := assert.Options{Skip: o.Skip, AllowEnforce: o.AllowEnforce, EnvoyGatewayVersion: o.EnvoyGatewayVersion}
 	if o.Spec != "" {
-		bs, err := spec.LoadFile(o.Spec, e.stdin)
+		bs, err := loadSpecFile(ctx, o.Spec, e.stdin)
 		if err != nil {
 			return inputError(fmt.Errorf("load spec: %w", err))
 		}
