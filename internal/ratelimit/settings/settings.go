@@ -25,13 +25,21 @@ import (
 // Settings is the whole service configuration. Defaults are the reference's.
 type Settings struct {
 	// Listeners: HOST/PORT (0.0.0.0:8080, /healthcheck and /json),
-	// GRPC_HOST/GRPC_PORT (0.0.0.0:8081), DEBUG_HOST/DEBUG_PORT (0.0.0.0:6070).
+	// GRPC_HOST/GRPC_PORT (0.0.0.0:8081), DEBUG_HOST/DEBUG_PORT
+	// (127.0.0.1:6070; the reference binds 0.0.0.0, but pprof and /ledger/
+	// must not be reachable by default: set DEBUG_HOST=0.0.0.0 to expose it).
 	Host      string
 	Port      int
 	GRPCHost  string
 	GRPCPort  int
 	DebugHost string
 	DebugPort int
+	// HTTPJSON (HTTP_JSON, ours: auto|true|false; default auto) serves
+	// /json on the HTTP port. auto: only when the gRPC port does not require
+	// client certificates, so /json is never a way around mTLS. true with
+	// mTLS: the HTTP port serves TLS and /json answers only verified client
+	// certificates (/healthcheck stays open). docs/security.md.
+	HTTPJSON string
 	// GRPCMaxConnectionAge(Grace): GRPC_MAX_CONNECTION_AGE (24h), _GRACE (1h).
 	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
@@ -148,7 +156,7 @@ type Settings struct {
 // Defaults returns the reference's defaults plus ours.
 func Defaults() Settings {
 	return Settings{
-		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "0.0.0.0", DebugPort: 6070,
+		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "127.0.0.1", DebugPort: 6070, HTTPJSON: HTTPJSONAuto,
 		GRPCMaxConnectionAge: 24 * time.Hour, GRPCMaxConnectionAgeGrace: time.Hour,
 		PrometheusAddr: ":9090", PrometheusPath: "/metrics",
 		LogLevel: "WARN", LogFormat: "text",
@@ -163,6 +171,13 @@ func Defaults() Settings {
 		LedgerRetentionDays: ledger.DefaultRetentionDays,
 	}
 }
+
+// HTTP_JSON values.
+const (
+	HTTPJSONAuto  = "auto"
+	HTTPJSONTrue  = "true"
+	HTTPJSONFalse = "false"
+)
 
 // GRPCAddr, HTTPAddr and DebugAddr join host and port.
 func (s Settings) GRPCAddr() string  { return net.JoinHostPort(s.GRPCHost, strconv.Itoa(s.GRPCPort)) }
@@ -276,6 +291,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&s.GRPCPort, "GRPC_PORT")
 	str(&s.DebugHost, "DEBUG_HOST")
 	integer(&s.DebugPort, "DEBUG_PORT")
+	str(&s.HTTPJSON, "HTTP_JSON")
 	duration(&s.GRPCMaxConnectionAge, "GRPC_MAX_CONNECTION_AGE")
 	duration(&s.GRPCMaxConnectionAgeGrace, "GRPC_MAX_CONNECTION_AGE_GRACE")
 	boolean(&s.GRPCServerUseTLS, "GRPC_SERVER_USE_TLS")
@@ -354,6 +370,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.IntVar(&s.GRPCPort, "grpc-port", s.GRPCPort, "gRPC port (GRPC_PORT)")
 	fs.StringVar(&s.DebugHost, "debug-host", s.DebugHost, "debug listen host (DEBUG_HOST)")
 	fs.IntVar(&s.DebugPort, "debug-port", s.DebugPort, "debug port: /rlconfig, pprof, /metrics (DEBUG_PORT)")
+	fs.StringVar(&s.HTTPJSON, "http-json", s.HTTPJSON, "serve /json on the HTTP port: auto (unless gRPC requires client certificates), true or false (HTTP_JSON)")
 	fs.BoolVar(&s.UsePrometheus, "use-prometheus", s.UsePrometheus, "serve metrics on --prometheus-addr (USE_PROMETHEUS)")
 	fs.StringVar(&s.PrometheusAddr, "prometheus-addr", s.PrometheusAddr, "Prometheus listen address (PROMETHEUS_ADDR)")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (LOG_LEVEL)")
@@ -452,6 +469,11 @@ func (s Settings) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: unknown level %q", s.LogLevel))
 	}
+	switch strings.ToLower(s.HTTPJSON) {
+	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:
+	default:
+		errs = append(errs, fmt.Errorf("HTTP_JSON: %q is not auto, true or false", s.HTTPJSON))
+	}
 	switch strings.ToLower(s.LogFormat) {
 	case "text", "json":
 	default:
@@ -464,11 +486,19 @@ func (s Settings) Validate() error {
 	}
 	if s.RedisURL != "" {
 		// Credentials never ride in REDIS_URL: the addresses are logged at
-		// start and appear in connection errors, and this message must not
-		// echo them either.
-		for i, a := range strings.Split(s.RedisURL, ",") {
-			if strings.Contains(a, "@") {
-				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
+		// start and appear in connection errors, and these messages must not
+		// echo them either (a password may sit in any part of a malformed
+		// entry, so no message quotes an entry).
+		entries := strings.Split(s.RedisURL, ",")
+		for i, a := range entries {
+			if i == 0 && strings.ToLower(s.RedisType) == "sentinel" {
+				if strings.ContainsAny(a, "@?/#") {
+					errs = append(errs, errors.New("REDIS_URL: entry 1 (the master set name) holds credentials, a query or a scheme; set the password with REDIS_AUTH or REDIS_AUTH_FILE"))
+				}
+				continue
+			}
+			if err := checkRedisAddr(strings.TrimSpace(a)); err != nil {
+				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d %v; give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1, err))
 			}
 		}
 		if strings.ToLower(s.RedisSocketType) != "tcp" {
@@ -483,16 +513,23 @@ func (s Settings) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("REDIS_TYPE: %q is not single, cluster or sentinel", s.RedisType))
 		}
-		if strings.ToLower(s.RedisType) != "sentinel" {
-			for _, a := range strings.Split(s.RedisURL, ",") {
-				if strings.Contains(a, "@") {
-					continue // reported above, without the value
-				}
-				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
-					errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
-				}
-			}
-		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRedisAddr accepts host:port with a numeric port and nothing else: no
+// user:password@, no ?password= query, no scheme. Its errors never include
+// the address.
+func checkRedisAddr(a string) error {
+	if strings.ContainsAny(a, "@?/#") {
+		return errors.New("holds more than host:port (credentials, a query or a scheme)")
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("has no valid port")
+	}
+	return nil
 }
