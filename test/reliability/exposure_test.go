@@ -146,3 +146,31 @@ func TestHTTPPortAsProtectedAsGRPC(t *testing.T) {
 		}
 	})
 }
+
+// TestDebugExposureIsExplicit: Prometheus keeps its own metrics listener
+// (USE_PROMETHEUS, PROMETHEUS_ADDR, as Envoy Gateway sets them) while the
+// debug port stays on loopback; binding the debug port beyond loopback is
+// a choice the start-up log warns about.
+func TestDebugExposureIsExplicit(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "rl.yaml", budgetsYAML)
+	s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0"}})
+	logs := s.logs.String()
+	i := strings.Index(logs, "metrics=")
+	if i < 0 || strings.Contains(logs, "debug port exposed") {
+		t.Fatalf("start-up log: no metrics address, or a warning for a loopback debug port:\n%s", logs)
+	}
+	addr := strings.Fields(logs[i+len("metrics="):])[0]
+	if got := getStatus(t, &http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/metrics"); got != http.StatusOK {
+		t.Errorf("metrics listener %s: %d", addr, got)
+	}
+	if !strings.HasPrefix(s.debugURL, "http://127.0.0.1:") {
+		t.Errorf("debug port %s not on loopback", s.debugURL)
+	}
+	s.stop()
+
+	exposed := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"DEBUG_HOST": "0.0.0.0"}})
+	if !strings.Contains(exposed.logs.String(), "debug port exposed beyond loopback") {
+		t.Errorf("no warning for DEBUG_HOST=0.0.0.0:\n%s", exposed.logs.String())
+	}
+}
