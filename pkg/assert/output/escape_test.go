@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -89,8 +90,13 @@ func TestStructuredFormatsRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte(writeOne(t, SARIF, hostile)), &s); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.Runs[0].Results[0]; r.Locations[0].PhysicalLocation.ArtifactLocation.URI != hostile.File || r.Message.Text != hostile.Message+"\n"+hostile.Detail {
-		t.Errorf("sarif changed the values: %+v", r)
+	r := s.Runs[0].Results[0]
+	uri := r.Locations[0].PhysicalLocation.ArtifactLocation.URI
+	if file, err := url.PathUnescape(uri); err != nil || file != hostile.File || r.Message.Text != hostile.Message+"\n"+hostile.Detail {
+		t.Errorf("sarif changed the values: %+v (%v)", r, err)
+	}
+	if strings.ContainsAny(uri, "\n\r\x1b ") {
+		t.Errorf("sarif artifact URI not percent-encoded: %q", uri)
 	}
 	var ju junitSuites
 	if err := xml.Unmarshal([]byte(writeOne(t, JUnit, hostile)), &ju); err != nil {
