@@ -156,3 +156,33 @@ func TestExposureSettings(t *testing.T) {
 		t.Fatalf("bad HTTP_JSON: %v", err)
 	}
 }
+
+// FuzzRedisURLNeverEchoed: whatever REDIS_URL holds, a settings error never
+// quotes it, and an accepted entry is a bare host:port.
+func FuzzRedisURLNeverEchoed(f *testing.F) {
+	for _, s := range []string{"valkey:6379", "a:1?password=Secret123", "u:Secret123@h:1", "redis://h:6379", "h:Secret123", "mymaster,s:26379#Secret123"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, url string, sentinel bool) {
+		typ := "single"
+		if sentinel {
+			typ = "sentinel"
+		}
+		marker := "Secret123"
+		if !strings.Contains(url, marker) || strings.TrimSpace(url) == "" {
+			return
+		}
+		_, err := Load(nil, envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": typ, "REDIS_URL": url}), io.Discard)
+		if err != nil && strings.Contains(err.Error(), marker) {
+			t.Fatalf("error echoes REDIS_URL: %v", err)
+		}
+		if err == nil {
+			for i, a := range strings.Split(url, ",") {
+				if (i > 0 || !sentinel) && strings.ContainsAny(a, "@?/#") {
+					t.Fatalf("accepted entry %q", a)
+				}
+			}
+		}
+	})
+}
