@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
 )
 
 // TestConcurrentPromotionsLoseNothing: two promote runs on one spec at the
@@ -129,7 +131,7 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 func TestPromoteWaitsForTheLockUntilCancelled(t *testing.T) {
 	p := copyExample(t)
 	before, _ := os.ReadFile(p)
-	unlock, err := lockForTest(p)
+	unlock, err := atomicfile.Lock(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
