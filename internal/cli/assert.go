@@ -90,7 +90,7 @@ schema and CEL rules, drift from render (with --spec), overrides that bind,
 version hazards and Envoy Gateway's size limits. Rules: ` + strings.Join(assert.IDs(), ", ") + ` (docs/assert.md).
 
 Exit status: 0 clean, 1 when a finding is at or above --fail-on, 2 when the
-input or the command line cannot be used.`,
+input or the command line cannot be used, 130 when stopped by a signal.`,
 		Example: `  # The gate in CI, annotating the pull request
   budgetgen assert --spec budgets/budgets.yaml -o github deploy/
 

@@ -52,7 +52,8 @@ identity headers. Output is a YAML stream on stdout, or with -o one file per
 object and a kustomization.yaml, written atomically: on any error nothing is written.
 
 Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
-(file:line: field: message on stderr); 2 bad command line or unreadable spec.`,
+(file:line: field: message on stderr); 2 bad command line or unreadable spec;
+130 stopped by a signal (nothing written).`,
 		Example: `  # Print the policies for the example spec
   budgetgen render examples/budgets.yaml
 
