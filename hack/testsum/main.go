@@ -56,8 +56,22 @@ func main() {
 	}
 }
 
+// printer keeps the first write error so the loop stays readable and the
+// error still reaches the caller.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) printf(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
 func summarise(r io.Reader, w io.Writer) (counts, error) {
 	var c counts
+	pr := &printer{w: w}
 	// Output is kept per test only until the test ends; a passed test's
 	// output is dropped, so memory is bounded by the tests running at once.
 	out := map[string]*strings.Builder{}
@@ -73,7 +87,7 @@ func summarise(r io.Reader, w io.Writer) (counts, error) {
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			// go test prints build errors outside the JSON stream.
 			nonJSON++
-			fmt.Fprintln(w, string(line))
+			pr.printf("%s\n", line)
 			continue
 		}
 		id := e.Package + " " + e.Test
@@ -95,12 +109,12 @@ func summarise(r io.Reader, w io.Writer) (counts, error) {
 				// A package's own result.
 				switch e.Action {
 				case "pass":
-					fmt.Fprintf(w, "ok   %s (%.1fs)\n", e.Package, e.Elapsed)
+					pr.printf("ok   %s (%.1fs)\n", e.Package, e.Elapsed)
 				case "fail":
 					failedPkgs[e.Package] = true
-					fmt.Fprintf(w, "FAIL %s (%.1fs)\n", e.Package, e.Elapsed)
+					pr.printf("FAIL %s (%.1fs)\n", e.Package, e.Elapsed)
 					if b := pkgOut[e.Package]; b != nil {
-						fmt.Fprint(w, indent(b.String()))
+						pr.printf("%s", indent(b.String()))
 					}
 				}
 				delete(pkgOut, e.Package)
@@ -114,9 +128,9 @@ func summarise(r io.Reader, w io.Writer) (counts, error) {
 			case "fail":
 				c.failed++
 				failedTests[e.Package]++
-				fmt.Fprintf(w, "--- FAIL %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
+				pr.printf("--- FAIL %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
 				if b := out[id]; b != nil {
-					fmt.Fprint(w, indent(b.String()))
+					pr.printf("%s", indent(b.String()))
 				}
 			}
 			delete(out, id)
@@ -140,8 +154,8 @@ func summarise(r io.Reader, w io.Writer) (counts, error) {
 	if c.passed+c.failed+c.skipped == 0 && len(failedPkgs) == 0 && nonJSON > 0 {
 		return c, fmt.Errorf("no test2json events in the input")
 	}
-	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", c.passed, c.failed+c.pkgFailed, c.skipped)
-	return c, nil
+	pr.printf("tests: %d passed, %d failed, %d skipped\n", c.passed, c.failed+c.pkgFailed, c.skipped)
+	return c, pr.err
 }
 
 func indent(s string) string {
