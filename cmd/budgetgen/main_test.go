@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
@@ -17,6 +18,12 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("BUDGETGEN_RUN_MAIN") == "1" {
 		os.Args = append([]string{"budgetgen"}, strings.Split(os.Getenv("BUDGETGEN_ARGS"), "\x1f")...)
+		// Every package is initialised: tell the test (fd 3) that main,
+		// whose first act is signal.NotifyContext, runs next.
+		if ready := os.NewFile(3, "ready"); ready != nil {
+			_, _ = ready.WriteString("main\n")
+			ready.Close()
+		}
 		main()
 		return
 	}
@@ -59,6 +66,12 @@ func TestSIGTERMWhileBlockedOnInput(t *testing.T) {
 				defer pw.Close()
 				cmd.Stdin, w = r, pw
 			}
+			readyR, readyW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer readyR.Close()
+			cmd.ExtraFiles = []*os.File{readyW} // fd 3 in the child
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -67,6 +80,14 @@ func TestSIGTERMWhileBlockedOnInput(t *testing.T) {
 			}
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
+			// On a busy machine the child's package initialisation can take
+			// long: wait for its note that main is about to run, then give
+			// it time to block on the input.
+			readyW.Close()
+			if line, err := bufio.NewReader(readyR).ReadString('\n'); err != nil || line != "main\n" {
+				cmd.Process.Kill()
+				t.Fatalf("child did not reach main: %q %v", line, err)
+			}
 			select {
 			case err := <-exited:
 				t.Fatalf("exited before the signal (%v): %s", err, stderr.String())
