@@ -99,6 +99,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
+	noteCostEntries(e, res)
 	// Both outputs are staged (every byte in temporary files next to its
 	// target) before either is put in place: a failed write of one leaves
 	// neither written.
@@ -149,4 +150,14 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
 	}
 	return spec.Load(data, name)
+}
+
+// noteCostEntries tells on stderr which Envoy AI Gateway cost entries the
+// rendered rules charge (caps past uint32, money): without them in the
+// GatewayConfig or the routes, those rules count 0.
+func noteCostEntries(e *env, res *render.Result) {
+	for _, c := range res.LLMRequestCosts {
+		fmt.Fprintf(e.stderr, "budgetgen render: note: rules charge %s, which Envoy AI Gateway computes only if the Gateway's GatewayConfig spec.globalLLMRequestCosts (or each AIGatewayRoute's spec.llmRequestCosts) lists {metadataKey: %s, type: %s, cel: ...}; the entry is in annotation %s\n",
+			c.MetadataKey, c.MetadataKey, c.Type, render.AnnotationLLMRequestCosts)
+	}
 }
