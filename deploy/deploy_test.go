@@ -5,9 +5,11 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +69,7 @@ func strict(t *testing.T, id string, data []byte, into any) {
 
 func TestKustomizeRendersValkeyWithPersistence(t *testing.T) {
 	objs := render(t)
-	want := []string{"ConfigMap/valkey-config", "StatefulSet/valkey", "Service/valkey", "NetworkPolicy/valkey", "ConfigMap/envoy-gateway-config"}
+	want := []string{"ConfigMap/valkey-config", "StatefulSet/valkey", "Service/valkey", "NetworkPolicy/valkey", "ConfigMap/envoy-gateway-config", "NetworkPolicy/envoy-ratelimit"}
 	if len(objs) != len(want) {
 		t.Errorf("rendered %d objects, want %d", len(objs), len(want))
 	}
@@ -266,5 +268,62 @@ func TestDockerfiles(t *testing.T) {
 			df := parseDockerfile(t, filepath.Join("..", c.file))
 			checkDockerfile(t, df, c.pkg, c.binary)
 		})
+	}
+}
+
+// TestRateLimitNetworkPolicy: the rate limit pods (EG's labels) admit gRPC
+// only from Envoy proxy pods, the health port from anywhere (kubelet),
+// metrics only from the Prometheus namespace, and nothing on the debug port;
+// they may reach only Valkey (the pods of this kustomization), EG's xDS and
+// DNS.
+func TestRateLimitNetworkPolicy(t *testing.T) {
+	objs := render(t)
+	var np networkingv1.NetworkPolicy
+	strict(t, "NetworkPolicy/envoy-ratelimit", objs["NetworkPolicy/envoy-ratelimit"], &np)
+	var sts appsv1.StatefulSet
+	strict(t, "StatefulSet/valkey", objs["StatefulSet/valkey"], &sts)
+	if np.Namespace != "envoy-gateway-system" || !subset(np.Spec.PodSelector.MatchLabels, egRateLimitLabels) || len(np.Spec.PodSelector.MatchLabels) != len(egRateLimitLabels) {
+		t.Fatalf("policy does not select EG's rate limit pods: %s %v", np.Namespace, np.Spec.PodSelector.MatchLabels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
+		t.Errorf("policy types %v: both directions must be restricted", np.Spec.PolicyTypes)
+	}
+	proxy := map[string]string{"app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy", "app.kubernetes.io/managed-by": "envoy-gateway"}
+	ingress := map[int32]networkingv1.NetworkPolicyIngressRule{}
+	for _, r := range np.Spec.Ingress {
+		if len(r.Ports) != 1 || r.Ports[0].Port == nil {
+			t.Fatalf("ingress rule with other than one port: %+v", r)
+		}
+		ingress[r.Ports[0].Port.IntVal] = r
+	}
+	if len(ingress) != 3 {
+		t.Errorf("ingress ports %v, want exactly 8081, 8080 and 19001 (never the debug port 6070)", slices.Collect(maps.Keys(ingress)))
+	}
+	if r := ingress[8081]; len(r.From) != 1 || r.From[0].NamespaceSelector == nil || !maps.Equal(r.From[0].PodSelector.MatchLabels, proxy) {
+		t.Errorf("gRPC 8081 is not limited to Envoy proxy pods: %+v", r.From)
+	}
+	if r, ok := ingress[8080]; !ok || len(r.From) != 0 {
+		t.Errorf("health port 8080 must be open to the kubelet: %+v", r)
+	}
+	if r := ingress[19001]; len(r.From) != 1 || r.From[0].PodSelector != nil || r.From[0].NamespaceSelector == nil || r.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "" {
+		t.Errorf("metrics 19001 is not limited to one namespace: %+v", r.From)
+	}
+	egress := map[int32][]networkingv1.NetworkPolicyPeer{}
+	for _, r := range np.Spec.Egress {
+		for _, p := range r.Ports {
+			egress[p.Port.IntVal] = r.To
+		}
+	}
+	if to := egress[6379]; len(to) != 1 || !subset(to[0].PodSelector.MatchLabels, sts.Spec.Template.Labels) {
+		t.Errorf("egress to Valkey does not select the Valkey pods: %+v", to)
+	}
+	if to := egress[18001]; len(to) != 1 || to[0].PodSelector.MatchLabels["control-plane"] != "envoy-gateway" {
+		t.Errorf("egress to EG's xDS: %+v", to)
+	}
+	if to := egress[53]; len(to) != 1 || to[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("egress to DNS: %+v", to)
+	}
+	if len(egress) != 3 {
+		t.Errorf("egress ports %v, want only 6379, 18001 and 53", slices.Collect(maps.Keys(egress)))
 	}
 }

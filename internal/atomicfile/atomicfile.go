@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // DefaultPerm is the mode of files written when Options.Perm is zero.
@@ -30,7 +33,14 @@ type Options struct {
 	// directory that is not being written; returning true removes it once every
 	// new file is in place. Nil keeps every existing file.
 	RemoveStale func(name string, content []byte) bool
+	// StaleTempAge is how old a temporary file of ours must be before a
+	// later write removes it even though its writer's pid is alive (pids are
+	// reused). Default: DefaultStaleTempAge.
+	StaleTempAge time.Duration
 }
+
+// DefaultStaleTempAge: no write of ours takes anywhere near an hour.
+const DefaultStaleTempAge = time.Hour
 
 func (o Options) perm() fs.FileMode {
 	if o.Perm == 0 {
@@ -41,7 +51,9 @@ func (o Options) perm() fs.FileMode {
 
 // writeTemp writes data to a synced temporary file in dir and returns its path.
 func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
-	f, err := os.CreateTemp(dir, tempPrefix+"*")
+	// The writer's pid in the name lets a later run tell debris of a killed
+	// writer from a write in progress (CleanStale).
+	f, err := os.CreateTemp(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-*")
 	if err != nil {
 		return "", err
 	}
@@ -72,6 +84,7 @@ func WriteFile(path string, data []byte, opts Options) error {
 		path = target
 	}
 	dir := filepath.Dir(path)
+	CleanStale(dir, opts)
 	tmp, err := writeTemp(dir, data, opts.perm())
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -98,51 +111,69 @@ func WriteFile(path string, data []byte, opts Options) error {
 // files first; if any of that fails, every temporary file (and dir, if this
 // call created it) is removed and dir is as before. Then the files are renamed
 // into place in name order, and stale files are removed per opts.RemoveStale.
-func WriteDir(dir string, files map[string][]byte, opts Options) (err error) {
+func WriteDir(dir string, files map[string][]byte, opts Options) error {
+	st, err := StageDir(dir, files, opts)
+	if err != nil {
+		return err
+	}
+	return st.Commit()
+}
+
+// Staged is a directory write whose contents are on disk, in temporary files
+// next to their targets, but not yet in place: Commit puts them in place,
+// Abort removes them. Staging several directories before committing any
+// writes all of them or none whenever a write fails (a full disk, a
+// read-only directory): only a rename can still fail after staging.
+type Staged struct {
+	dir     string
+	names   []string
+	temps   map[string]string
+	stale   []string
+	created bool
+}
+
+// StageDir writes files' contents into temporary files in dir (created if
+// needed) and lists the stale files per opts.RemoveStale, changing nothing
+// a reader sees. On error nothing is left behind.
+func StageDir(dir string, files map[string][]byte, opts Options) (_ *Staged, err error) {
 	names := make([]string, 0, len(files))
 	for name := range files {
 		if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, tempPrefix) || name == "." || name == ".." {
-			return fmt.Errorf("write %s: invalid file name %q", dir, name)
+			return nil, fmt.Errorf("write %s: invalid file name %q", dir, name)
 		}
 		names = append(names, name)
 	}
 	slices.Sort(names)
 
-	created := false
+	st := &Staged{dir: dir, names: names, temps: map[string]string{}}
 	if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
+			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
-		created = true
+		st.created = true
+	} else {
+		CleanStale(dir, opts)
 	}
-	temps := map[string]string{}
 	defer func() {
-		if err == nil {
-			return
-		}
-		for _, t := range temps {
-			os.Remove(t)
-		}
-		if created {
-			os.Remove(dir) // only succeeds when empty
+		if err != nil {
+			st.Abort()
 		}
 	}()
 	for _, name := range names {
 		if info, statErr := os.Lstat(filepath.Join(dir, name)); statErr == nil && info.IsDir() {
-			return fmt.Errorf("write %s: %s is a directory", dir, name)
+			return nil, fmt.Errorf("write %s: %s is a directory", dir, name)
 		}
 		t, err := writeTemp(dir, files[name], opts.perm())
 		if err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+			return nil, fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
-		temps[name] = t
+		st.temps[name] = t
 	}
 
-	var stale []string
 	if opts.RemoveStale != nil {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return fmt.Errorf("list %s: %w", dir, err)
+			return nil, fmt.Errorf("list %s: %w", dir, err)
 		}
 		for _, e := range entries {
 			name := e.Name()
@@ -151,27 +182,55 @@ func WriteDir(dir string, files map[string][]byte, opts Options) (err error) {
 			}
 			content, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil {
-				return fmt.Errorf("read %s: %w", filepath.Join(dir, name), err)
+				return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, name), err)
 			}
 			if opts.RemoveStale(name, content) {
-				stale = append(stale, name)
+				st.stale = append(st.stale, name)
 			}
 		}
 	}
+	return st, nil
+}
 
-	for _, name := range names {
-		if err := os.Rename(temps[name], filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
-		}
-		delete(temps, name)
+// Commit renames the staged files into place in name order and removes the
+// stale files. On error the files not yet renamed are removed. A nil
+// *Staged commits nothing.
+func (st *Staged) Commit() error {
+	if st == nil {
+		return nil
 	}
-	for _, name := range stale {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove stale %s: %w", filepath.Join(dir, name), err)
+	for _, name := range st.names {
+		if err := os.Rename(st.temps[name], filepath.Join(st.dir, name)); err != nil {
+			st.Abort()
+			return fmt.Errorf("write %s: %w", filepath.Join(st.dir, name), err)
+		}
+		delete(st.temps, name)
+	}
+	st.created = false
+	for _, name := range st.stale {
+		if err := os.Remove(filepath.Join(st.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale %s: %w", filepath.Join(st.dir, name), err)
 		}
 	}
-	syncDir(dir)
+	syncDir(st.dir)
 	return nil
+}
+
+// Abort removes what is still staged (and the directory, if staging created
+// it and it is empty). Safe to call after Commit, more than once, and on a
+// nil *Staged (nothing staged).
+func (st *Staged) Abort() {
+	if st == nil {
+		return
+	}
+	for name, t := range st.temps {
+		os.Remove(t)
+		delete(st.temps, name)
+	}
+	if st.created {
+		os.Remove(st.dir) // only succeeds when empty
+		st.created = false
+	}
 }
 
 // syncDir makes renames durable; failures are ignored because not every
@@ -181,4 +240,50 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// CleanStale removes the temporary files a killed writer left in dir: files
+// named with our prefix whose writer pid no longer exists, or that are older
+// than opts.StaleTempAge (a reused pid, or a name without a pid). Files of a
+// live writer in progress are kept. Errors are ignored: cleaning is a
+// courtesy, never a reason for a write to fail.
+func CleanStale(dir string, opts Options) {
+	age := opts.StaleTempAge
+	if age <= 0 {
+		age = DefaultStaleTempAge
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, tempPrefix) || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if time.Since(info.ModTime()) > age || writerGone(name) {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+}
+
+// writerGone reports whether the pid in a temporary file's name
+// (.budgetgen-tmp-<pid>-<random>) names no running process.
+func writerGone(name string) bool {
+	pidText, _, ok := strings.Cut(strings.TrimPrefix(name, tempPrefix), "-")
+	if !ok {
+		return false
+	}
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

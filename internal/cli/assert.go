@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 	"github.com/budgetgen/budgetgen/pkg/assert/crd"
 	"github.com/budgetgen/budgetgen/pkg/assert/output"
@@ -93,7 +94,7 @@ skipped, and budgets covering every route of their Gateway. Rules: ` + strings.J
 
 Exit status: 0 clean, 1 when a finding is at or above --fail-on or the input
 holds no budget policy (unless --allow-empty), 2 when the input or the
-command line cannot be used.`,
+command line cannot be used, 130 when stopped by a signal.`,
 		Example: `  # The gate in CI, annotating the pull request
   budgetgen assert --spec budgets/budgets.yaml -o github deploy/
 
@@ -131,14 +132,14 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	objs, err := manifest.ReadPaths(ctx, o.Paths, e.stdin, manifest.Options{MaxFileBytes: o.MaxFileSize,
 		// A GitOps tree holds CI configs and Helm values next to manifests.
 		SkipForeign: func(file string) {
-			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", file)
+			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", safetext.Inline(file))
 		}})
 	if err != nil {
 		return inputError(fmt.Errorf("read input: %w", err))
 	}
 	opts := assert.Options{Skip: o.Skip, AllowEnforce: o.AllowEnforce, EnvoyGatewayVersion: o.EnvoyGatewayVersion}
 	if o.Spec != "" {
-		bs, err := spec.LoadFile(o.Spec, e.stdin)
+		bs, err := loadSpecFile(ctx, o.Spec, e.stdin)
 		if err != nil {
 			return inputError(fmt.Errorf("load spec: %w", err))
 		}

@@ -15,7 +15,7 @@ later promote starts again. The spec file is edited in place.`,
 		Example: `  budgetgen demote per-run --spec budgets.yaml`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRollout(e, o, args[0], false)
+			return runRollout(cmd.Context(), e, o, args[0], false)
 		},
 	}
 	f := cmd.Flags()

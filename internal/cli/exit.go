@@ -14,6 +14,9 @@ const (
 	ExitFailure = 1
 	// ExitUsage means the command line itself is wrong, or input could not be read.
 	ExitUsage = 2
+	// ExitInterrupted means a signal (SIGTERM, SIGINT) stopped the command
+	// before it wrote anything (128 + SIGINT, as shells report it).
+	ExitInterrupted = 130
 )
 
 // ExitError carries an exit code from deep in a command to the one place that

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/templates"
 )
 
@@ -78,6 +79,6 @@ func runInit(e *env, o initOptions) error {
 	if err != nil {
 		return failure(fmt.Errorf("init: %w", err))
 	}
-	fmt.Fprintf(e.stderr, "wrote %s (template %s); render it with: budgetgen render %s\n", o.output, o.template, o.output)
+	fmt.Fprintf(e.stderr, "wrote %s (template %s); render it with: budgetgen render %s\n", safetext.Inline(o.output), safetext.Inline(o.template), safetext.Inline(o.output))
 	return nil
 }

@@ -1,15 +1,18 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/promote"
 	"github.com/budgetgen/budgetgen/internal/report"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -52,7 +55,7 @@ and show a share of principal-days over the cap under --max-limited-share.
   budgetgen promote per-run --spec budgets.yaml --force --reason "incident 42: runaway agent"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRollout(e, o, args[0], true)
+			return runRollout(cmd.Context(), e, o, args[0], true)
 		},
 	}
 	f := cmd.Flags()
@@ -67,7 +70,7 @@ and show a share of principal-days over the cap under --max-limited-share.
 }
 
 // runRollout is promote (up) or demote (!up): read, edit, validate, write atomically.
-func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
+func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, up bool) error {
 	if o.specFile == "" {
 		return usageError("--spec FILE is required")
 	}
@@ -81,7 +84,14 @@ func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
 	if err != nil {
 		return err
 	}
-	src, err := os.ReadFile(o.specFile)
+	// Concurrent promotions of one spec (two CI jobs) are serialised, and
+	// the spec is read under the lock, so neither edit is lost.
+	unlock, err := atomicfile.Lock(ctx, o.specFile)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	defer unlock()
+	src, err := ctxio.ReadFile(ctx, o.specFile)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
 	}
@@ -94,7 +104,7 @@ func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
 		Validate: func(file string, b []byte) error { _, err := spec.Load(b, file); return err },
 	}
 	if up && o.evidence != "" {
-		ev, err := readEvidence(o.evidence)
+		ev, err := readEvidence(ctx, o.evidence)
 		if err != nil {
 			return &ExitError{Code: ExitUsage, Err: err}
 		}
@@ -116,18 +126,18 @@ func runRollout(e *env, o *promoteOptions, budget string, up bool) error {
 	}
 	switch {
 	case !up:
-		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", o.specFile, budget, res.Date)
+		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date)
 	case res.Forced && len(res.Overridden) > 0:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", o.specFile, budget, res.Date, res.Reason, res.Overridden)
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", o.specFile, budget, res.Date, res.FullDays)
+		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
 	}
 	fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
 	return nil
 }
 
-func readEvidence(path string) (*report.Report, error) {
-	b, err := os.ReadFile(path)
+func readEvidence(ctx context.Context, path string) (*report.Report, error) {
+	b, err := ctxio.ReadFile(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("read evidence: %w", err)
 	}

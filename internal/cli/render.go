@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
@@ -49,7 +53,8 @@ identity headers. Output is a YAML stream on stdout, or with -o one file per
 object and a kustomization.yaml, written atomically: on any error nothing is written.
 
 Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
-(file:line: field: message on stderr); 2 bad command line or unreadable spec.`,
+(file:line: field: message on stderr); 2 bad command line or unreadable spec;
+130 stopped by a signal (nothing written).`,
 		Example: `  # Print the policies for the example spec
   budgetgen render examples/budgets.yaml
 
@@ -68,7 +73,7 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 				return err
 			}
 			o.rlsDir = rlsDir
-			return runRender(e, o)
+			return runRender(cmd.Context(), e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
@@ -77,8 +82,8 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 	return cmd
 }
 
-func runRender(e *env, o renderOptions) error {
-	bs, err := spec.LoadFile(o.specPath, e.stdin)
+func runRender(ctx context.Context, e *env, o renderOptions) error {
+	bs, err := loadSpecFile(ctx, o.specPath, e.stdin)
 	if err != nil {
 		var list spec.ErrorList
 		if errors.As(err, &list) {
@@ -96,25 +101,68 @@ func runRender(e *env, o renderOptions) error {
 		return failure(err)
 	}
 	noteCostEntries(e, res)
+	// Both outputs are staged (every byte in temporary files next to its
+	// target) before either is put in place: a failed write of one leaves
+	// neither written.
+	rls, err := stageRateLimitConfig(o.rlsDir, rlsFiles)
+	if err != nil {
+		return err
+	}
 	if o.outDir == "" {
 		if _, err := e.stdout.Write(res.YAML()); err != nil {
+			rls.Abort()
 			return failure(fmt.Errorf("write stdout: %w", err))
 		}
-		return writeRateLimitConfig(o.rlsDir, rlsFiles)
+		return commitRateLimitConfig(rls)
 	}
 	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
+		rls.Abort()
 		return usageError("render: -o %s: not a directory", o.outDir)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		rls.Abort()
 		return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
 	}
-	err = atomicfile.WriteDir(o.outDir, res.Files(), atomicfile.Options{
+	out, err := atomicfile.StageDir(o.outDir, res.Files(), atomicfile.Options{
 		// Remove files of objects no longer rendered, never files budgetgen did not write.
 		RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
 	})
 	if err != nil {
+		rls.Abort()
 		return failure(err)
 	}
-	return writeRateLimitConfig(o.rlsDir, rlsFiles)
+	if err := out.Commit(); err != nil {
+		rls.Abort()
+		return failure(err)
+	}
+	return commitRateLimitConfig(rls)
+}
+
+// loadSpecFile is spec.LoadFile with reads that end when ctx does (a FIFO
+// or a pipe that never sends EOF must not make SIGTERM wait).
+func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.BudgetSet, error) {
+	name, data, err := path, []byte(nil), error(nil)
+	if path == "-" {
+		name = "<stdin>"
+		data, err = ctxio.ReadAll(ctx, stdin)
+	} else {
+		data, err = ctxio.ReadFile(ctx, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read spec %s: %w", name, err)
+	}
+	bs, err := spec.Load(data, name)
+	if err != nil {
+		return nil, err
+	}
+	// As spec.LoadFile: basePolicy files are relative to the spec.
+	dir := "."
+	if path != "-" {
+		dir = filepath.Dir(path)
+	}
+	if err := bs.ReadBasePolicies(dir); err != nil {
+		return nil, err
+	}
+	return bs, nil
 }
 
 // noteCostEntries tells on stderr which Envoy AI Gateway cost entries the

@@ -41,19 +41,27 @@ func rateLimitConfigFiles(res *render.Result, dir string) (map[string][]byte, er
 	return files, nil
 }
 
-// writeRateLimitConfig writes files into dir all or nothing, removing files
-// budgetgen wrote earlier for domains no longer rendered.
-func writeRateLimitConfig(dir string, files map[string][]byte) error {
+// stageRateLimitConfig stages files for dir (internal/atomicfile), removing
+// on commit files budgetgen wrote earlier for domains no longer rendered. A
+// nil *Staged (dir empty) commits and aborts as a no-op.
+func stageRateLimitConfig(dir string, files map[string][]byte) (*atomicfile.Staged, error) {
 	if dir == "" {
-		return nil
+		return nil, nil
 	}
 	if info, err := os.Stat(dir); err == nil && !info.IsDir() {
-		return usageError("render: --ratelimit-config %s: not a directory", dir)
+		return nil, usageError("render: --ratelimit-config %s: not a directory", dir)
 	}
-	err := atomicfile.WriteDir(dir, files, atomicfile.Options{
+	st, err := atomicfile.StageDir(dir, files, atomicfile.Options{
 		RemoveStale: func(_ string, content []byte) bool { return rlsconfig.IsGenerated(content) },
 	})
 	if err != nil {
+		return nil, failure(err)
+	}
+	return st, nil
+}
+
+func commitRateLimitConfig(st *atomicfile.Staged) error {
+	if err := st.Commit(); err != nil {
 		return failure(err)
 	}
 	return nil

@@ -14,8 +14,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -128,7 +130,7 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	var m report.Mapping
 	if o.specFile != "" {
-		b, err := os.ReadFile(o.specFile)
+		b, err := ctxio.ReadFile(ctx, o.specFile)
 		if err != nil {
 			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
 		}
@@ -169,11 +171,11 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		return failure(err)
 	}
 	if len(data) == 0 {
-		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, where)
+		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, safetext.Inline(where))
 	}
 	if o.format != report.FormatText {
 		for _, w := range r.Warnings {
-			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", w)
+			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", safetext.Inline(w))
 		}
 	}
 	w, _ := report.WriterFor(o.format)

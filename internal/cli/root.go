@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/budgetgen/budgetgen/internal/ctxio"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // env is what every subcommand may use instead of process globals, so tests can
@@ -22,6 +25,11 @@ type env struct {
 
 // Run executes budgetgen with args and returns the process exit status.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Every read of stdin gives up when ctx ends (SIGTERM, SIGINT in main):
+	// a CI runner's stop must not wait for an EOF that never comes.
+	if stdin != nil {
+		stdin = &ctxio.Reader{Ctx: ctx, R: stdin}
+	}
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := newRootCmd(e)
 	root.SetArgs(args)
@@ -31,6 +39,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		// Stopped by a signal while waiting for input or a lock: nothing
+		// was written (every write is staged and renamed).
+		fmt.Fprintf(stderr, "budgetgen: stopped: %s\n", safetext.Lines(err.Error()))
+		return ExitInterrupted
 	}
 	var ee *ExitError
 	if !errors.As(err, &ee) {
@@ -43,7 +57,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 	if !ee.Silent && ee.Err != nil {
-		fmt.Fprintf(stderr, "budgetgen: %v\n", ee.Err)
+		// File names and values in errors come from input: escaped, so no
+		// line of stderr can pass for a CI workflow command.
+		fmt.Fprintf(stderr, "budgetgen: %s\n", safetext.Lines(ee.Err.Error()))
 	}
 	return ee.Code
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // Defaults for Options fields left at zero.
@@ -133,13 +135,14 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	file := safetext.Inline(e.File) // the message stays one line whatever the file name holds
 	switch {
 	case e.Line > 0 && e.Column > 0:
-		return fmt.Sprintf("%s:%d:%d: %v", e.File, e.Line, e.Column, e.Err)
+		return fmt.Sprintf("%s:%d:%d: %v", file, e.Line, e.Column, e.Err)
 	case e.Line > 0:
-		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+		return fmt.Sprintf("%s:%d: %v", file, e.Line, e.Err)
 	default:
-		return fmt.Sprintf("%s: %v", e.File, e.Err)
+		return fmt.Sprintf("%s: %v", file, e.Err)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 )
 
 // Stdin is the path that means "read standard input".
@@ -113,7 +115,7 @@ func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Option
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		got, n, err := readOne(f.path, stdin, opts, left, f.walked)
+		got, n, err := readOne(ctx, f.path, stdin, opts, left, f.walked)
 		if err != nil {
 			return nil, err
 		}
@@ -124,8 +126,9 @@ func ReadPaths(ctx context.Context, paths []string, stdin io.Reader, opts Option
 }
 
 // readOne reads one input of at most min(MaxFileBytes, left) bytes and
-// returns its objects and size.
-func readOne(path string, stdin io.Reader, opts Options, left int64, walked bool) ([]*Object, int64, error) {
+// returns its objects and size. Opening and reading give up when ctx ends
+// (a FIFO without a writer, a stdin that never ends).
+func readOne(ctx context.Context, path string, stdin io.Reader, opts Options, left int64, walked bool) ([]*Object, int64, error) {
 	limit := min(opts.MaxFileBytes, left)
 	tooLarge := func(name string, size int64) error {
 		if left < opts.MaxFileBytes && size > left {
@@ -143,8 +146,11 @@ func readOne(path string, stdin io.Reader, opts Options, left int64, walked bool
 		}
 		r, name = stdin, "<stdin>"
 	} else {
-		f, err := os.Open(path)
+		f, err := ctxio.Open(ctx, path)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, err
+			}
 			return nil, 0, &Error{File: path, Err: pathErr(err)}
 		}
 		defer f.Close()
@@ -160,7 +166,10 @@ func readOne(path string, stdin io.Reader, opts Options, left int64, walked bool
 		}
 		r = f
 	}
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	data, err := ctxio.ReadAll(ctx, io.LimitReader(r, limit+1))
+	if err != nil && ctx.Err() != nil {
+		return nil, 0, err
+	}
 	if err != nil {
 		return nil, 0, &Error{File: name, Err: fmt.Errorf("read: %w", err)}
 	}

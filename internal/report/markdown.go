@@ -3,6 +3,8 @@ package report
 import (
 	"io"
 	"strings"
+
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // WriteMarkdown writes the report for a pull request or an issue: a summary
@@ -41,5 +43,5 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 // md escapes the characters that would break a table cell or add markup.
 func md(s string) string {
 	r := strings.NewReplacer("|", `\|`, "\n", " ", "*", `\*`, "_", `\_`, "`", "\\`", "<", "&lt;", ">", "&gt;", "[", `\[`, "]", `\]`)
-	return r.Replace(s)
+	return safetext.Inline(r.Replace(strings.ReplaceAll(s, "\r", " ")))
 }

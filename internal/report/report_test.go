@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -300,5 +301,39 @@ func TestHTMLEscapesNames(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "<script>") {
 		t.Fatal("budget name not escaped")
+	}
+}
+
+// TestTextAndMarkdownEscapeNames: a budget name from the ledger cannot put a
+// workflow command, a terminal escape or a table break into the text and
+// Markdown reports.
+func TestTextAndMarkdownEscapeNames(t *testing.T) {
+	evil := "run\n::error file=x::forged\r\x1b[31m|cell"
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: evil, Kind: KindTokens, Cap: 10}}}
+	r, err := Build([]ledger.DayData{{Rule: ruleRun, Day: ledger.DayOf(now) - 1, Usage: map[string]uint64{"a": 5}}}, m, Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, write := range map[string]func(io.Writer, *Report) error{"text": WriteText, "markdown": WriteMarkdown} {
+		var buf bytes.Buffer
+		if err := write(&buf, r); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(strings.TrimLeft(l, " \t"), "::") {
+				t.Errorf("%s: forged workflow command %q", name, l)
+			}
+		}
+		if strings.ContainsAny(out, "\r\x1b") {
+			t.Errorf("%s: control characters left:\n%q", name, out)
+		}
+		want := `run\n::error file=x::forged\r\x1b[31m|cell`
+		if name == "markdown" {
+			want = `run ::error file=x::forged \x1b\[31m\|cell`
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: escaped name %q not in\n%s", name, want, out)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // WriteText writes a terminal-friendly report: one block per budget with a
@@ -13,9 +15,9 @@ func WriteText(w io.Writer, r *Report) error {
 	ew.printf("budgetgen report %s..%s (%d days, generated %s)\n", r.From, r.To, r.Days, r.GeneratedAt.Format("2006-01-02T15:04:05Z"))
 	for i := range r.Budgets {
 		b := &r.Budgets[i]
-		ew.printf("\nbudget %s", b.Name)
+		ew.printf("\nbudget %s", safetext.Inline(b.Name)) // names come from the ledger: escaped
 		if b.Mode != "" {
-			ew.printf(" (%s)", b.Mode)
+			ew.printf(" (%s)", safetext.Inline(b.Mode))
 		}
 		ew.printf(": cap %s/day, %d of %d days covered\n", b.capOf(), b.DaysCovered, r.Days)
 		s := b.Summary
@@ -37,7 +39,7 @@ func WriteText(w io.Writer, r *Report) error {
 		ew.printf("\nno budgets and no measurements in this window\n")
 	}
 	for _, warn := range r.Warnings {
-		ew.printf("\nwarning: %s", warn)
+		ew.printf("\nwarning: %s", safetext.Inline(warn))
 	}
 	if len(r.Warnings) > 0 {
 		ew.printf("\n")

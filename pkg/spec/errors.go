@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
 // FieldError is one problem in a spec, positioned at its source line.
@@ -17,7 +19,7 @@ type FieldError struct {
 
 func (e *FieldError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.File)
+	b.WriteString(safetext.Inline(e.File)) // one problem per line, whatever the file name holds
 	if e.Line > 0 {
 		fmt.Fprintf(&b, ":%d", e.Line)
 	}

@@ -63,6 +63,16 @@ type Options struct {
 	MetricsPath string // default DefaultMetricsPath
 	// TLS, when non-nil, serves gRPC over TLS with this config (nil = plaintext).
 	TLS *tls.Config
+	// DisableJSON leaves /json off the HTTP port (only /healthcheck
+	// answers); the reference always serves it. The service turns it off
+	// when the gRPC port requires client certificates (HTTP_JSON).
+	DisableJSON bool
+	// HTTPTLS, when non-nil, serves the HTTP port over TLS with this config:
+	// /json then answers only requests whose client certificate was verified
+	// (403 otherwise), while /healthcheck answers everyone, including probes
+	// that present no certificate. Use a config that verifies a certificate
+	// if one is given (OptionalClientCert).
+	HTTPTLS *tls.Config
 	// Gatherer for /metrics; default prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// MaxConnectionAge and MaxConnectionAgeGrace are the reference's
@@ -172,7 +182,12 @@ func New(d Decider, o Options) (*Server, error) {
 	if s.httpL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/healthcheck", s.health)
-		mux.HandleFunc("/json", s.serveJSON)
+		if !o.DisableJSON {
+			mux.HandleFunc("/json", s.serveJSON)
+		}
+		if o.HTTPTLS != nil {
+			s.httpL = tls.NewListener(s.httpL, o.HTTPTLS)
+		}
 		s.httpS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdle}
 	}
 	if s.debugL != nil {
@@ -269,6 +284,11 @@ func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
 // proto-JSON response out; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN, 400 for a
 // bad body or a request the service rejects.
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	if s.o.HTTPTLS != nil && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		// The same proof of identity the gRPC port demands.
+		httpStatus(w, http.StatusForbidden)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, DefaultMaxJSONBody))
 	if err != nil {
 		s.log.Warn("json: read body", "err", err)
@@ -346,4 +366,29 @@ func (s *Server) debugMux(metricsH http.Handler) *http.ServeMux {
 		_, _ = io.WriteString(w, b.String())
 	})
 	return mux
+}
+
+// OptionalClientCert returns base for the HTTP port: a client certificate,
+// when given, must verify against the same CAs as on the gRPC port, but a
+// client without one (the kubelet's HTTPS probe) may connect, so that
+// /healthcheck answers it while /json refuses it (Options.HTTPTLS).
+func OptionalClientCert(base *tls.Config) *tls.Config {
+	c := base.Clone()
+	relax := func(cc *tls.Config) *tls.Config {
+		if cc.ClientAuth == tls.RequireAndVerifyClientCert {
+			cc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		return cc
+	}
+	relax(c)
+	if get := base.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(h)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			return relax(cc.Clone()), nil
+		}
+	}
+	return c
 }

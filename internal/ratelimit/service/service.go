@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -130,7 +131,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if s.UsePrometheus {
 		metricsAddr = s.PrometheusAddr
 	}
+	disableJSON, httpTLS := jsonExposure(s, serverTLS)
+	if !isLoopbackHost(s.DebugHost) {
+		startup.Warn("debug port exposed beyond loopback: pprof, /rlconfig and /ledger/ answer anyone who reaches it", "debug_host", s.DebugHost)
+	}
 	srv, err := server.New(eng, server.Options{
+		DisableJSON: disableJSON, HTTPTLS: httpTLS,
 		GRPCAddr: s.GRPCAddr(), HTTPAddr: s.HTTPAddr(), DebugAddr: s.DebugAddr(),
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
@@ -190,7 +196,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		go func() { _ = files.Run(sctx, applier); close(watchDone) }()
 	}
 	g, h, d, mt := srv.Addrs()
-	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil)
+	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil, "json", jsonState(disableJSON, httpTLS))
 	if ready != nil {
 		ready(srv)
 	}
@@ -199,6 +205,45 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	<-watchDone
 	log.Warn("stopped", "err", err)
 	return err
+}
+
+// jsonExposure decides how the HTTP port serves /json (HTTP_JSON): never as
+// a way around the gRPC port's client certificates. With auto, /json is off
+// when gRPC requires them; with true, the HTTP port then serves TLS and /json
+// demands a verified client certificate, while /healthcheck stays open for
+// probes that present none.
+func jsonExposure(s settings.Settings, grpcTLS *tls.Config) (disable bool, httpTLS *tls.Config) {
+	mtls := grpcTLS != nil && s.GRPCClientTLSCACert != ""
+	switch strings.ToLower(s.HTTPJSON) {
+	case settings.HTTPJSONFalse:
+		return true, nil
+	case settings.HTTPJSONTrue:
+		if mtls {
+			return false, server.OptionalClientCert(grpcTLS)
+		}
+		return false, nil
+	default: // auto
+		return mtls, nil
+	}
+}
+
+func jsonState(disabled bool, httpTLS *tls.Config) string {
+	switch {
+	case disabled:
+		return "off"
+	case httpTLS != nil:
+		return "tls+client-cert"
+	}
+	return "on"
+}
+
+// isLoopbackHost reports whether host (DEBUG_HOST) binds loopback only.
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func addrString(a interface{ String() string }) string {

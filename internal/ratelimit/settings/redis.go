@@ -3,7 +3,6 @@ package settings
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 )
 
@@ -35,14 +34,6 @@ func ParseRedis(url, typ string) (RedisTarget, error) {
 	for i := range entries {
 		entries[i] = strings.TrimSpace(entries[i])
 	}
-	for i, a := range entries {
-		if strings.Contains(a, "@") {
-			// Credentials never ride in REDIS_URL: the addresses are logged
-			// at start and appear in connection errors, and this message
-			// must not echo them either.
-			errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
-		}
-	}
 	t := RedisTarget{Type: strings.ToLower(typ)}
 	hosts := entries
 	switch t.Type {
@@ -59,12 +50,19 @@ func ParseRedis(url, typ string) (RedisTarget, error) {
 		errs = append(errs, fmt.Errorf("REDIS_TYPE: %q is not single, cluster or sentinel", typ))
 		return t, errors.Join(errs...)
 	}
-	for _, a := range entries {
-		if t.Type == RedisSentinel || strings.Contains(a, "@") {
-			continue // sentinel entries are names and addresses; credentials are reported above, without the value
+	// Credentials never ride in REDIS_URL: the addresses are logged at start
+	// and appear in connection errors, and these messages must not echo them
+	// either (a password may sit in any part of a malformed entry, so no
+	// message quotes an entry).
+	for i, a := range entries {
+		if i == 0 && t.Type == RedisSentinel {
+			if strings.ContainsAny(a, "@?/#") {
+				errs = append(errs, errors.New("REDIS_URL: entry 1 (the master set name) holds credentials, a query or a scheme; set the password with REDIS_AUTH or REDIS_AUTH_FILE"))
+			}
+			continue
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
+		if err := checkRedisAddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("REDIS_URL: entry %d %v; give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1, err))
 		}
 	}
 	t.Addresses = hosts

@@ -17,8 +17,10 @@ func TestParseRedis(t *testing.T) {
 		{"a:1,b:2", "single", "{single  [a:1]}"}, // the reference uses the first
 		{"mymaster", "sentinel", "error: sentinel wants"},
 		{"a:1", "ring", "error: REDIS_TYPE"},
-		{"nohost", "single", `error: REDIS_URL: "nohost" is not host:port`},
-		{"user:pw@h:1", "single", "error: entry 1 holds credentials"},
+		{"nohost", "single", "error: REDIS_URL: entry 1 is not host:port"},
+		{"user:pw@h:1", "single", "error: entry 1 holds more than host:port (credentials"},
+		{"h:1?password=pw", "single", "error: entry 1 holds more than host:port"},
+		{"h:port", "single", "error: entry 1 has no valid port"},
 	} {
 		got, err := ParseRedis(tc.url, tc.typ)
 		s := fmt.Sprint(got)

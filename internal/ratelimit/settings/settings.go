@@ -27,13 +27,21 @@ import (
 // Settings is the whole service configuration. Defaults are the reference's.
 type Settings struct {
 	// Listeners: HOST/PORT (0.0.0.0:8080, /healthcheck and /json),
-	// GRPC_HOST/GRPC_PORT (0.0.0.0:8081), DEBUG_HOST/DEBUG_PORT (0.0.0.0:6070).
+	// GRPC_HOST/GRPC_PORT (0.0.0.0:8081), DEBUG_HOST/DEBUG_PORT
+	// (127.0.0.1:6070; the reference binds 0.0.0.0, but pprof and /ledger/
+	// must not be reachable by default: set DEBUG_HOST=0.0.0.0 to expose it).
 	Host      string
 	Port      int
 	GRPCHost  string
 	GRPCPort  int
 	DebugHost string
 	DebugPort int
+	// HTTPJSON (HTTP_JSON, ours: auto|true|false; default auto) serves
+	// /json on the HTTP port. auto: only when the gRPC port does not require
+	// client certificates, so /json is never a way around mTLS. true with
+	// mTLS: the HTTP port serves TLS and /json answers only verified client
+	// certificates (/healthcheck stays open). docs/security.md.
+	HTTPJSON string
 	// GRPCMaxConnectionAge(Grace): GRPC_MAX_CONNECTION_AGE (24h), _GRACE (1h).
 	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
@@ -201,7 +209,7 @@ type Settings struct {
 // Defaults returns the reference's defaults plus ours.
 func Defaults() Settings {
 	return Settings{
-		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "0.0.0.0", DebugPort: 6070,
+		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "127.0.0.1", DebugPort: 6070, HTTPJSON: HTTPJSONAuto,
 		GRPCMaxConnectionAge: 24 * time.Hour, GRPCMaxConnectionAgeGrace: time.Hour,
 		PrometheusAddr: ":9090", PrometheusPath: "/metrics",
 		LogLevel: "WARN", LogFormat: "text",
@@ -216,6 +224,13 @@ func Defaults() Settings {
 		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
 	}
 }
+
+// HTTP_JSON values.
+const (
+	HTTPJSONAuto  = "auto"
+	HTTPJSONTrue  = "true"
+	HTTPJSONFalse = "false"
+)
 
 // GRPCAddr, HTTPAddr and DebugAddr join host and port.
 func (s Settings) GRPCAddr() string  { return net.JoinHostPort(s.GRPCHost, strconv.Itoa(s.GRPCPort)) }
@@ -457,6 +472,11 @@ func (s Settings) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: unknown level %q", s.LogLevel))
 	}
+	switch strings.ToLower(s.HTTPJSON) {
+	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:
+	default:
+		errs = append(errs, fmt.Errorf("HTTP_JSON: %q is not auto, true or false", s.HTTPJSON))
+	}
 	switch strings.ToLower(s.LogFormat) {
 	case "text", "json":
 	default:
@@ -476,4 +496,21 @@ func (s Settings) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRedisAddr accepts host:port with a numeric port and nothing else: no
+// user:password@, no ?password= query, no scheme. Its errors never include
+// the address.
+func checkRedisAddr(a string) error {
+	if strings.ContainsAny(a, "@?/#") {
+		return errors.New("holds more than host:port (credentials, a query or a scheme)")
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("has no valid port")
+	}
+	return nil
 }

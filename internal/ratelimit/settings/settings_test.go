@@ -19,8 +19,10 @@ func TestDefaultsMatchReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.GRPCAddr() != "0.0.0.0:8081" || s.HTTPAddr() != "0.0.0.0:8080" || s.DebugAddr() != "0.0.0.0:6070" {
-		t.Fatalf("addresses %s %s %s", s.GRPCAddr(), s.HTTPAddr(), s.DebugAddr())
+	// The debug port (pprof, /ledger/) is loopback unless exposed on
+	// purpose; the reference binds it to 0.0.0.0.
+	if s.GRPCAddr() != "0.0.0.0:8081" || s.HTTPAddr() != "0.0.0.0:8080" || s.DebugAddr() != "127.0.0.1:6070" || s.HTTPJSON != HTTPJSONAuto {
+		t.Fatalf("addresses %s %s %s, HTTP_JSON %q", s.GRPCAddr(), s.HTTPAddr(), s.DebugAddr(), s.HTTPJSON)
 	}
 	if s.PrometheusAddr != ":9090" || s.UsePrometheus || s.LogLevel != "WARN" || s.NearLimitRatio != 0.8 {
 		t.Fatalf("defaults: %+v", s)
@@ -134,11 +136,68 @@ func TestRedisURLCredentialsRefusedUnechoed(t *testing.T) {
 			env["REDIS_URL"] = "mymaster,user:s3cretPW@sentinel-0:26379"
 		}
 		_, err := Load(nil, envOf(env), io.Discard)
-		if err == nil || !strings.Contains(err.Error(), "holds credentials") {
+		if err == nil || !strings.Contains(err.Error(), "holds more than host:port") {
 			t.Fatalf("%s: err = %v, want a credentials error", typ, err)
 		}
 		if strings.Contains(err.Error(), "s3cretPW") {
 			t.Fatalf("%s: the error echoes the password: %v", typ, err)
 		}
 	}
+	// A password as a query, in the master name, or a malformed port: refused,
+	// never echoed.
+	for _, c := range []struct{ typ, url string }{
+		{"single", "valkey:6379?password=s3cretPW"},
+		{"cluster", "a:6379,b:6379/?password=s3cretPW"},
+		{"single", "valkey:s3cretPW"},
+		{"single", "s3cretPW"},
+		{"sentinel", "mymaster?password=s3cretPW,sentinel-0:26379"},
+		{"sentinel", "mymaster,sentinel-0:26379#s3cretPW"},
+	} {
+		_, err := Load(nil, envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": c.typ, "REDIS_URL": c.url}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "REDIS_URL: entry") {
+			t.Errorf("%s %s: err = %v, want REDIS_URL refused", c.typ, c.url, err)
+		} else if strings.Contains(err.Error(), "s3cretPW") {
+			t.Errorf("%s: the error echoes the password: %v", c.typ, err)
+		}
+	}
+}
+
+func TestExposureSettings(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{"DEBUG_HOST": "0.0.0.0", "HTTP_JSON": "true"}), io.Discard)
+	if err != nil || s.DebugAddr() != "0.0.0.0:6070" || s.HTTPJSON != HTTPJSONTrue {
+		t.Fatalf("explicit exposure: %v %s %q", err, s.DebugAddr(), s.HTTPJSON)
+	}
+	if _, err := Load(nil, envOf(map[string]string{"HTTP_JSON": "yes please"}), io.Discard); err == nil || !strings.Contains(err.Error(), "HTTP_JSON") {
+		t.Fatalf("bad HTTP_JSON: %v", err)
+	}
+}
+
+// FuzzRedisURLNeverEchoed: whatever REDIS_URL holds, a settings error never
+// quotes it, and an accepted entry is a bare host:port.
+func FuzzRedisURLNeverEchoed(f *testing.F) {
+	for _, s := range []string{"valkey:6379", "a:1?password=Secret123", "u:Secret123@h:1", "redis://h:6379", "h:Secret123", "mymaster,s:26379#Secret123"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, url string, sentinel bool) {
+		typ := "single"
+		if sentinel {
+			typ = "sentinel"
+		}
+		marker := "Secret123"
+		if !strings.Contains(url, marker) || strings.TrimSpace(url) == "" {
+			return
+		}
+		_, err := Load(nil, envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": typ, "REDIS_URL": url}), io.Discard)
+		if err != nil && strings.Contains(err.Error(), marker) {
+			t.Fatalf("error echoes REDIS_URL: %v", err)
+		}
+		if err == nil {
+			for i, a := range strings.Split(url, ",") {
+				if (i > 0 || !sentinel) && strings.ContainsAny(a, "@?/#") {
+					t.Fatalf("accepted entry %q", a)
+				}
+			}
+		}
+	})
 }

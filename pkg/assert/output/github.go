@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 )
 
@@ -42,13 +43,16 @@ func (g *githubWriter) Write(f assert.Finding) error {
 
 func (g *githubWriter) Flush() error { return nil }
 
-// escapeData and escapeProperty follow the Actions toolkit's command escaping.
+// escapeData and escapeProperty follow the Actions toolkit's command
+// escaping, which keeps a value on the command's one line. Other control
+// characters (a carriage return, terminal escapes) are first written as Go
+// escapes (internal/safetext), since the runner would print them raw.
 func escapeData(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(safetext.Multiline(s))
 }
 
 func escapeProperty(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(safetext.Multiline(s))
 }
 
 func ruleName(m Meta, id string) string {

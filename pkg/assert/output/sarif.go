@@ -3,6 +3,8 @@ package output
 import (
 	"encoding/json"
 	"io"
+	"net/url"
+	"path/filepath"
 
 	"github.com/budgetgen/budgetgen/pkg/assert"
 )
@@ -107,7 +109,7 @@ func (s *sarifWriter) Flush() error {
 		}
 		res := sarifResult{RuleID: f.Rule, RuleIndex: index[f.Rule], Level: level(f.Severity), Message: sarifMessage{msg}}
 		var loc sarifLocation
-		loc.PhysicalLocation.ArtifactLocation.URI = f.File
+		loc.PhysicalLocation.ArtifactLocation.URI = artifactURI(f.File)
 		if f.Line > 0 {
 			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Line, StartColumn: f.Column}
 		}
@@ -120,4 +122,11 @@ func (s *sarifWriter) Flush() error {
 	enc := json.NewEncoder(s.w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(sarifLog{Schema: "https://json.schemastore.org/sarif-2.1.0.json", Version: "2.1.0", Runs: []sarifRun{run}})
+}
+
+// artifactURI writes a file path as the relative URI reference SARIF wants:
+// characters a URI path cannot hold (spaces, '%', control characters, a
+// newline in a hostile file name) are percent-encoded, '/' separates.
+func artifactURI(path string) string {
+	return (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath()
 }

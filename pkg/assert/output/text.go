@@ -5,11 +5,14 @@ import (
 	"io"
 	"strings"
 
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 )
 
 // textWriter writes "file:line:col: ID severity: message (object)" per finding,
-// detail indented below, and a one-line summary.
+// detail indented below, and a one-line summary. Values from input are
+// escaped (internal/safetext): no control character reaches the terminal and
+// no line can be read as a CI workflow command.
 type textWriter struct {
 	w             io.Writer
 	meta          Meta
@@ -22,7 +25,7 @@ func (t *textWriter) Write(f assert.Finding) error {
 	} else {
 		t.warns++
 	}
-	pos := f.File
+	pos := safetext.Inline(f.File)
 	if f.Line > 0 {
 		pos = fmt.Sprintf("%s:%d", pos, f.Line)
 		if f.Column > 0 {
@@ -31,14 +34,15 @@ func (t *textWriter) Write(f assert.Finding) error {
 	}
 	obj := ""
 	if f.Object != "" {
-		obj = " (" + f.Object + ")"
+		obj = " (" + safetext.Inline(f.Object) + ")"
 	}
-	if _, err := fmt.Fprintf(t.w, "%s: %s %s: %s%s\n", pos, f.Rule, f.Severity, f.Message, obj); err != nil {
+	line := fmt.Sprintf("%s: %s %s: %s%s", pos, safetext.Inline(f.Rule), f.Severity, safetext.Inline(f.Message), obj)
+	if _, err := fmt.Fprintln(t.w, safetext.Line(line)); err != nil {
 		return err
 	}
 	if f.Detail != "" {
 		for _, line := range strings.Split(strings.TrimRight(f.Detail, "\n"), "\n") {
-			if _, err := fmt.Fprintf(t.w, "    %s\n", line); err != nil {
+			if _, err := fmt.Fprintln(t.w, safetext.Line("    "+line)); err != nil {
 				return err
 			}
 		}
