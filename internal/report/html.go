@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"strings"
 )
 
 // The HTML report is one self-contained file: inline CSS and one inline SVG
@@ -51,6 +52,13 @@ var funcs = template.FuncMap{
 	"cap":   capText,
 	"f":     func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	"w":     func() float64 { return chartW },
+	"win":   windowText,
+	"dtext": daysText,
+	"day":   dayText,
+	"w429":  would429Text,
+	"sugg":  suggestionText,
+	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"top":   topText,
 	"h":     func() float64 { return chartH },
 }
 
@@ -58,7 +66,7 @@ var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE ht
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>budgetgen report {{.From}}..{{.To}}</title>
+<title>budgetgen report {{win .Report}}</title>
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
@@ -71,18 +79,22 @@ svg.chart{background:#fafafa;border:1px solid #ddd}
 .axis{stroke:#888}
 text{font-size:11px;fill:#444}
 .warn{color:#a15c00}
+tr.partial td{font-style:italic;color:#666}
+.nodata{font-weight:bold}
 </style>
 </head>
 <body>
-<h1>Shadow measurements {{.From}}..{{.To}}</h1>
-<p>{{.Days}} days, generated {{.GeneratedAt.Format "2006-01-02T15:04:05Z"}}. Suggested caps keep at most {{pct .TargetLimitedShare}} of principal-days over the cap.</p>
-{{range .Warnings}}<p class="warn">warning: {{.}}</p>
+<h1>Shadow measurements {{win .Report}}</h1>
+<p>{{dtext .Report}}, generated {{.GeneratedAt.Format "2006-01-02T15:04:05Z"}}. Suggested caps keep at most {{pct .TargetLimitedShare}} of principal-days over the cap; a cap based on a peak adds a headroom of x{{printf "%.2f" .Headroom}}.</p>
+{{with .NoData}}<p class="nodata">{{.}}</p>
+{{end}}{{range .Warnings}}<p class="warn">warning: {{.}}</p>
 {{end}}{{range $it := .Items}}<section class="budget" id="budget-{{.Name}}">
 <h2>{{.Name}}{{if .Mode}} ({{.Mode}}){{end}}</h2>
-<p>Cap {{cap .Cap}} tokens/day; {{.DaysCovered}} of {{$.Days}} days covered; {{.Summary.Principals}} principals, {{.Summary.PrincipalDays}} principal-days.
+{{if .NoData}}<p class="nodata">Cap {{cap .Cap}} tokens/day: {{.NoData}}.</p>
+{{else}}<p>Cap {{cap .Cap}} tokens/day; {{.DaysCovered}} of {{$.Days}} days covered; {{.Summary.Principals}} principals, {{.Summary.PrincipalDays}} principal-days.
 Over the cap: {{.Summary.OverCap}} principal-days ({{pct .Summary.LimitedShare}}), {{group .Summary.TokensAboveCap}} tokens above it, {{.Summary.Would429}} would-be 429s, {{.Summary.Denied}} denied.
-Suggested cap: <strong>{{group .SuggestedCap}}</strong>.</p>
-{{with .Chart}}<svg class="chart" data-budget="{{$it.Name}}" xmlns="http://www.w3.org/2000/svg" width="{{f w}}" height="{{f h}}" viewBox="0 0 {{f w}} {{f h}}" role="img" aria-label="distribution of daily usage per principal against the cap">
+Suggested cap: <strong>{{group .SuggestedCap}}</strong> ({{.SuggestionBasis}}).</p>
+{{end}}{{with .Chart}}<svg class="chart" data-budget="{{$it.Name}}" xmlns="http://www.w3.org/2000/svg" width="{{f w}}" height="{{f h}}" viewBox="0 0 {{f w}} {{f h}}" role="img" aria-label="distribution of daily usage per principal against the cap">
 <title>Daily usage per principal-day against the cap</title>
 <line class="axis" x1="{{f .PlotLeft}}" y1="{{f .PlotBottom}}" x2="{{f .PlotRight}}" y2="{{f .PlotBottom}}"/>
 <line class="axis" x1="{{f .PlotLeft}}" y1="{{f .PlotTop}}" x2="{{f .PlotLeft}}" y2="{{f .PlotBottom}}"/>
@@ -95,12 +107,21 @@ Suggested cap: <strong>{{group .SuggestedCap}}</strong>.</p>
 {{end}}{{with .Suggested}}<line class="suggested" x1="{{f .X}}" y1="{{f $it.Chart.PlotTop}}" x2="{{f .X}}" y2="{{f $it.Chart.PlotBottom}}"><title>{{.Label}}</title></line>
 <text x="{{f .X}}" y="{{f $it.Chart.PlotTop}}" dx="4" dy="24">{{.Label}}</text>
 {{end}}</svg>
-{{else}}<p>No measurements in this window.</p>
-{{end}}<table>
+{{end}}{{if not .NoData}}<table class="days">
 <tr><th>day</th><th>principals</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th></tr>
-{{range .PerDay}}<tr><td>{{.Date}}</td><td>{{.Principals}}</td><td>{{group .P50}}</td><td>{{group .P95}}</td><td>{{group .P99}}</td><td>{{group .Max}}</td><td>{{.OverCap}}</td><td>{{group .TokensAboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td></tr>
+{{range .PerDay}}<tr{{if .Partial}} class="partial"{{end}}><td>{{day .}}</td><td>{{.Principals}}</td><td>{{group .P50}}</td><td>{{group .P95}}</td><td>{{group .P99}}</td><td>{{group .Max}}</td><td>{{.OverCap}}</td><td>{{group .TokensAboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td></tr>
 {{end}}</table>
-</section>
+{{end}}{{if .OverCapPrincipalsTotal}}<h3>Principals over the cap ({{top (len .OverCapPrincipals) .OverCapPrincipalsTotal}})</h3>
+<table class="over">
+<tr><th>principal</th><th>cap</th><th>days over</th><th>above cap</th><th>max day</th><th>would-be 429s</th></tr>
+{{range .OverCapPrincipals}}<tr><td>{{.Principal}}</td><td>{{group .Cap}}</td><td>{{len .DaysOver}} ({{join .DaysOver}})</td><td>{{group .TokensAboveCap}}</td><td>{{group .MaxDay}}</td><td>{{w429 .}}</td></tr>
+{{end}}</table>
+{{end}}{{if .Overridden}}<h3>Override principals, each against its own cap</h3>
+<table class="overrides">
+<tr><th>principal</th><th>own cap</th><th>days</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th><th>suggested cap</th></tr>
+{{range .Overridden}}<tr><td>{{.Principal}}</td><td>{{cap .Cap}}</td><td>{{.DaysCovered}}/{{$.Days}}</td><td>{{group .Summary.Max}}</td><td>{{.Summary.OverCap}}</td><td>{{group .Summary.TokensAboveCap}}</td><td>{{.Summary.Would429}}</td><td>{{.Summary.Denied}}</td><td>{{sugg .SuggestedCap .NoData}}</td></tr>
+{{end}}</table>
+{{end}}</section>
 {{end}}</body>
 </html>
 `))
