@@ -86,6 +86,7 @@ func runRender(e *env, o renderOptions) error {
 		}
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
+	warnShadowWithoutSince(e, bs)
 	// Everything is rendered in memory before a byte is written.
 	res, err := render.Render(bs)
 	if err != nil {
@@ -114,4 +115,16 @@ func runRender(e *env, o renderOptions) error {
 		return failure(err)
 	}
 	return writeRateLimitConfig(o.rlsDir, rlsFiles)
+}
+
+// warnShadowWithoutSince warns about shadow budgets without shadowSince now,
+// not a week later: promote refuses a budget whose shadow start is unknown.
+func warnShadowWithoutSince(e *env, bs *spec.BudgetSet) {
+	for _, ref := range bs.Refs() {
+		if ref.Rollout == nil || ref.Rollout.Enforced() || ref.Rollout.ShadowSince != "" {
+			continue
+		}
+		fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s is in shadow mode without shadowSince; budgetgen promote will refuse it (add shadowSince: YYYY-MM-DD, the UTC day its shadow measurement started)\n",
+			bs.File(), bs.Line(ref.Path), ref.Path, ref.Name)
+	}
 }
