@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,6 +140,10 @@ type Settings struct {
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
 	LedgerRetentionDays int
+	// ThresholdEventsURL (THRESHOLD_EVENTS_URL, ours; default empty = off)
+	// receives a POST of a CloudEvent per 80/90/100% threshold crossing
+	// (internal/eventsink). It may carry a token: never logged.
+	ThresholdEventsURL string
 
 	// Unsupported lists reference settings that are set but have no effect
 	// here, one human-readable line each (values never included), sorted.
@@ -343,6 +348,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
+	str(&s.ThresholdEventsURL, "THRESHOLD_EVENTS_URL")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -376,6 +382,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
 	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
 	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
+	fs.StringVar(&s.ThresholdEventsURL, "threshold-events-url", s.ThresholdEventsURL, "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off (THRESHOLD_EVENTS_URL)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -434,6 +441,11 @@ func (s Settings) Validate() error {
 	}
 	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+	}
+	if s.ThresholdEventsURL != "" {
+		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("THRESHOLD_EVENTS_URL: want an absolute http:// or https:// URL")) // the value may hold a token
+		}
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
