@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/pkg/spec"
@@ -33,6 +35,7 @@ type reportOptions struct {
 	includeToday bool
 	headroom     float64
 	top          int
+	output       string
 	budgets      []string
 	dialTimeout  time.Duration
 	timeout      time.Duration
@@ -96,6 +99,7 @@ The JSON output is the evidence budgetgen promote --evidence reads.`,
 	f.BoolVar(&o.includeToday, "include-today", false, "add today's UTC day so far (marked partial)")
 	f.Float64Var(&o.headroom, "headroom", report.DefaultHeadroom, "factor over the observed peak for peak-based suggestions (shared buckets, few principals); above 1")
 	f.IntVar(&o.top, "top", report.DefaultTopN, "list at most this many principals over the cap per budget")
+	f.StringVarP(&o.output, "output", "o", "", "write the report to `FILE` atomically instead of stdout; {to} in FILE becomes the window's last day (YYYY-MM-DD)")
 	f.StringSliceVar(&o.budgets, "budget", nil, "report only these budgets (repeatable)")
 	f.DurationVar(&o.dialTimeout, "dial-timeout", 3*time.Second, "give up connecting to Valkey after this long")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up reading the ledger after this long")
@@ -206,7 +210,20 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		}
 	}
 	w, _ := report.WriterFor(o.format)
-	return w(e.stdout, r)
+	if o.output == "" {
+		return w(e.stdout, r)
+	}
+	// Built in memory first: a failed run never leaves a partial report.
+	var buf bytes.Buffer
+	if err := w(&buf, r); err != nil {
+		return failure(err)
+	}
+	path := strings.ReplaceAll(o.output, "{to}", r.To)
+	if err := atomicfile.WriteFile(path, buf.Bytes(), atomicfile.Options{Perm: 0o644}); err != nil {
+		return failure(err)
+	}
+	fmt.Fprintf(e.stderr, "budgetgen: wrote %s\n", path)
+	return nil
 }
 
 // openValkey connects to the Valkey the service writes its ledger to.

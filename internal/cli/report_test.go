@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +98,14 @@ func TestReportCLI(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-run", "--now", firstDay)
 	if code != ExitOK || !strings.Contains(stderr, "use --include-today") || !strings.Contains(stdout, "use --include-today") || strings.Contains(stdout, "suggested cap: 0") {
 		t.Fatalf("empty window: %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	// -o writes the file, with {to} as the window's last day.
+	out := filepath.Join(t.TempDir(), "week-{to}.json")
+	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "json", "-o", out, "--now", nowArg)
+	written := strings.ReplaceAll(out, "{to}", r.To)
+	if b, err := os.ReadFile(written); code != ExitOK || stdout != "" || err != nil || !json.Valid(b) || !strings.Contains(stderr, "wrote "+written) {
+		t.Fatalf("-o: %d %v %s", code, err, stderr)
 	}
 
 	code, stdout, _ = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "html", "--now", nowArg)
