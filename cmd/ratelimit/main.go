@@ -6,11 +6,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/budgetgen/budgetgen/internal/buildinfo"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
 )
 
@@ -21,9 +23,15 @@ func main() {
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	for _, a := range os.Args[1:] {
+		if a == "--version" || a == "-version" {
+			fmt.Print(buildinfo.Read().String("ratelimit"))
+			return 0
+		}
+	}
 	err := service.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp): // --help printed the usage
 		return 0
 	case errors.Is(err, service.ErrUsage):
 		fmt.Fprintln(os.Stderr, "ratelimit:", err)

@@ -231,6 +231,20 @@ var unsupported = []struct {
 	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not supported yet", nil},
 }
 
+// Description heads --help: what the service is and how it is configured.
+const Description = `ratelimit: budgetgen's rate limit service, a drop-in for envoyproxy/ratelimit.
+It answers Envoy's envoy.service.ratelimit.v3 ShouldRateLimit over gRPC (and
+/json over HTTP), counts in fixed UTC windows in Valkey (REDIS_URL) or, without
+it, in an embedded memory store, and records the per-principal daily usage the
+shadow week's budgetgen report reads. Configuration: the reference's
+environment variables (RUNTIME_ROOT..., CONFIG_TYPE=GRPC_XDS_SOTW as Envoy
+Gateway sets it, REDIS_URL, ...) or the flags below (flags win).
+--version prints the version, commit and Go version.
+
+Usage: ratelimit [flags]
+
+`
+
 // Load reads getenv, then args (flags win), validates and returns the
 // settings. usage receives flag errors and -help output.
 func Load(args []string, getenv func(string) string, usage io.Writer) (Settings, error) {
@@ -352,6 +366,10 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(usage, Description)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&s.ConfigDir, "config-dir", s.ConfigDir, "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
 	fs.BoolVar(&s.RuntimeIgnoreDotFiles, "ignore-dotfiles", s.RuntimeIgnoreDotFiles, "skip config files and directories starting with '.' (RUNTIME_IGNOREDOTFILES)")
 	fs.StringVar(&s.Host, "host", s.Host, "HTTP listen host (HOST)")
