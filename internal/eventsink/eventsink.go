@@ -316,4 +316,3 @@ func (s *HTTP) post(ctx context.Context, body []byte) (retry bool, err error) {
 	}
 	return false, fmt.Errorf("status %d", resp.StatusCode)
 }
-

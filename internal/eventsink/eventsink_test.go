@@ -72,7 +72,9 @@ func newSink(t *testing.T, url string, o Options) (*HTTP, *prometheus.Registry) 
 	return s, reg
 }
 
-func dropped(s *HTTP, reason string) float64 { return testutil.ToFloat64(s.dropped.WithLabelValues(reason)) }
+func dropped(s *HTTP, reason string) float64 {
+	return testutil.ToFloat64(s.dropped.WithLabelValues(reason))
+}
 
 func TestDeliversStructuredCloudEvents(t *testing.T) {
 	rv := &receiver{}

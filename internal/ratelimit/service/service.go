@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
@@ -28,7 +29,6 @@ import (
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
-	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
 )
 

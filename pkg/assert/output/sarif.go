@@ -42,12 +42,12 @@ type sarifDriver struct {
 }
 
 type sarifRule struct {
-	ID               string       `json:"id"`
-	Name             string       `json:"name"`
-	ShortDescription sarifMessage `json:"shortDescription"`
-	FullDescription  sarifMessage `json:"fullDescription"`
-	Help             sarifHelp    `json:"help"`
-	HelpURI          string       `json:"helpUri"`
+	ID                   string       `json:"id"`
+	Name                 string       `json:"name"`
+	ShortDescription     sarifMessage `json:"shortDescription"`
+	FullDescription      sarifMessage `json:"fullDescription"`
+	Help                 sarifHelp    `json:"help"`
+	HelpURI              string       `json:"helpUri"`
 	DefaultConfiguration struct {
 		Level string `json:"level"`
 	} `json:"defaultConfiguration"`
