@@ -218,6 +218,7 @@ func TestSARIFCodeScanningFields(t *testing.T) {
 	// Awkward file names: stdin, spaces, an absolute path, a colon.
 	extra := []assert.Finding{
 		{Rule: "BG001", Severity: assert.Error, File: "-", Line: 2, Column: 1, Message: "from stdin"},
+		{Rule: "BG001", Severity: assert.Error, File: "<stdin>", Line: 3, Column: 1, Message: "from stdin, as the reader names it"},
 		{Rule: "BG001", Severity: assert.Error, File: "my dir/a b.yaml", Line: 1, Message: "spaces"},
 		{Rule: "BG001", Severity: assert.Error, File: "/abs/x y.yaml", Line: 1, Message: "absolute"},
 		{Rule: "BG001", Severity: assert.Error, File: "c:d.yaml", Line: 1, Message: "colon"},

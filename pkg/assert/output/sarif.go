@@ -151,7 +151,7 @@ const StdinURI = "file:///dev/stdin"
 // outside a URI path is percent-encoded.
 func fileURI(p string) string {
 	switch {
-	case p == "-" || p == "":
+	case p == "-" || p == "<stdin>" || p == "": // the manifest reader names stdin <stdin>
 		return StdinURI
 	case strings.HasPrefix(p, "/"):
 		return (&url.URL{Scheme: "file", Path: p}).String()
