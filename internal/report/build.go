@@ -53,6 +53,8 @@ type BudgetInfo struct {
 	// Group budgets (group, frontier) have one shared bucket: their
 	// principal is the group.
 	Group bool
+	// Currency is set for a money budget: caps and usage count 1/10,000 of it.
+	Currency string
 }
 
 // Mapping is the rule-to-budget map (from the spec via render, or from the
@@ -217,7 +219,7 @@ func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
 		if a == nil {
 			a = &acc{b: Budget{Name: name}, def: newPopulation(len(window)), overrides: map[string]*population{}, rules: map[string]bool{}}
 			if bi, ok := m.Budgets[name]; ok {
-				a.b.Mode, a.b.Cap, a.b.Overrides, a.b.Shared = bi.Mode, bi.Cap, bi.Overrides, bi.Group
+				a.b.Mode, a.b.Cap, a.b.Overrides, a.b.Shared, a.b.Currency = bi.Mode, bi.Cap, bi.Overrides, bi.Group, bi.Currency
 				for p := range bi.Overrides {
 					a.overrides[p] = newPopulation(len(window))
 				}

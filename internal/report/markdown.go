@@ -17,22 +17,24 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	ew.printf("| budget | mode | cap | days | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied | suggested cap |\n")
 	ew.printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, b := range r.Budgets {
+	for i := range r.Budgets {
+		b := &r.Budgets[i]
 		s := b.Summary
 		ew.printf("| %s | %s | %s | %d/%d | %d | %s | %s | %s | %s | %d (%s) | %s | %d | %d | %s |\n",
-			md(b.Name), md(b.Mode), capText(b.Cap), b.DaysCovered, r.Days, s.Principals, group(s.P50), group(s.P95), group(s.P99), group(s.Max),
-			s.OverCap, pct(s.LimitedShare), group(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(b.SuggestedCap, b.NoData))
+			md(b.Name), md(b.Mode), b.capOf(), b.DaysCovered, r.Days, s.Principals, b.amount(s.P50), b.amount(s.P95), b.amount(s.P99), b.amount(s.Max),
+			s.OverCap, pct(s.LimitedShare), b.amount(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(b.SuggestedCap, b.NoData))
 	}
-	for _, b := range r.Budgets {
+	for i := range r.Budgets {
+		b := &r.Budgets[i]
 		ew.printf("\n## %s\n\n", md(b.Name))
 		if b.NoData != "" {
 			ew.printf("%s.\n\n", md(b.NoData))
 		} else {
-			ew.printf("Suggested cap **%s**: %s.\n\n", group(b.SuggestedCap), md(b.SuggestionBasis))
+			ew.printf("Suggested cap **%s**: %s.\n\n", b.amount(b.SuggestedCap), md(b.SuggestionBasis))
 			ew.printf("| day | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied |\n")
 			ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, d := range b.PerDay {
-				ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |\n", md(dayText(d)), d.Principals, group(d.P50), group(d.P95), group(d.P99), group(d.Max), d.OverCap, group(d.TokensAboveCap), d.Would429, d.Denied)
+				ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |\n", md(dayText(d)), d.Principals, b.amount(d.P50), b.amount(d.P95), b.amount(d.P99), b.amount(d.Max), d.OverCap, b.amount(d.TokensAboveCap), d.Would429, d.Denied)
 			}
 		}
 		if b.OverCapPrincipalsTotal > 0 {
@@ -40,7 +42,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			ew.printf("| principal | cap | days over | above cap | max day | would-be 429s |\n")
 			ew.printf("|---|---:|---|---:|---:|---:|\n")
 			for _, p := range b.OverCapPrincipals {
-				ew.printf("| %s | %s | %d (%s) | %s | %s | %s |\n", md(p.Principal), group(p.Cap), len(p.DaysOver), strings.Join(p.DaysOver, ", "), group(p.TokensAboveCap), group(p.MaxDay), md(would429Text(p)))
+				ew.printf("| %s | %s | %d (%s) | %s | %s | %s |\n", md(p.Principal), b.amount(p.Cap), len(p.DaysOver), strings.Join(p.DaysOver, ", "), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), md(would429Text(p)))
 			}
 		}
 		if len(b.Overridden) > 0 {
@@ -49,7 +51,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, ov := range b.Overridden {
 				s := ov.Summary
-				ew.printf("| %s | %s | %d/%d | %s | %d | %s | %d | %d | %s |\n", md(ov.Principal), capText(ov.Cap), ov.DaysCovered, r.Days, group(s.Max), s.OverCap, group(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(ov.SuggestedCap, ov.NoData))
+				ew.printf("| %s | %s | %d/%d | %s | %d | %s | %d | %d | %s |\n", md(ov.Principal), capText(ov.Cap), ov.DaysCovered, r.Days, b.amount(s.Max), s.OverCap, b.amount(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(ov.SuggestedCap, ov.NoData))
 			}
 		}
 	}

@@ -15,12 +15,13 @@ func WriteText(w io.Writer, r *Report) error {
 	if r.NoData != "" {
 		ew.printf("\n%s\n", r.NoData)
 	}
-	for _, b := range r.Budgets {
+	for i := range r.Budgets {
+		b := &r.Budgets[i]
 		ew.printf("\nbudget %s", b.Name)
 		if b.Mode != "" {
 			ew.printf(" (%s)", b.Mode)
 		}
-		ew.printf(": cap %s/day, %d of %d days covered\n", capText(b.Cap), b.DaysCovered, r.Days)
+		ew.printf(": cap %s/day, %d of %d days covered\n", b.capOf(), b.DaysCovered, r.Days)
 		if b.NoData != "" && len(b.Overridden) == 0 {
 			ew.printf("  %s\n", b.NoData)
 			continue
@@ -28,9 +29,9 @@ func WriteText(w io.Writer, r *Report) error {
 		if b.NoData != "" {
 			ew.printf("  default rule: %s\n", b.NoData)
 		} else {
-			writeTextStats(ew, "  ", b.Summary)
-			ew.printf("  suggested cap: %s (%s)\n", group(b.SuggestedCap), b.SuggestionBasis)
-			if err := writeTextDays(ew, b.PerDay); err != nil {
+			writeTextStats(ew, "  ", b.Summary, b.amount)
+			ew.printf("  suggested cap: %s (%s)\n", b.amount(b.SuggestedCap), b.SuggestionBasis)
+			if err := writeTextDays(ew, b.PerDay, b.amount); err != nil {
 				return err
 			}
 		}
@@ -39,7 +40,7 @@ func WriteText(w io.Writer, r *Report) error {
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(tw, "    principal\tcap\tdays over\tabove cap\tmax day\twould-429\t\n")
 			for _, p := range b.OverCapPrincipals {
-				fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), group(p.Cap), len(p.DaysOver), group(p.TokensAboveCap), group(p.MaxDay), would429Text(p))
+				fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), b.amount(p.Cap), len(p.DaysOver), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), would429Text(p))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -51,8 +52,8 @@ func WriteText(w io.Writer, r *Report) error {
 				ew.printf("    %s\n", ov.NoData)
 				continue
 			}
-			writeTextStats(ew, "    ", ov.Summary)
-			ew.printf("    suggested cap: %s (%s)\n", group(ov.SuggestedCap), ov.SuggestionBasis)
+			writeTextStats(ew, "    ", ov.Summary, b.amount)
+			ew.printf("    suggested cap: %s (%s)\n", b.amount(ov.SuggestedCap), ov.SuggestionBasis)
 		}
 	}
 	if len(r.Budgets) == 0 && r.NoData == "" {
@@ -67,18 +68,18 @@ func WriteText(w io.Writer, r *Report) error {
 	return ew.err
 }
 
-func writeTextStats(ew *errWriter, indent string, s Stats) {
+func writeTextStats(ew *errWriter, indent string, s Stats, amount func(uint64) string) {
 	ew.printf("%sprincipals %d, principal-days %d, p50 %s, p95 %s, p99 %s, max %s\n",
-		indent, s.Principals, s.PrincipalDays, group(s.P50), group(s.P95), group(s.P99), group(s.Max))
+		indent, s.Principals, s.PrincipalDays, amount(s.P50), amount(s.P95), amount(s.P99), amount(s.Max))
 	ew.printf("%sover cap %d principal-days (%s), tokens above cap %s, would-be 429s %d, denied %d\n",
-		indent, s.OverCap, pct(s.LimitedShare), group(s.TokensAboveCap), s.Would429, s.Denied)
+		indent, s.OverCap, pct(s.LimitedShare), amount(s.TokensAboveCap), s.Would429, s.Denied)
 }
 
-func writeTextDays(ew *errWriter, days []DayStats) error {
+func writeTextDays(ew *errWriter, days []DayStats, amount func(uint64) string) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  day\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n")
 	for _, d := range days {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dayText(d), d.Principals, group(d.P50), group(d.P95), group(d.P99), group(d.Max), d.OverCap, group(d.TokensAboveCap), d.Would429, d.Denied)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dayText(d), d.Principals, amount(d.P50), amount(d.P95), amount(d.P99), amount(d.Max), d.OverCap, amount(d.TokensAboveCap), d.Would429, d.Denied)
 	}
 	return tw.Flush()
 }

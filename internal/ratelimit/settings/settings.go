@@ -21,6 +21,8 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // Settings is the whole service configuration. Defaults are the reference's.
@@ -109,6 +111,16 @@ type Settings struct {
 	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
 	// store's default): 2^n connections per node.
 	ValkeyPipelineMultiplex int
+	// ValkeyIdempotentCharges (VALKEY_IDEMPOTENT_CHARGES, ours; false)
+	// charges through one Lua script per call that records the call's id, so
+	// a charge sent but unanswered (a stall, CLIENT PAUSE, a black hole) is
+	// replayed and counted exactly once instead of at most once. It costs
+	// Valkey CPU per call (docs/benchmarks.md), hence off by default.
+	ValkeyIdempotentCharges bool
+	// ValkeyIdempotencyWindow (VALKEY_IDEMPOTENCY_WINDOW, ours; 0 = the
+	// store's default of 1m) is how long a call's id is kept in Valkey, and
+	// so how long an ambiguous charge may be replayed; within [1s, 1h].
+	ValkeyIdempotencyWindow time.Duration
 
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
@@ -130,12 +142,38 @@ type Settings struct {
 	// Grace after the window end before a counter expires:
 	// EXPIRATION_JITTER_MAX_SECONDS (300) as seconds.
 	Grace time.Duration
+	// WindowMode (WINDOW_MODE, ours; calendar) places counters in time:
+	// calendar windows (a month from the 1st, an ISO week from Monday) or the
+	// reference's epoch windows (a 30-day month, a Thursday week).
+	// USE_CALENDAR_MONTH_RATE_LIMIT, the reference's opt-in calendar month
+	// (envoyproxy/ratelimit#1206), is accepted as an alias: true means
+	// calendar, false epoch; it conflicts with a different WINDOW_MODE.
+	WindowMode window.Mode
+	// ResetTimeZone (RESET_TIME_ZONE, ours; UTC) is the IANA zone of calendar
+	// day, week, month and year windows. Not allowed with epoch windows.
+	ResetTimeZone string
 	// OverLimitCacheSize (OVER_LIMIT_CACHE_SIZE, ours; 100000 entries, -1 off).
 	OverLimitCacheSize int
 	// MemoryMaxCounters (MEMORY_MAX_COUNTERS, ours; 0 = the memory store's
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
+	// MemoryFullPolicy (MEMORY_FULL_POLICY, ours; deny) is what a request
+	// needing a new counter gets when the embedded store is at
+	// MEMORY_MAX_COUNTERS (after counters of ended windows are reclaimed):
+	// deny (OVER_LIMIT, whatever FAILURE_POLICY: the bound still enforces)
+	// or failure-policy (FAILURE_POLICY answers; allow lets it through
+	// uncounted).
+	MemoryFullPolicy memory.FullPolicy
+	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; empty = none) is a
+	// file the embedded store's counters and usage ledger are written to
+	// every MemorySnapshotInterval and at shutdown, atomically, and restored
+	// from at start (windows that ended are dropped; a corrupt file stops the
+	// start with an error naming it). A crash loses at most one interval.
+	MemorySnapshotPath string
+	// MemorySnapshotInterval (MEMORY_SNAPSHOT_INTERVAL, ours; 10s, within
+	// [100ms, 1h]).
+	MemorySnapshotInterval time.Duration
 	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
@@ -165,7 +203,7 @@ func Defaults() Settings {
 		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
-		LedgerRetentionDays: ledger.DefaultRetentionDays,
+		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
 	}
 }
 
@@ -339,6 +377,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
 	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
 	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
+	boolean(&s.ValkeyIdempotentCharges, "VALKEY_IDEMPOTENT_CHARGES")
+	duration(&s.ValkeyIdempotencyWindow, "VALKEY_IDEMPOTENCY_WINDOW")
 	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
 	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
 	integer(&s.GCPercent, "GC_PERCENT")
@@ -361,8 +401,16 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
+	fullPolicy := s.MemoryFullPolicy.String()
+	str(&fullPolicy, "MEMORY_FULL_POLICY")
+	str(&s.MemorySnapshotPath, "MEMORY_SNAPSHOT_PATH")
+	duration(&s.MemorySnapshotInterval, "MEMORY_SNAPSHOT_INTERVAL")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
 	str(&s.ThresholdEventsURL, "THRESHOLD_EVENTS_URL")
+	windowMode := ""
+	str(&windowMode, "WINDOW_MODE")
+	str(&s.ResetTimeZone, "RESET_TIME_ZONE")
+	calendarMonth, calendarMonthSet := env("USE_CALENDAR_MONTH_RATE_LIMIT")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -401,6 +449,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
 	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
 	fs.StringVar(&s.ThresholdEventsURL, "threshold-events-url", s.ThresholdEventsURL, "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off (THRESHOLD_EVENTS_URL)")
+	fs.StringVar(&windowMode, "window-mode", windowMode, "counter windows: "+strings.Join(window.ModeNames, " or ")+" (WINDOW_MODE; default calendar)")
+	fs.StringVar(&s.ResetTimeZone, "reset-time-zone", s.ResetTimeZone, "IANA time zone of calendar day/week/month/year windows (RESET_TIME_ZONE; default UTC)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -415,6 +465,12 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
+	}
+	if err := s.parseWindowMode(windowMode, calendarMonth, calendarMonthSet); err != nil {
+		errs = append(errs, err)
+	}
+	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(fullPolicy))); err != nil {
+		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
 	}
 	for _, u := range unsupported {
 		v, ok := env(u.name)
@@ -432,6 +488,48 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	sort.Strings(s.Unsupported)
 	errs = append(errs, s.Validate())
 	return s, errors.Join(errs...)
+}
+
+// parseWindowMode sets WindowMode from WINDOW_MODE and the reference's
+// USE_CALENDAR_MONTH_RATE_LIMIT alias.
+func (s *Settings) parseWindowMode(mode, calendarMonth string, calendarMonthSet bool) error {
+	m, err := window.ParseMode(mode)
+	if err != nil {
+		return fmt.Errorf("WINDOW_MODE: %w", err)
+	}
+	s.WindowMode = m
+	if !calendarMonthSet {
+		return nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(calendarMonth))
+	if err != nil {
+		return fmt.Errorf("USE_CALENDAR_MONTH_RATE_LIMIT: not a boolean: %q", calendarMonth)
+	}
+	alias := window.Epoch
+	if b {
+		alias = window.Calendar
+	}
+	if mode != "" && alias != m {
+		return fmt.Errorf("USE_CALENDAR_MONTH_RATE_LIMIT=%t conflicts with WINDOW_MODE=%s; set one", b, m)
+	}
+	s.WindowMode = alias
+	return nil
+}
+
+// Windows returns the counter windows the settings ask for.
+func (s Settings) Windows() (window.Windows, error) {
+	o := window.Options{Mode: s.WindowMode}
+	if s.ResetTimeZone != "" {
+		if s.WindowMode == window.Epoch {
+			return window.Windows{}, fmt.Errorf("RESET_TIME_ZONE: %q needs calendar windows; epoch windows (WINDOW_MODE=epoch) have no time zone", s.ResetTimeZone)
+		}
+		loc, err := time.LoadLocation(s.ResetTimeZone)
+		if err != nil || s.ResetTimeZone == "Local" {
+			return window.Windows{}, fmt.Errorf("RESET_TIME_ZONE: %q is not an IANA time zone name (e.g. Europe/Paris)", s.ResetTimeZone)
+		}
+		o.Location = loc
+	}
+	return window.New(o)
 }
 
 // Validate checks values and combinations.
@@ -454,6 +552,9 @@ func (s Settings) Validate() error {
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
 	}
+	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
+		errs = append(errs, fmt.Errorf("VALKEY_IDEMPOTENCY_WINDOW: %v not in [1s,1h]", w))
+	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
 	}
@@ -464,6 +565,12 @@ func (s Settings) Validate() error {
 		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, errors.New("THRESHOLD_EVENTS_URL: want an absolute http:// or https:// URL")) // the value may hold a token
 		}
+	}
+	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("MEMORY_SNAPSHOT_INTERVAL: %v not in [100ms,1h]", s.MemorySnapshotInterval))
+	}
+	if s.MemorySnapshotPath != "" && !s.UseMemoryStore() {
+		errs = append(errs, errors.New("MEMORY_SNAPSHOT_PATH is for the embedded store; REDIS_URL is set"))
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
@@ -476,6 +583,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Grace < 0 {
 		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative"))
+	}
+	if _, err := s.Windows(); err != nil {
+		errs = append(errs, err)
 	}
 	switch strings.ToLower(s.LogLevel) {
 	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":
