@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# Installs what a fresh machine lacks for the test suite: prlimit (util-linux), Valkey 8 (server, cli, sentinel)
-# from Debian's bookworm-backports suite. The archive URI is read from the machine's own
-# apt sources so no host name is written here. Idempotent: does nothing when present.
+# Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel),
+# Chromium (the HTML report's screenshot test), prlimit, h2spec and @grpc/grpc-js (the
+# gRPC server's conformance and foreign-client tests). Works on Debian and Ubuntu:
+# - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
+#   machine's own apt sources, so no host name is written here); later Debian: main.
+# - Ubuntu: Valkey from the release's own archive when it has it (24.10 and later);
+#   no Debian source is ever added on Ubuntu. Ubuntu's chromium deb is a snap
+#   wrapper that does not run in containers, so the test needs a real chromium there.
+# Idempotent: installs only what is missing; says clearly what it cannot install.
 set -euo pipefail
-
-have_valkey() {
-  command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1 &&
-    command -v valkey-sentinel >/dev/null 2>&1
-}
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 
+# shellcheck disable=SC1091
+. /etc/os-release 2>/dev/null || true
+OS_ID=${ID:-unknown}
+CODENAME=${VERSION_CODENAME:-}
+
+have_valkey() {
+  command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1 &&
+    command -v valkey-sentinel >/dev/null 2>&1
+}
+have_chromium() {
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1
+}
+# candidate PKG: the version apt would install, empty when none.
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}' | grep -v '(none)' || true; }
+
+updated=""
+apt_update() {
+  [ -n "$updated" ] && return
+  $SUDO apt-get update -qq
+  updated=1
+}
+
 # prlimit (util-linux) runs the service under a file descriptor limit in
 # internal/ratelimit/service's tests.
 if ! command -v prlimit >/dev/null 2>&1; then
-  $SUDO apt-get update -qq
+  apt_update
   $SUDO apt-get install -y -qq util-linux >/dev/null
 fi
 
@@ -41,29 +64,61 @@ if command -v npm >/dev/null 2>&1 && [ ! -f "$node_dir/node_modules/@grpc/grpc-j
 fi
 
 install_valkey() {
-
-if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then
-  uri=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
-  if [ -z "$uri" ]; then
-    uri=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
+  if have_valkey; then
+    echo "install-deps: valkey present: $(valkey-server --version | head -1)"
+    return
   fi
-  if [ -z "$uri" ]; then
-    echo "install-deps: cannot find the Debian archive URI in apt sources" >&2
+  local suite=()
+  case "$OS_ID" in
+  debian)
+    if [ "$CODENAME" = bookworm ]; then
+      if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null; then
+        uri=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
+        if [ -z "$uri" ]; then
+          uri=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
+        fi
+        if [ -z "$uri" ]; then
+          echo "install-deps: cannot find the Debian archive URI in apt sources; install valkey-server, valkey-tools and valkey-sentinel (Valkey 8) yourself" >&2
+          exit 1
+        fi
+        printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" |
+          $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
+        updated=""
+      fi
+      suite=(-t bookworm-backports)
+    fi
+    ;;
+  ubuntu) ;;
+  *)
+    echo "install-deps: $OS_ID is neither Debian nor Ubuntu; install Valkey 8 (valkey-server, valkey-cli, valkey-sentinel) yourself" >&2
+    exit 1
+    ;;
+  esac
+  apt_update
+  if [ -z "$(candidate valkey-server)" ] && [ ${#suite[@]} -eq 0 ]; then
+    echo "install-deps: this $OS_ID release ($CODENAME) has no valkey-server package; Ubuntu has it from 24.10." >&2
+    echo "install-deps: install Valkey 8 yourself (e.g. build from source, valkey.io) so valkey-server, valkey-cli and valkey-sentinel are on PATH" >&2
     exit 1
   fi
-  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" |
-    $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
-fi
-
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools valkey-sentinel >/dev/null
-# The packages start a system daemon on 6379 on some machines; tests start their own servers.
-$SUDO systemctl stop valkey-server valkey-sentinel >/dev/null 2>&1 || true
-echo "install-deps: installed $(valkey-server --version | head -1)"
+  $SUDO apt-get install -y -qq "${suite[@]}" valkey-server valkey-tools valkey-sentinel >/dev/null
+  # The packages start a system daemon on 6379 on some machines; tests start their own servers.
+  $SUDO systemctl stop valkey-server valkey-sentinel >/dev/null 2>&1 || true
+  echo "install-deps: installed $(valkey-server --version | head -1)"
 }
 
-if have_valkey; then
-  echo "install-deps: valkey present: $(valkey-server --version | head -1)"
-else
-  install_valkey
-fi
+install_chromium() {
+  if have_chromium; then
+    echo "install-deps: chromium present"
+    return
+  fi
+  if [ "$OS_ID" = ubuntu ]; then
+    echo "install-deps: Ubuntu's chromium is a snap; install a Chromium or Chrome deb yourself for the report screenshot test (it fails under CI=true without one)" >&2
+    return
+  fi
+  apt_update
+  $SUDO apt-get install -y -qq chromium >/dev/null
+  echo "install-deps: installed $(chromium --version 2>/dev/null | head -1)"
+}
+
+install_valkey
+install_chromium

@@ -36,3 +36,41 @@ func TestTemplatesLoadAndRender(t *testing.T) {
 		t.Errorf("Get(nope) err = %v", err)
 	}
 }
+
+// TestWithShadowSince: every shadow budget of every template gets the date,
+// the result still loads, and comments stay.
+func TestWithShadowSince(t *testing.T) {
+	for _, name := range Names() {
+		data, _ := Get(name)
+		out, err := WithShadowSince(data, "2026-10-16")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		bs, err := spec.Load(out, name+".yaml")
+		if err != nil {
+			t.Fatalf("%s with shadowSince: %v\n%s", name, err, out)
+		}
+		for _, ref := range bs.Refs() {
+			if !ref.Rollout.Enforced() && ref.Rollout.ShadowSince != "2026-10-16" {
+				t.Errorf("%s: budget %s has shadowSince %q", name, ref.Name, ref.Rollout.ShadowSince)
+			}
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(string(out), line) {
+				t.Errorf("%s: line %q lost", name, line)
+			}
+		}
+		again, _ := WithShadowSince(out, "2030-01-01")
+		if string(again) != string(out) {
+			t.Errorf("%s: a second pass changed an existing shadowSince", name)
+		}
+	}
+	// An enforced budget and a flow-style one.
+	in := "spec:\n  budgets:\n    - name: a\n      tokensPerDay: 1\n      mode: enforce\n"
+	if out, err := WithShadowSince([]byte(in), "2026-10-16"); err != nil || string(out) != in {
+		t.Errorf("enforced budget changed: %v %q", err, out)
+	}
+	if _, err := WithShadowSince([]byte("spec:\n  budgets:\n    - {name: a, tokensPerDay: 1}\n"), "2026-10-16"); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("flow style: %v", err)
+	}
+}

@@ -6,12 +6,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	_ "time/tzdata" // RESET_TIME_ZONE works on images without /usr/share/zoneinfo
 
+	"github.com/budgetgen/budgetgen/internal/buildinfo"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
 )
 
@@ -22,9 +24,15 @@ func main() {
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	for _, a := range os.Args[1:] {
+		if a == "--version" || a == "-version" {
+			fmt.Print(buildinfo.Read().String("ratelimit"))
+			return 0
+		}
+	}
 	err := service.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp): // --help printed the usage
 		return 0
 	case errors.Is(err, service.ErrUsage):
 		fmt.Fprintln(os.Stderr, "ratelimit:", err)

@@ -28,6 +28,9 @@ type assertOptions struct {
 	EnvoyGatewayVersion string
 	MaxFileSize         int64
 	AllowEmpty          bool
+	// Summary prints only the summary (per-rule counts); Quiet only the
+	// findings. Text and github formats.
+	Summary, Quiet bool
 
 	failOn assert.Severity // set by validate
 }
@@ -62,7 +65,14 @@ func (o *assertOptions) validate() error {
 			skip = append(skip, id)
 		}
 	}
-	o.Skip = skip
+	slices.Sort(skip)
+	o.Skip = slices.Compact(skip)
+	if o.Summary && o.Quiet {
+		return usageError("assert: --summary and --quiet: give one (summary only, or findings only)")
+	}
+	if f := strings.ToLower(o.Output); (o.Summary || o.Quiet) && f != output.Text && f != output.GitHub {
+		return usageError("assert: --summary and --quiet apply to the text and github formats, not %s (machine formats always carry everything)", o.Output)
+	}
 	if o.EnvoyGatewayVersion != "" {
 		if _, err := assert.ParseVersion(o.EnvoyGatewayVersion); err != nil {
 			return usageError("assert: --envoy-gateway-version: %v", err)
@@ -119,6 +129,8 @@ command line cannot be used, 130 when stopped by a signal.`,
 	f.StringSliceVar(&o.AllowEnforce, "allow-enforce", nil, "without --spec: budgets (annotation name) or rules (<ns>/<policy>/rule/<i>) allowed to enforce")
 	f.StringVar(&o.EnvoyGatewayVersion, "envoy-gateway-version", "", "Envoy Gateway version the manifests are applied to, e.g. v1.8.1 (enables BG010)")
 	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "pass when the input holds no budget policy (by default that fails: a wrong path or a build that dropped them checks nothing)")
+	f.BoolVar(&o.Summary, "summary", false, "text/github: print only the summary with per-rule counts, not each finding")
+	f.BoolVarP(&o.Quiet, "quiet", "q", false, "text/github: print only the findings (nothing when clean), no summary")
 	f.Int64Var(&o.MaxFileSize, "max-file-size", manifest.DefaultMaxFileBytes, "largest input file or stdin stream read, in bytes")
 	return cmd
 }
@@ -132,6 +144,9 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	objs, err := manifest.ReadPaths(ctx, o.Paths, e.stdin, manifest.Options{MaxFileBytes: o.MaxFileSize,
 		// A GitOps tree holds CI configs and Helm values next to manifests.
 		SkipForeign: func(file string) {
+			if o.Quiet {
+				return
+			}
 			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", safetext.Inline(file))
 		}})
 	if err != nil {
@@ -161,7 +176,10 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	if err != nil {
 		return inputError(err)
 	}
-	w, err := output.New(o.Output, e.stdout, output.Meta{Rules: rep.Rules, Objects: rep.Objects, Files: rep.Files, ToolVersion: version()})
+	w, err := output.New(o.Output, e.stdout, output.Meta{
+		Rules: rep.Rules, Objects: rep.Objects, Files: rep.Files, ToolVersion: version(),
+		Skipped: o.Skip, Summary: o.Summary, Quiet: o.Quiet,
+	})
 	if err != nil {
 		return usageError("assert: %v", err)
 	}

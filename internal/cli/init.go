@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/internal/safetext"
+	"github.com/budgetgen/budgetgen/pkg/spec"
 	"github.com/budgetgen/budgetgen/templates"
 )
 
@@ -17,6 +19,7 @@ type initOptions struct {
 	template string
 	output   string // "-" writes to stdout
 	force    bool
+	now      string // hidden: RFC 3339 clock for tests
 }
 
 func (o initOptions) validate() error {
@@ -35,6 +38,8 @@ func newInitCmd(e *env) *cobra.Command {
 		Use:   "init",
 		Short: "Write a starter BudgetSet spec",
 		Long: `init writes a commented starter BudgetSet spec from a built-in template.
+Every shadow-mode budget gets shadowSince: today (UTC), the day its shadow
+measurement starts, so promote can count the 7 full days after it.
 It refuses to overwrite an existing file unless --force is given.
 
 Templates: ` + fmt.Sprint(templates.Names()) + `.`,
@@ -57,6 +62,8 @@ Templates: ` + fmt.Sprint(templates.Names()) + `.`,
 	cmd.Flags().StringVarP(&o.template, "template", "t", templates.Default, "starter template `NAME`")
 	cmd.Flags().StringVarP(&o.output, "output", "o", defaultSpecFile, "write the spec to `FILE` (\"-\" for stdout)")
 	cmd.Flags().BoolVar(&o.force, "force", false, "overwrite FILE if it exists")
+	cmd.Flags().StringVar(&o.now, "now", "", "RFC 3339 time used as the current time")
+	_ = cmd.Flags().MarkHidden("now")
 	_ = cmd.RegisterFlagCompletionFunc("template", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return templates.Names(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -67,6 +74,15 @@ func runInit(e *env, o initOptions) error {
 	data, err := templates.Get(o.template)
 	if err != nil {
 		return usageError("init: %v", err)
+	}
+	now := time.Now()
+	if o.now != "" {
+		if now, err = time.Parse(time.RFC3339, o.now); err != nil {
+			return usageError("init: --now: %v", err)
+		}
+	}
+	if data, err = templates.WithShadowSince(data, now.UTC().Format(spec.DateLayout)); err != nil {
+		return failure(fmt.Errorf("init: %w", err))
 	}
 	if o.output == "-" {
 		_, err := e.stdout.Write(data)

@@ -31,7 +31,8 @@ func TestInitCommand(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "budgets.yaml")
 
-	code, _, stderr := runStdin(t, "", "init", "-o", path)
+	// Just before midnight UTC in UTC+2: the UTC day is the 16th.
+	code, _, stderr := runStdin(t, "", "init", "-o", path, "--now", "2026-10-17T01:30:00+02:00")
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, stderr)
 	}
@@ -39,16 +40,30 @@ func TestInitCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := templates.Get(templates.Default)
-	if string(data) != string(want) {
-		t.Error("init did not write the default template")
+	tmpl, _ := templates.Get(templates.Default)
+	want, _ := templates.WithShadowSince(tmpl, "2026-10-16")
+	if string(data) != string(want) || string(data) == string(tmpl) {
+		t.Error("init did not write the default template with shadowSince")
 	}
-	if _, err := spec.Load(data, "budgets.yaml"); err != nil {
-		t.Errorf("written spec does not load: %v", err)
+	bs, err := spec.Load(data, "budgets.yaml")
+	if err != nil {
+		t.Fatalf("written spec does not load: %v", err)
 	}
-	// The written spec renders through the CLI.
-	if code, stdout, stderr := runStdin(t, "", "render", path); code != 0 || !strings.Contains(stdout, "BackendTrafficPolicy") {
+	for _, ref := range bs.Refs() {
+		if ref.Rollout.ShadowSince != "2026-10-16" {
+			t.Errorf("budget %s: shadowSince %q", ref.Name, ref.Rollout.ShadowSince)
+		}
+	}
+	// The written spec renders through the CLI, without the missing-shadowSince warning.
+	if code, stdout, stderr := runStdin(t, "", "render", path); code != 0 || !strings.Contains(stdout, "BackendTrafficPolicy") || strings.Contains(stderr, "warning") {
 		t.Errorf("render of init output: exit %d: %s", code, stderr)
+	}
+	// Without shadowSince, render warns with the file, line and budget, and still renders.
+	os.WriteFile(path, tmpl, 0o644)
+	code, stdout, stderr := runStdin(t, "", "render", path)
+	if code != 0 || !strings.Contains(stdout, "BackendTrafficPolicy") ||
+		!strings.Contains(stderr, path+":21: spec.budgets[0]: budget per-api-key is in shadow mode without shadowSince; budgetgen promote will refuse it") {
+		t.Errorf("render without shadowSince: exit %d: %s", code, stderr)
 	}
 
 	// Refuses to overwrite, leaving the file alone.
@@ -68,8 +83,8 @@ func TestInitCommand(t *testing.T) {
 		t.Error("--force did not write the ai-gateway template")
 	}
 
-	code, stdout, _ := runStdin(t, "", "init", "-t", "ai-gateway", "-o", "-")
-	if code != 0 || !strings.Contains(stdout, "kind: BudgetSet") {
+	code, stdout, _ = runStdin(t, "", "init", "-t", "ai-gateway", "-o", "-", "--now", "2026-11-02T10:00:00Z")
+	if code != 0 || !strings.Contains(stdout, "kind: BudgetSet") || strings.Count(stdout, "shadowSince: 2026-11-02") != 5 {
 		t.Errorf("init -o -: exit %d", code)
 	}
 
@@ -77,6 +92,7 @@ func TestInitCommand(t *testing.T) {
 		{"init", "--template", "nope", "-o", filepath.Join(dir, "x.yaml")},
 		{"init", "extra-arg"},
 		{"init", "--bogus"},
+		{"init", "--now", "yesterday", "-o", filepath.Join(dir, "y.yaml")},
 	} {
 		code, stdout, stderr := runStdin(t, "", args...)
 		if code != 2 || stdout != "" {

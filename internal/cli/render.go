@@ -91,6 +91,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		}
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
+	warnShadowWithoutSince(e, bs)
 	// Everything is rendered in memory before a byte is written.
 	res, err := render.Render(bs)
 	if err != nil {
@@ -163,6 +164,18 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 		return nil, err
 	}
 	return bs, nil
+}
+
+// warnShadowWithoutSince warns about shadow budgets without shadowSince now,
+// not a week later: promote refuses a budget whose shadow start is unknown.
+func warnShadowWithoutSince(e *env, bs *spec.BudgetSet) {
+	for _, ref := range bs.Refs() {
+		if ref.Rollout == nil || ref.Rollout.Enforced() || ref.Rollout.ShadowSince != "" {
+			continue
+		}
+		fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s is in shadow mode without shadowSince; budgetgen promote will refuse it (add shadowSince: YYYY-MM-DD, the UTC day its shadow measurement started)\n",
+			bs.File(), bs.Line(ref.Path), ref.Path, ref.Name)
+	}
 }
 
 // noteCostEntries tells on stderr which Envoy AI Gateway cost entries the

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/budgetgen/budgetgen/internal/ctxio"
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/safetext"
@@ -32,6 +34,10 @@ type reportOptions struct {
 	days         int
 	format       string
 	targetShare  float64
+	includeToday bool
+	headroom     float64
+	top          int
+	output       string
 	budgets      []string
 	dialTimeout  time.Duration
 	timeout      time.Duration
@@ -54,7 +60,18 @@ denials) and prints, per budget and per day: principals seen, p50/p95/p99/max
 daily usage, principal-days over the cap, would-be 429s, tokens above the cap,
 and a suggested cap for a target share of principal-days limited.
 
-The window is the --days completed UTC days before today. With --spec, rules are
+The window is the --days completed UTC days before today; --include-today adds
+today so far, marked partial in every format (it never counts as a full shadow
+day for promote). Per budget, the principals over the cap are listed (the --top
+N with most tokens above it) with their days over and would-be 429s; override
+principals are reported on their own, each against its own cap, and the
+default cap is judged and suggested from the other principals only.
+
+Suggested caps: with at least 20 principals, the smallest cap that limits at
+most --target-share of principal-days; for a shared bucket (group, frontier),
+fewer principals, or too few principal-days for the share, the observed peak
+times --headroom (default 1.2) rounded up to two significant digits, never the
+peak itself. Each suggestion says what it is based on. With --spec, rules are
 named by budget (the spec is rendered to number its rules as the deployed
 policies do); without it, each rule is reported on its own. Works against a
 standalone Valkey or a cluster (give any node; several with commas). The
@@ -81,6 +98,10 @@ The JSON output is the evidence budgetgen promote --evidence reads.`,
 	f.IntVar(&o.days, "days", report.DefaultDays, "completed UTC days to report, ending yesterday")
 	f.StringVar(&o.format, "format", report.FormatText, "output format: "+strings.Join(report.Formats, ", "))
 	f.Float64Var(&o.targetShare, "target-share", report.DefaultTargetLimitedShare, "share of principal-days a suggested cap may limit")
+	f.BoolVar(&o.includeToday, "include-today", false, "add today's UTC day so far (marked partial)")
+	f.Float64Var(&o.headroom, "headroom", report.DefaultHeadroom, "factor over the observed peak for peak-based suggestions (shared buckets, few principals); above 1")
+	f.IntVar(&o.top, "top", report.DefaultTopN, "list at most this many principals over the cap per budget")
+	f.StringVarP(&o.output, "output", "o", "", "write the report to `FILE` atomically instead of stdout; {to} in FILE becomes the window's last day (YYYY-MM-DD)")
 	f.StringSliceVar(&o.budgets, "budget", nil, "report only these budgets (repeatable)")
 	f.DurationVar(&o.dialTimeout, "dial-timeout", 3*time.Second, "give up connecting to Valkey after this long")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up reading the ledger after this long")
@@ -109,6 +130,12 @@ func (o *reportOptions) validate() error {
 	}
 	if o.targetShare <= 0 || o.targetShare >= 1 {
 		return usageError("--target-share %v: must be within (0, 1)", o.targetShare)
+	}
+	if !(o.headroom > 1 && o.headroom <= report.MaxHeadroom) {
+		return usageError("--headroom %v: must be above 1 and at most %d (a cap exactly at the peak denies the next busier day)", o.headroom, report.MaxHeadroom)
+	}
+	if o.top < 1 {
+		return usageError("--top %d: must be at least 1", o.top)
 	}
 	if o.dialTimeout <= 0 || o.timeout <= 0 {
 		return usageError("--dial-timeout and --timeout must be positive")
@@ -159,19 +186,25 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		defer closeClient()
 		rd, where = lv, fmt.Sprintf("this Valkey (prefix %q)", o.prefix)
 	}
-	data, err := ledger.ReadAll(ctx, rd, report.Window(now, o.days))
+	data, err := ledger.ReadAll(ctx, rd, report.ReadDays(now, o.days))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return failure(fmt.Errorf("reading the ledger took longer than --timeout %s: %w", o.timeout, err))
 		}
 		return failure(fmt.Errorf("read ledger: %w", err))
 	}
-	r, err := report.Build(data, m, report.Options{Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets})
+	r, err := report.Build(data, m, report.Options{
+		Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets,
+		IncludeToday: o.includeToday, Headroom: o.headroom, TopN: o.top,
+	})
 	if err != nil {
 		return failure(err)
 	}
-	if len(data) == 0 {
+	switch {
+	case len(data) == 0:
 		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, safetext.Inline(where))
+	case r.NoData != "":
+		fmt.Fprintf(e.stderr, "budgetgen: %s\n", safetext.Inline(r.NoData))
 	}
 	if o.format != report.FormatText {
 		for _, w := range r.Warnings {
@@ -179,7 +212,20 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		}
 	}
 	w, _ := report.WriterFor(o.format)
-	return w(e.stdout, r)
+	if o.output == "" {
+		return w(e.stdout, r)
+	}
+	// Built in memory first: a failed run never leaves a partial report.
+	var buf bytes.Buffer
+	if err := w(&buf, r); err != nil {
+		return failure(err)
+	}
+	path := strings.ReplaceAll(o.output, "{to}", r.To)
+	if err := atomicfile.WriteFile(path, buf.Bytes(), atomicfile.Options{Perm: 0o644}); err != nil {
+		return failure(err)
+	}
+	fmt.Fprintf(e.stderr, "budgetgen: wrote %s\n", path)
+	return nil
 }
 
 // openValkey connects to the Valkey the service writes its ledger to.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,8 @@ func TestReportCLI(t *testing.T) {
 		us = append(us, rec.Usage(perRun, "runaway", at, 9_000_000))
 		rec.Denied(perRun, at, true)
 	}
+	// Today so far: the runaway is over again.
+	us = append(us, rec.Usage(perRun, "runaway", now.Add(-time.Hour), 6_000_000))
 	if err := lv.Add(ctx, us...); err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +76,38 @@ func TestReportCLI(t *testing.T) {
 		t.Fatalf("fewer than 7 days should be said: %s", stderr)
 	}
 
+	if len(b.OverCapPrincipals) != 1 || b.OverCapPrincipals[0].Principal != "runaway" || len(b.OverCapPrincipals[0].DaysOver) != 5 || r.PartialDay != "" {
+		t.Fatalf("over-cap principals %+v", b.OverCapPrincipals)
+	}
+	// --include-today: today is the partial last day; --top bounds the list.
+	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "json", "--budget", "per-run", "--include-today", "--top", "1", "--headroom", "1.5", "--now", nowArg)
+	if code != ExitOK {
+		t.Fatalf("include-today: %d %s", code, stderr)
+	}
+	r = report.Report{}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	b = r.Budgets[0]
+	if last := b.PerDay[len(b.PerDay)-1]; r.PartialDay != now.Format("2006-01-02") || !last.Partial || last.Max != 6_000_000 ||
+		len(b.OverCapPrincipals[0].DaysOver) != 6 || r.TopN != 1 || r.Headroom != 1.5 || b.SuggestedCap != 14_000_000 {
+		t.Fatalf("include-today: %+v", r)
+	}
+	// A window with nothing in it but today: says why, not zeros.
+	firstDay := (day0).Start().Add(9 * time.Hour).Format(time.RFC3339)
+	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-run", "--now", firstDay)
+	if code != ExitOK || !strings.Contains(stderr, "use --include-today") || !strings.Contains(stdout, "use --include-today") || strings.Contains(stdout, "suggested cap: 0") {
+		t.Fatalf("empty window: %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	// -o writes the file, with {to} as the window's last day.
+	out := filepath.Join(t.TempDir(), "week-{to}.json")
+	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "json", "-o", out, "--now", nowArg)
+	written := strings.ReplaceAll(out, "{to}", r.To)
+	if b, err := os.ReadFile(written); code != ExitOK || stdout != "" || err != nil || !json.Valid(b) || !strings.Contains(stderr, "wrote "+written) {
+		t.Fatalf("-o: %d %v %s", code, err, stderr)
+	}
+
 	code, stdout, _ = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "html", "--now", nowArg)
 	if code != ExitOK || !strings.Contains(stdout, `<svg class="chart" data-budget="per-run"`) {
 		t.Fatalf("html: %d", code)
@@ -94,7 +130,8 @@ func TestReportCLI(t *testing.T) {
 	}
 
 	// Usage errors.
-	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"}} {
+	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"},
+		{"report", "--valkey", srv.Addr, "--headroom", "1"}, {"report", "--valkey", srv.Addr, "--top", "0"}} {
 		if code, _, _ := runCLI(t, args...); code != ExitUsage {
 			t.Errorf("%v: code %d", args, code)
 		}

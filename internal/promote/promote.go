@@ -296,7 +296,8 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 	seen := map[string]bool{}
 	for _, d := range eb.PerDay {
 		day, err := time.Parse(report.DateLayout, d.Date)
-		if err != nil || day.Before(first) || day.After(last) {
+		// Today's partial day (--include-today) is never a full shadow day.
+		if err != nil || d.Partial || day.Before(first) || day.After(last) {
 			continue
 		}
 		if seen[d.Date] {
@@ -309,6 +310,18 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 		covered++
 		principalDays += d.PrincipalDays
 		over += d.OverCap
+	}
+	// Override principals are their own populations in the report, each
+	// judged against its own cap; promotion enforces their rules too, so
+	// their principal-days count towards the share (on the same days).
+	for _, ov := range eb.Overridden {
+		for _, d := range ov.PerDay {
+			if d.Partial || !seen[d.Date] {
+				continue
+			}
+			principalDays += d.PrincipalDays
+			over += d.OverCap
+		}
 	}
 	if covered < RequiredFullDays {
 		reasons = append(reasons, fmt.Sprintf("evidence covers %d of the %d full shadow days needed (report window %s..%s, shadow days from %s)",

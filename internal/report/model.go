@@ -26,8 +26,20 @@ type Report struct {
 	// GeneratedAt's day.
 	From string `json:"from"`
 	To   string `json:"to"`
-	// Days is the number of days in the window.
+	// Days is the number of completed days in the window.
 	Days int `json:"days"`
+	// PartialDay is set with --include-today: the current UTC day, so far.
+	// It is the last entry of every PerDay, marked Partial, and counts in the
+	// summaries; it never counts as a covered day (promote skips it).
+	PartialDay string `json:"partialDay,omitempty"`
+	// Headroom is the factor applied to an observed peak when a suggestion
+	// is based on it (shared buckets, few principals).
+	Headroom float64 `json:"headroom"`
+	// TopN bounds each budget's OverCapPrincipals.
+	TopN int `json:"topN"`
+	// NoData says why the report has no measurements at all (empty when it
+	// has some).
+	NoData string `json:"noData,omitempty"`
 	// TargetLimitedShare is the share of principal-days allowed to be over
 	// the suggested cap (default 0.01).
 	TargetLimitedShare float64 `json:"targetLimitedShare"`
@@ -46,6 +58,9 @@ type Budget struct {
 	Mode string `json:"mode,omitempty"`
 	// Cap is the budget's default daily cap in tokens (0 when unknown).
 	Cap uint64 `json:"cap"`
+	// Shared is true for a budget with one bucket for everyone (group,
+	// frontier): its one "principal" is the whole group.
+	Shared bool `json:"shared,omitempty"`
 	// Overrides maps principals with their own cap to it.
 	Overrides map[string]uint64 `json:"overrides,omitempty"`
 	// Currency is set for a money budget (a daily cost limit): Cap, usage
@@ -53,9 +68,12 @@ type Budget struct {
 	Currency string `json:"currency,omitempty"`
 	// Rules are the rule ids measured for this budget, sorted.
 	Rules []string `json:"rules"`
-	// DaysCovered is how many days of the window have any data for this budget.
+	// DaysCovered is how many completed days of the window have any data for
+	// the principals under the default rule (the partial day never counts).
 	DaysCovered int `json:"daysCovered"`
-	// Summary aggregates every principal-day of the window.
+	// Summary aggregates every principal-day of the window of the principals
+	// under the default rule (override principals are in Overridden, judged
+	// against their own caps).
 	Summary Stats `json:"summary"`
 	// PerDay has one entry per day of the window, oldest first, including
 	// days without data (Principals == 0).
@@ -63,10 +81,57 @@ type Budget struct {
 	// SuggestedCap is the smallest daily cap that keeps the share of
 	// principal-days over it at or under TargetLimitedShare (0 without data).
 	SuggestedCap uint64 `json:"suggestedCap"`
+	// SuggestionBasis says what SuggestedCap is computed from (a percentile
+	// of how many principal-days, or a peak times the headroom and why).
+	SuggestionBasis string `json:"suggestionBasis,omitempty"`
+	// NoData says why there is no suggestion (no measurements in the window).
+	NoData string `json:"noData,omitempty"`
+	// OverCapPrincipals are the principals under the default rule that went
+	// over the cap, most tokens above it first, at most Report.TopN.
+	OverCapPrincipals []PrincipalOver `json:"overCapPrincipals,omitempty"`
+	// OverCapPrincipalsTotal counts all of them (OverCapPrincipals may be cut).
+	OverCapPrincipalsTotal int `json:"overCapPrincipalsTotal"`
+	// Overridden has one entry per override principal with data or in the
+	// spec, sorted by principal: each its own population with its own cap.
+	Overridden []Override `json:"overridden,omitempty"`
 	// Distribution lists every principal-day usage of the window, sorted
 	// ascending; the HTML chart draws it. Not in the JSON: it grows with the
 	// number of principals.
 	Distribution []uint64 `json:"-"`
+	// PrincipalPeaks is each principal's largest day in the window, sorted
+	// ascending; the chart uses it to see a principal 10x the rest.
+	PrincipalPeaks []uint64 `json:"-"`
+}
+
+// Override is one override principal's numbers against its own cap.
+type Override struct {
+	Principal       string     `json:"principal"`
+	Cap             uint64     `json:"cap"`
+	DaysCovered     int        `json:"daysCovered"`
+	Summary         Stats      `json:"summary"`
+	PerDay          []DayStats `json:"perDay"`
+	SuggestedCap    uint64     `json:"suggestedCap"`
+	SuggestionBasis string     `json:"suggestionBasis,omitempty"`
+	NoData          string     `json:"noData,omitempty"`
+}
+
+// PrincipalOver is one principal that went over its cap in the window.
+type PrincipalOver struct {
+	Principal string `json:"principal"`
+	Cap       uint64 `json:"cap"`
+	// DaysOver lists the days (DateLayout) its usage went above the cap.
+	DaysOver []string `json:"daysOver"`
+	// TokensAboveCap sums usage - cap over those days; MaxDay is its
+	// largest day.
+	TokensAboveCap uint64 `json:"tokensAboveCap"`
+	MaxDay         uint64 `json:"maxDay"`
+	// Would429 are the would-be 429s of its rule on the days it was the only
+	// principal over the cap (the ledger counts denials per rule and day, not
+	// per principal). Would429Exact is false when some of its days over were
+	// shared with other principals over the cap: those days' denials are not
+	// in Would429.
+	Would429      uint64 `json:"would429"`
+	Would429Exact bool   `json:"would429Exact"`
 }
 
 // Stats are the numbers reported for a set of principal-days.
@@ -97,5 +162,7 @@ type Stats struct {
 // DayStats is Stats for one UTC day.
 type DayStats struct {
 	Date string `json:"date"`
+	// Partial marks today's day so far (--include-today).
+	Partial bool `json:"partial,omitempty"`
 	Stats
 }

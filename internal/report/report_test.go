@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -118,25 +119,44 @@ func TestBuildNumbers(t *testing.T) {
 	if s.LimitedShare != 2.0/72 || run.DaysCovered != 7 {
 		t.Fatalf("share %v covered %d", s.LimitedShare, run.DaysCovered)
 	}
-	// 1% of 72 = 0 principal-days may be above: the max. (2.8% would allow 2: 1000.)
-	if run.SuggestedCap != 3000 {
-		t.Fatalf("suggested %d", run.SuggestedCap)
+	// 11 principals: too few for a percentile, so the peak x 1.2 headroom.
+	if run.SuggestedCap != 3600 || !strings.Contains(run.SuggestionBasis, "observed peak 3,000 x headroom 1.20: 11 principals") {
+		t.Fatalf("suggested %d (%s)", run.SuggestedCap, run.SuggestionBasis)
+	}
+	if len(run.OverCapPrincipals) != 1 || run.OverCapPrincipalsTotal != 1 {
+		t.Fatalf("over-cap principals %+v", run.OverCapPrincipals)
+	}
+	if po := run.OverCapPrincipals[0]; po.Principal != "run-x" || po.Cap != 1000 || !reflect.DeepEqual(po.DaysOver, []string{"2026-10-22", "2026-10-23"}) ||
+		po.TokensAboveCap != 4000 || po.MaxDay != 3000 || po.Would429 != 8 || !po.Would429Exact {
+		t.Fatalf("run-x %+v", po)
 	}
 	if day := run.PerDay[6]; day.Date != "2026-10-23" || day.Principals != 11 || day.OverCap != 1 || day.Would429 != 4 {
 		t.Fatalf("last day %+v", day)
 	}
 	key := find(t, r, "per-api-key")
-	// acme-batch at 4000+333i against its own 5000 cap: over on i=4,5,6 (5332, 5665, 5998).
-	if key.Summary.OverCap != 3 || key.Summary.TokensAboveCap != 332+665+998 || key.Summary.Denied != 3 || key.Summary.Principals != 2 {
-		t.Fatalf("per-api-key %+v", key.Summary)
+	// The default rule's population is client a alone; acme-batch is its own.
+	if key.Summary.OverCap != 0 || key.Summary.Denied != 0 || key.Summary.Principals != 1 || key.Summary.Max != 400 || key.OverCapPrincipalsTotal != 0 {
+		t.Fatalf("per-api-key default %+v", key.Summary)
 	}
 	// The override's days do not move the default suggested cap.
-	if key.SuggestedCap != 400 {
+	if key.SuggestedCap != 480 {
 		t.Fatalf("per-api-key suggested %d", key.SuggestedCap)
+	}
+	// acme-batch at 4000+333i against its own 5000 cap: over on i=4,5,6 (5332, 5665, 5998).
+	if len(key.Overridden) != 1 {
+		t.Fatalf("overridden %+v", key.Overridden)
+	}
+	ov := key.Overridden[0]
+	if ov.Principal != "acme-batch" || ov.Cap != 5000 || ov.Summary.OverCap != 3 || ov.Summary.TokensAboveCap != 332+665+998 || ov.Summary.Denied != 3 || ov.DaysCovered != 7 ||
+		ov.SuggestedCap != 7200 || !strings.Contains(ov.SuggestionBasis, "override") {
+		t.Fatalf("acme-batch %+v", ov)
 	}
 	fr := find(t, r, "frontier")
 	if fr.Summary.PrincipalDays != 0 || fr.DaysCovered != 0 || fr.Summary.Would429 != 0 {
 		t.Fatalf("kill switch rule counted as tokens: %+v", fr)
+	}
+	if fr.SuggestedCap != 0 || fr.NoData == "" || r.NoData != "" {
+		t.Fatalf("frontier without data: %+v; report %q", fr, r.NoData)
 	}
 	want := []string{
 		"budget frontier: measurements on 0 of 7 days (2026-10-17..2026-10-23); a promotion needs 7 full days",
@@ -156,7 +176,7 @@ func TestBuildOnlyAndErrors(t *testing.T) {
 	if _, err := Build(data(), mapping(), Options{Now: now, Only: []string{"per-rnu"}}); !errors.Is(err, ErrUnknownBudget) || !strings.Contains(err.Error(), "per-run") {
 		t.Fatalf("unknown budget: %v", err)
 	}
-	for _, o := range []Options{{}, {Now: now, Days: -1}, {Now: now, Days: 1000}, {Now: now, TargetLimitedShare: 1.5}} {
+	for _, o := range []Options{{}, {Now: now, Days: -1}, {Now: now, Days: 1000}, {Now: now, TargetLimitedShare: 1.5}, {Now: now, Headroom: 1}, {Now: now, Headroom: 0.5}, {Now: now, Headroom: 11}, {Now: now, TopN: -1}} {
 		if _, err := Build(nil, Mapping{}, o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -279,7 +299,7 @@ func TestHTMLElements(t *testing.T) {
 	if re.FindStringSubmatch(h) == nil {
 		t.Fatal("no cap x")
 	}
-	if !strings.Contains(h, "No measurements in this window.") {
+	if !strings.Contains(h, "Cap 100,000 tokens/day: no measurements in 2026-10-17..2026-10-23") {
 		t.Fatal("frontier without data should say so")
 	}
 	for _, bad := range []string{"<script", "<link", "src=", "href=", "@import", "url("} {
@@ -335,5 +355,151 @@ func TestTextAndMarkdownEscapeNames(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s: escaped name %q not in\n%s", name, want, out)
 		}
+	}
+}
+
+// todayData adds today's traffic (partial): run-x already over.
+func todayData() []ledger.DayData {
+	d := ledger.DayOf(now)
+	return []ledger.DayData{{Rule: ruleRun, Day: d, Usage: map[string]uint64{"run-x": 2500, "run-b": 50}, ShadowDenials: 2}}
+}
+
+func TestIncludeToday(t *testing.T) {
+	var all []ledger.DayData
+	for _, dd := range data() {
+		if dd.Day != ledger.DayOf(now) { // data() has a runaway today, to test it stays out
+			all = append(all, dd)
+		}
+	}
+	all = append(all, todayData()...)
+	// Without --include-today, today's data stays out.
+	r, err := Build(all, mapping(), Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run := find(t, r, "per-run"); len(run.PerDay) != 7 || run.Summary.PrincipalDays != 72 || r.PartialDay != "" {
+		t.Fatalf("today leaked into the window: %+v", run.Summary)
+	}
+	r, err = Build(all, mapping(), Options{Now: now, IncludeToday: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := find(t, r, "per-run")
+	last := run.PerDay[len(run.PerDay)-1]
+	if r.PartialDay != "2026-10-24" || r.To != "2026-10-23" || len(run.PerDay) != 8 || !last.Partial || last.Date != "2026-10-24" || last.PrincipalDays != 2 || last.Would429 != 2 {
+		t.Fatalf("partial day: %q %+v", r.PartialDay, last)
+	}
+	if run.PerDay[6].Partial || run.DaysCovered != 7 || run.Summary.PrincipalDays != 74 {
+		t.Fatalf("completed days: %+v covered %d", run.Summary, run.DaysCovered)
+	}
+	if po := run.OverCapPrincipals[0]; len(po.DaysOver) != 3 || po.TokensAboveCap != 5500 || po.Would429 != 10 {
+		t.Fatalf("run-x with today: %+v", po)
+	}
+	var text, md, h, js bytes.Buffer
+	for _, wb := range []struct {
+		w   Writer
+		buf *bytes.Buffer
+	}{{WriteText, &text}, {WriteMarkdown, &md}, {WriteHTML, &h}, {WriteJSON, &js}} {
+		if err := wb.w(wb.buf, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string][]string{
+		"text":     {"2026-10-17..2026-10-23 + 2026-10-24 (partial: today so far)", "2026-10-24 (partial)"},
+		"markdown": {"2026-10-24 (partial: today so far)", "| 2026-10-24 (partial) |"},
+		"html":     {`<tr class="partial"><td>2026-10-24 (partial)</td>`, "2026-10-24 (partial: today so far)"},
+		"json":     {`"partialDay": "2026-10-24"`, `"partial": true`},
+	} {
+		got := map[string]string{"text": text.String(), "markdown": md.String(), "html": h.String(), "json": js.String()}[name]
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s lacks %q:\n%s", name, w, got)
+			}
+		}
+	}
+}
+
+func TestNoDataSaysWhy(t *testing.T) {
+	// Only today has traffic: the window is empty and says to include today.
+	r, err := Build(todayData(), mapping(), Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "no measurements in 2026-10-17..2026-10-23: the window ends yesterday; today's traffic is not in it, use --include-today"
+	if r.NoData != want || find(t, r, "per-run").NoData != want {
+		t.Fatalf("no data: %q / %q", r.NoData, find(t, r, "per-run").NoData)
+	}
+	var text, md bytes.Buffer
+	_ = WriteText(&text, r)
+	_ = WriteMarkdown(&md, r)
+	for _, out := range []string{text.String(), md.String()} {
+		if !strings.Contains(out, "use --include-today") || strings.Contains(out, "suggested cap: 0") || strings.Contains(out, "Suggested cap **0**") {
+			t.Fatalf("no-data report:\n%s", out)
+		}
+	}
+	// Nothing anywhere: says so, without the hint.
+	r, _ = Build(nil, mapping(), Options{Now: now})
+	if !strings.Contains(r.NoData, "today has none either") {
+		t.Fatalf("empty ledger: %q", r.NoData)
+	}
+}
+
+func TestTopNAndSharedBuckets(t *testing.T) {
+	// 30 principals over a cap of 100 by 1..30 tokens, one day.
+	d := ledger.DayOf(now) - 1
+	dd := ledger.DayData{Rule: ruleRun, Day: d, Usage: map[string]uint64{}}
+	for i := 1; i <= 30; i++ {
+		dd.Usage[fmt.Sprintf("p%02d", i)] = uint64(100 + i)
+	}
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "b", Kind: KindTokens, Cap: 100}}, Budgets: map[string]BudgetInfo{"b": {Cap: 100}}}
+	r, err := Build([]ledger.DayData{dd}, m, Options{Now: now, TopN: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Budgets[0]
+	if b.OverCapPrincipalsTotal != 30 || len(b.OverCapPrincipals) != 3 || b.OverCapPrincipals[0].Principal != "p30" || b.OverCapPrincipals[2].Principal != "p28" {
+		t.Fatalf("top 3: %d %+v", b.OverCapPrincipalsTotal, b.OverCapPrincipals)
+	}
+	// 30 principals over on the same day: would-be 429s are not attributable.
+	if b.OverCapPrincipals[0].Would429Exact != true || b.OverCapPrincipals[0].Would429 != 0 {
+		t.Fatalf("no denials recorded, so exact 0: %+v", b.OverCapPrincipals[0])
+	}
+	// 30 principals and 30 principal-days: a 1% share allows none above, so
+	// the suggestion is the peak with headroom, never the peak itself.
+	if b.SuggestedCap != 160 || !strings.Contains(b.SuggestionBasis, "30 principal-days, too few") {
+		t.Fatalf("suggested %d (%s)", b.SuggestedCap, b.SuggestionBasis)
+	}
+	var md bytes.Buffer
+	_ = WriteMarkdown(&md, r)
+	if !strings.Contains(md.String(), "top 3 of 30 by tokens above the cap") || !strings.Contains(md.String(), "| p30 | 100 | 1 (2026-10-23) | 30 | 130 | 0 |") {
+		t.Fatalf("markdown:\n%s", md.String())
+	}
+	// A shared bucket (group): the peak x headroom, whatever the count.
+	m.Budgets["b"] = BudgetInfo{Cap: 100, Group: true}
+	r, _ = Build([]ledger.DayData{dd}, m, Options{Now: now, Headroom: 1.5})
+	if b := r.Budgets[0]; b.SuggestedCap != 200 || !strings.Contains(b.SuggestionBasis, "x headroom 1.50: shared bucket") {
+		t.Fatalf("shared: %d (%s)", b.SuggestedCap, b.SuggestionBasis)
+	}
+	// Many principals: a percentile, no headroom.
+	dd.Usage = map[string]uint64{}
+	for i := 1; i <= 300; i++ {
+		dd.Usage[fmt.Sprintf("q%03d", i)] = uint64(i)
+	}
+	m.Budgets["b"] = BudgetInfo{Cap: 100}
+	r, _ = Build([]ledger.DayData{dd}, m, Options{Now: now})
+	if b := r.Budgets[0]; b.SuggestedCap != 297 || !strings.Contains(b.SuggestionBasis, "at most 1.00% of 300 principal-days above it (3 above, 300 principals)") {
+		t.Fatalf("percentile: %d (%s)", b.SuggestedCap, b.SuggestionBasis)
+	}
+}
+
+func TestRoundUp2(t *testing.T) {
+	for in, want := range map[uint64]uint64{0: 0, 7: 7, 99: 99, 100: 100, 101: 110, 6281480: 6300000, 3600: 3600, 3601: 3700} {
+		if got := roundUp2(in); got != want {
+			t.Errorf("roundUp2(%d) = %d, want %d", in, got, want)
+		}
+	}
+	// Never the peak: even a headroom that rounds to nothing adds one.
+	if c, _ := suggestPeak(5, "x", 1.01); c <= 5 {
+		t.Fatalf("peak 5 -> %d", c)
 	}
 }

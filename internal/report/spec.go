@@ -31,7 +31,7 @@ func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
 		return Mapping{}, err
 	}
 	for _, ref := range bs.Refs() {
-		bi := BudgetInfo{Mode: string(ref.Rollout.Mode), Cap: uint64(ref.TokensPerDay), Group: ref.Kind == spec.KindGroup}
+		bi := BudgetInfo{Mode: string(ref.Rollout.Mode), Cap: uint64(ref.TokensPerDay), Group: ref.Kind == spec.KindGroup || ref.Kind == spec.KindFrontier}
 		if ref.Budget != nil && len(ref.Budget.Overrides) > 0 {
 			bi.Overrides = map[string]uint64{}
 			for _, o := range ref.Budget.Overrides {

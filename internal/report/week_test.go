@@ -385,18 +385,21 @@ func TestSimulatedWeek(t *testing.T) {
 
 func checkBudget(t *testing.T, b report.Budget, exp expected) {
 	t.Helper()
-	var values, defaults []uint64
+	// The default rule's population: every principal but the override.
+	var values []uint64
 	var over int
 	var above uint64
 	principals := 0
+	peaks := map[string]uint64{}
 	for p, days := range exp.usage[b.Name] {
+		if p == "big-batch" {
+			continue
+		}
 		principals++
 		c := capOf(b.Name, p)
 		for _, used := range days {
 			values = append(values, used)
-			if p != "big-batch" {
-				defaults = append(defaults, used)
-			}
+			peaks[p] = max(peaks[p], used)
 			if used > c {
 				over++
 				above += used - c
@@ -405,27 +408,98 @@ func checkBudget(t *testing.T, b report.Budget, exp expected) {
 	}
 	sort.Slice(values, func(i, j int) bool { return values[i] < values[j] })
 	rank := func(p float64) uint64 { return values[int(math.Ceil(p/100*float64(len(values))))-1] }
-	// Suggested cap by brute force: the smallest observed value with at most 1% above it.
-	allowed := int(math.Floor(0.01 * float64(len(defaults))))
+	// Suggested cap: with fewer than 20 principals, the peak x 1.2 rounded
+	// up to two significant digits; else by brute force, the smallest
+	// observed value with at most 1% above it.
+	peak := values[len(values)-1]
 	var suggested uint64 = math.MaxUint64
-	for _, c := range defaults {
-		n := 0
-		for _, v := range defaults {
-			if v > c {
-				n++
+	if principals < report.MinPrincipalsForPercentile {
+		v := uint64(math.Ceil(float64(peak) * 1.2))
+		unit := uint64(1)
+		for v/unit >= 100 {
+			unit *= 10
+		}
+		suggested = (v + unit - 1) / unit * unit
+	} else {
+		allowed := int(math.Floor(0.01 * float64(len(values))))
+		for _, c := range values {
+			n := 0
+			for _, v := range values {
+				if v > c {
+					n++
+				}
+			}
+			if n <= allowed && c < suggested {
+				suggested = c
 			}
 		}
-		if n <= allowed && c < suggested {
-			suggested = c
-		}
+	}
+	if suggested <= peak && principals < report.MinPrincipalsForPercentile {
+		t.Errorf("budget %s: suggestion %d not above the peak %d", b.Name, suggested, peak)
 	}
 	s := b.Summary
 	got := fmt.Sprintf("pd=%d principals=%d p50=%d p95=%d p99=%d max=%d over=%d above=%d would429=%d denied=%d suggested=%d days=%d",
 		s.PrincipalDays, s.Principals, s.P50, s.P95, s.P99, s.Max, s.OverCap, s.TokensAboveCap, s.Would429, s.Denied, b.SuggestedCap, b.DaysCovered)
 	want := fmt.Sprintf("pd=%d principals=%d p50=%d p95=%d p99=%d max=%d over=%d above=%d would429=%d denied=%d suggested=%d days=%d",
-		len(values), principals, rank(50), rank(95), rank(99), values[len(values)-1], over, above, exp.would429[b.Name], 0, suggested, 7)
+		len(values), principals, rank(50), rank(95), rank(99), peak, over, above, exp.would429[b.Name], 0, suggested, 7)
 	if got != want {
 		t.Errorf("budget %s:\n got %s\nwant %s", b.Name, got, want)
+	}
+	if !strings.Contains(b.SuggestionBasis, "headroom 1.20") {
+		t.Errorf("budget %s: basis %q", b.Name, b.SuggestionBasis)
+	}
+	// Principals over the cap: each with its days over, most above first.
+	var overNames []string
+	for p, days := range exp.usage[b.Name] {
+		if p == "big-batch" {
+			continue
+		}
+		for _, used := range days {
+			if used > capOf(b.Name, p) {
+				overNames = append(overNames, p)
+				break
+			}
+		}
+	}
+	if b.OverCapPrincipalsTotal != len(overNames) || len(b.OverCapPrincipals) != len(overNames) {
+		t.Errorf("budget %s: over-cap principals %+v, want %v", b.Name, b.OverCapPrincipals, overNames)
+	}
+	for _, po := range b.OverCapPrincipals {
+		n := 0
+		var pabove uint64
+		for _, used := range exp.usage[b.Name][po.Principal] {
+			if c := capOf(b.Name, po.Principal); used > c {
+				n++
+				pabove += used - c
+			}
+		}
+		if len(po.DaysOver) != n || po.TokensAboveCap != pabove || po.MaxDay != peaks[po.Principal] {
+			t.Errorf("budget %s: principal %+v, want %d days over, %d above", b.Name, po, n, pabove)
+		}
+		// Only one principal is over per day here: its would-be 429s are exact
+		// and are all of the budget's.
+		if !po.Would429Exact || po.Would429 != exp.would429[b.Name] {
+			t.Errorf("budget %s: principal %s would429 %d exact %v, want %d", b.Name, po.Principal, po.Would429, po.Would429Exact, exp.would429[b.Name])
+		}
+	}
+	// The override, against its own cap.
+	if days, ok := exp.usage[b.Name]["big-batch"]; ok {
+		if len(b.Overridden) != 1 || b.Overridden[0].Principal != "big-batch" {
+			t.Fatalf("budget %s: overridden %+v", b.Name, b.Overridden)
+		}
+		ov := b.Overridden[0]
+		var oover int
+		var oabove, omax uint64
+		for _, used := range days {
+			omax = max(omax, used)
+			if used > ov.Cap {
+				oover++
+				oabove += used - ov.Cap
+			}
+		}
+		if ov.Cap != capOf(b.Name, "big-batch") || ov.Summary.OverCap != oover || ov.Summary.TokensAboveCap != oabove || ov.Summary.Max != omax || ov.SuggestedCap <= omax {
+			t.Errorf("budget %s: override %+v, want over %d above %d max %d", b.Name, ov, oover, oabove, omax)
+		}
 	}
 	t.Logf("budget %s: %s", b.Name, got)
 	js, _ := json.Marshal(b.PerDay[6])

@@ -16,8 +16,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/budgetgen/budgetgen/internal/eventsink"
 )
 
 // DefaultPercents are the thresholds of seed ADR-050.
@@ -35,6 +38,16 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Percents of the cap, ascending, each in [1, 1000]. Default DefaultPercents.
 	Percents []int
+	// Sink, when set, is offered every crossing (internal/eventsink POSTs
+	// them as CloudEvents). Offer must not block: it runs on the decision path.
+	Sink Sink
+	// Now dates the crossings given to Sink; default time.Now.
+	Now func() time.Time
+}
+
+// Sink receives crossings; an implementation queues and never blocks.
+type Sink interface {
+	Offer(eventsink.Crossing)
 }
 
 // Detector finds crossings. Safe for concurrent use.
@@ -43,11 +56,16 @@ type Detector struct {
 	percents []int
 	labels   []string
 	counter  *prometheus.CounterVec
+	sink     Sink
+	now      func() time.Time
 }
 
 // New builds a Detector and registers its counter.
 func New(o Options) (*Detector, error) {
-	d := &Detector{log: o.Logger, percents: o.Percents}
+	d := &Detector{log: o.Logger, percents: o.Percents, sink: o.Sink, now: o.Now}
+	if d.now == nil {
+		d.now = time.Now
+	}
 	if d.log == nil {
 		d.log = slog.Default()
 	}
@@ -117,6 +135,13 @@ func (d *Detector) Observe(ctx context.Context, c Charge) []int {
 				slog.Uint64("cap", c.Limit),
 				slog.Bool("shadow", c.Shadow),
 			)
+			if d.sink != nil {
+				at := d.now().UTC()
+				d.sink.Offer(eventsink.Crossing{
+					Domain: c.Domain, Rule: c.Rule, Principal: c.Principal, ThresholdPercent: p,
+					Used: c.Total, Cap: c.Limit, Shadow: c.Shadow, Day: at.Format(time.DateOnly), At: at,
+				})
+			}
 		}
 	}
 	return crossed

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/budgetgen/budgetgen/internal/eventsink"
 )
 
 func TestThreshold(t *testing.T) {
@@ -124,5 +128,28 @@ func TestBadPercents(t *testing.T) {
 		if _, err := New(Options{Percents: p}); err == nil {
 			t.Errorf("%v accepted", p)
 		}
+	}
+}
+
+type sinkFunc func(eventsink.Crossing)
+
+func (f sinkFunc) Offer(c eventsink.Crossing) { f(c) }
+
+// TestSinkGetsEachCrossing: the sink is offered every crossing with the
+// injected clock's UTC day.
+func TestSinkGetsEachCrossing(t *testing.T) {
+	var got []eventsink.Crossing
+	at := time.Date(2026, 10, 20, 23, 59, 0, 0, time.FixedZone("x", -3600))
+	d, err := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Sink: sinkFunc(func(c eventsink.Crossing) { got = append(got, c) }), Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Observe(context.Background(), Charge{Domain: "d", Rule: "r", Principal: "p", Limit: 10, Hits: 10, Total: 10})
+	if len(got) != 3 || got[0].ThresholdPercent != 80 || got[2].ThresholdPercent != 100 || got[2].Used != 10 || got[2].Cap != 10 || got[0].Day != "2026-10-21" || got[0].Principal != "p" {
+		t.Fatalf("crossings %+v", got)
+	}
+	d.Observe(context.Background(), Charge{Domain: "d", Rule: "r", Principal: "p", Limit: 10, Hits: 1, Total: 11})
+	if len(got) != 3 {
+		t.Fatal("a charge past every threshold was offered")
 	}
 }

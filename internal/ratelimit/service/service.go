@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
@@ -111,7 +112,23 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		close(ledgerDone)
 	}()
 	defer func() { stopLedger(); <-ledgerDone }()
-	det, err := thresholds.New(thresholds.Options{Logger: log, Registerer: reg})
+	topts := thresholds.Options{Logger: log, Registerer: reg}
+	if s.ThresholdEventsURL != "" {
+		// Crossings leave the process as CloudEvents; a slow or failing
+		// receiver only fills a bounded queue (drops are counted).
+		sink, err := eventsink.New(eventsink.Options{URL: s.ThresholdEventsURL, Registerer: reg, Logger: log})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUsage, err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), eventsinkDrain)
+			defer cancel()
+			sink.Close(ctx)
+		}()
+		topts.Sink = sink
+		startup.Warn("threshold events", "sink", "cloudevents")
+	}
+	det, err := thresholds.New(topts)
 	if err != nil {
 		return err
 	}
@@ -275,6 +292,9 @@ func newLogger(s settings.Settings, out io.Writer) *slog.Logger {
 // ledgerFlushInterval is how often the ledger's denial counts and expiries
 // are written (docs/measurement.md).
 const ledgerFlushInterval = 5 * time.Second
+
+// eventsinkDrain bounds how long shutdown waits for queued threshold events.
+const eventsinkDrain = 3 * time.Second
 
 // ledgerReader is the ledger the debug port serves: the embedded store's,
 // which only this process holds (a Valkey ledger is read from Valkey).

@@ -3,9 +3,11 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -266,5 +268,61 @@ func TestEmbeddedLedgerOnDebugPort(t *testing.T) {
 	}
 	if !strings.Contains(get(t, s.debug+"/"), "/ledger/") {
 		t.Fatal("debug index does not list /ledger/")
+	}
+}
+
+// TestThresholdEventsLeaveTheProcess: with THRESHOLD_EVENTS_URL, a running
+// service POSTs each 80/90/100% crossing as a CloudEvent to a real HTTP
+// receiver; the decisions are answered as without it.
+func TestThresholdEventsLeaveTheProcess(t *testing.T) {
+	type got struct {
+		ctype string
+		ev    map[string]any
+	}
+	events := make(chan got, 16)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev map[string]any
+		_ = json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ev)
+		events <- got{r.Header.Get("Content-Type"), ev}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	dir := t.TempDir()
+	writeConfig(t, dir, "a.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
+	s := startService(t, dir, map[string]string{"THRESHOLD_EVENTS_URL": rcv.URL + "/budget-events?token=tok-secret-9"})
+	// 85 then 100 of 100: crosses 80, then 90 and 100.
+	for _, hits := range []uint32{85, 15} {
+		d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}
+		resp, err := s.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{d}, HitsAddend: hits})
+		if err != nil || resp.OverallCode != rlpb.RateLimitResponse_OK {
+			t.Fatalf("decision: %v %v", resp, err)
+		}
+	}
+	seen := map[float64]bool{}
+	for len(seen) < 3 {
+		select {
+		case g := <-events:
+			data, _ := g.ev["data"].(map[string]any)
+			if g.ctype != "application/cloudevents+json; charset=UTF-8" || g.ev["specversion"] != "1.0" || g.ev["type"] != "dev.budgetgen.ratelimit.threshold.crossed" ||
+				g.ev["id"] == "" || g.ev["source"] != "budgetgen/ratelimit" || g.ev["datacontenttype"] != "application/json" || data["principal"] != "alice" || data["cap"] != float64(100) {
+				t.Fatalf("event %s %v", g.ctype, g.ev)
+			}
+			if _, err := time.Parse(time.RFC3339, g.ev["time"].(string)); err != nil {
+				t.Fatalf("time: %v", err)
+			}
+			seen[data["thresholdPercent"].(float64)] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events seen %v\n%s", seen, s.logs)
+		}
+	}
+	if !seen[80] || !seen[90] || !seen[100] {
+		t.Fatalf("thresholds %v", seen)
+	}
+	metrics := get(t, s.debug+"/metrics")
+	if !strings.Contains(metrics, `budgetgen_ratelimit_threshold_events_dropped_total{reason="queue_full"} 0`) {
+		t.Fatalf("dropped metric missing:\n%s", metrics)
+	}
+	if strings.Contains(s.logs.String(), "tok-secret-9") {
+		t.Fatal("the events URL's token is in the log")
 	}
 }

@@ -31,3 +31,23 @@ func TestSecretFilesAndMemoryBound(t *testing.T) {
 		}
 	}
 }
+
+// TestThresholdEventsURL: env and flag set it; a bad one is refused without
+// echoing it (it may carry a token).
+func TestThresholdEventsURL(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{"THRESHOLD_EVENTS_URL": "https://hooks.example/budget"}), io.Discard)
+	if err != nil || s.ThresholdEventsURL != "https://hooks.example/budget" {
+		t.Fatalf("env: %v %q", err, s.ThresholdEventsURL)
+	}
+	s, err = Load([]string{"--threshold-events-url", "http://127.0.0.1:9/x"}, envOf(nil), io.Discard)
+	if err != nil || s.ThresholdEventsURL != "http://127.0.0.1:9/x" {
+		t.Fatalf("flag: %v %q", err, s.ThresholdEventsURL)
+	}
+	if s, _ := Load(nil, envOf(nil), io.Discard); s.ThresholdEventsURL != "" {
+		t.Fatal("on by default")
+	}
+	_, err = Load(nil, envOf(map[string]string{"THRESHOLD_EVENTS_URL": "ftp://hooks/?token=tok-secret-1"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "THRESHOLD_EVENTS_URL") || strings.Contains(err.Error(), "tok-secret-1") {
+		t.Fatalf("bad URL: %v", err)
+	}
+}

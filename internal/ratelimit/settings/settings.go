@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -197,6 +198,10 @@ type Settings struct {
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
 	LedgerRetentionDays int
+	// ThresholdEventsURL (THRESHOLD_EVENTS_URL, ours; default empty = off)
+	// receives a POST of a CloudEvent per 80/90/100% threshold crossing
+	// (internal/eventsink). It may carry a token: never logged.
+	ThresholdEventsURL string
 
 	// Redis is RedisURL and RedisType parsed (by Load, once; see ParseRedis).
 	Redis RedisTarget
@@ -294,6 +299,20 @@ var unsupported = []struct {
 	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not supported yet", nil},
 }
 
+// Description heads --help: what the service is and how it is configured.
+const Description = `ratelimit: budgetgen's rate limit service, a drop-in for envoyproxy/ratelimit.
+It answers Envoy's envoy.service.ratelimit.v3 ShouldRateLimit over gRPC (and
+/json over HTTP), counts in fixed UTC windows in Valkey (REDIS_URL) or, without
+it, in an embedded memory store, and records the per-principal daily usage the
+shadow week's budgetgen report reads. Configuration: the reference's
+environment variables (RUNTIME_ROOT..., CONFIG_TYPE=GRPC_XDS_SOTW as Envoy
+Gateway sets it, REDIS_URL, ...) or the flags below (flags win).
+--version prints the version, commit and Go version.
+
+Usage: ratelimit [flags]
+
+`
+
 // Load reads getenv, then args (flags win), validates and returns the
 // settings. usage receives flag errors and -help output. Every setting is
 // named once, in table (table.go): environment variables, flag, doc.
@@ -317,6 +336,10 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(usage, Description)
+		fs.PrintDefaults()
+	}
 	for _, st := range settings {
 		if st.flag != "" {
 			fs.Var(st.v, st.flag, st.help())
@@ -445,6 +468,11 @@ func (s Settings) Validate() error {
 	}
 	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+	}
+	if s.ThresholdEventsURL != "" {
+		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("THRESHOLD_EVENTS_URL: want an absolute http:// or https:// URL")) // the value may hold a token
+		}
 	}
 	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("MEMORY_SNAPSHOT_INTERVAL: %v not in [100ms,1h]", s.MemorySnapshotInterval))

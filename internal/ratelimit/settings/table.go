@@ -107,6 +107,7 @@ func table(s *Settings, r *raw) []setting {
 		{e("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
 		{e("WINDOW_MODE"), "window-mode", "counter windows: " + strings.Join(window.ModeNames, " or ") + "; default calendar (USE_CALENDAR_MONTH_RATE_LIMIT is the reference's alias)", str(&r.windowMode)},
 		{e("RESET_TIME_ZONE"), "reset-time-zone", "IANA time zone of calendar day/week/month/year windows; default UTC", str(&s.ResetTimeZone)},
+		{e("THRESHOLD_EVENTS_URL"), "threshold-events-url", "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off", str(&s.ThresholdEventsURL)},
 		{e("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
 	}
 }

@@ -53,9 +53,10 @@ func TestEveryFormatEscapesInput(t *testing.T) {
 			cmds := workflowCommands(out)
 			if format == GitHub {
 				// Exactly the one genuine annotation, with the file name
-				// and title escaped as properties and the message as data.
-				if len(cmds) != 1 || strings.Count(out, "\n") != 1 {
-					t.Fatalf("want one annotation line, got %d:\n%s", len(cmds), out)
+				// and title escaped as properties and the message as data,
+				// then the run's summary notice.
+				if len(cmds) != 2 || strings.Count(out, "\n") != 2 || !strings.HasPrefix(cmds[0], "::error ") || !strings.HasPrefix(cmds[1], "::notice title=budgetgen assert::") {
+					t.Fatalf("want one annotation line and the summary notice, got %d:\n%s", len(cmds), out)
 				}
 				for _, want := range []string{"file=evil%0A%3A%3Aerror file=forged.yaml%2Cline=1%3A%3Aforged by file name\\r\\x1b[2K.yaml,", "::differs%0A::error::forged by message %250A 100%25"} {
 					if !strings.Contains(out, want) {
@@ -92,7 +93,9 @@ func TestStructuredFormatsRoundTrip(t *testing.T) {
 	}
 	r := s.Runs[0].Results[0]
 	uri := r.Locations[0].PhysicalLocation.ArtifactLocation.URI
-	if file, err := url.PathUnescape(uri); err != nil || file != hostile.File || r.Message.Text != hostile.Message+"\n"+hostile.Detail {
+	// A relative path whose first segment holds a colon is written "./..."
+	// so it cannot read as a URI scheme.
+	if file, err := url.PathUnescape(strings.TrimPrefix(uri, "./")); err != nil || file != hostile.File || r.Message.Text != hostile.Message+"\n"+hostile.Detail {
 		t.Errorf("sarif changed the values: %+v (%v)", r, err)
 	}
 	if strings.ContainsAny(uri, "\n\r\x1b ") {

@@ -15,9 +15,14 @@ import (
 type githubWriter struct {
 	w    io.Writer
 	meta Meta
+	tally
 }
 
 func (g *githubWriter) Write(f assert.Finding) error {
+	g.count(f)
+	if g.meta.Summary {
+		return nil
+	}
 	level := "error"
 	if f.Severity == assert.Warning {
 		level = "warning"
@@ -41,7 +46,19 @@ func (g *githubWriter) Write(f assert.Finding) error {
 	return err
 }
 
-func (g *githubWriter) Flush() error { return nil }
+// Flush writes the summary as one notice annotation (shown on the run's
+// summary page), with the per-rule counts, unless Quiet.
+func (g *githubWriter) Flush() error {
+	if g.meta.Quiet {
+		return nil
+	}
+	msg := g.line(g.meta)
+	if rules := g.perRule(g.meta); len(rules) > 0 {
+		msg += "\n" + strings.Join(rules, "\n")
+	}
+	_, err := fmt.Fprintf(g.w, "::notice title=%s::%s\n", escapeProperty("budgetgen assert"), escapeData(msg))
+	return err
+}
 
 // escapeData and escapeProperty follow the Actions toolkit's command
 // escaping, which keeps a value on the command's one line. Other control

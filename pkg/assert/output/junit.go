@@ -8,9 +8,11 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/assert"
 )
 
-// junitWriter writes one test suite with a test case per rule that ran: a
-// rule with findings fails, with one <failure> per finding, so CI test views
-// list passing rules too. No timestamps: output is byte-identical per input.
+// junitWriter writes one test suite in which every finding is its own test
+// case (classname = rule ID, name = file:line), so Jenkins and GitLab list
+// each finding; a rule that ran clean is one passing case and a rule turned
+// off with --skip one <skipped/> case. No timestamps: output is
+// byte-identical per input.
 type junitWriter struct {
 	w        io.Writer
 	meta     Meta
@@ -22,6 +24,7 @@ type junitSuites struct {
 	Name     string       `xml:"name,attr"`
 	Tests    int          `xml:"tests,attr"`
 	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr"`
 	Suites   []junitSuite `xml:"testsuite"`
 }
 
@@ -29,6 +32,7 @@ type junitSuite struct {
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
+	Skipped  int         `xml:"skipped,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -36,6 +40,11 @@ type junitCase struct {
 	Name      string         `xml:"name,attr"`
 	ClassName string         `xml:"classname,attr"`
 	Failures  []junitFailure `xml:"failure"`
+	Skipped   *junitSkipped  `xml:"skipped"`
+}
+
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
 }
 
 type junitFailure struct {
@@ -56,8 +65,12 @@ func (j *junitWriter) Flush() error {
 		byRule[f.Rule] = append(byRule[f.Rule], f)
 	}
 	for _, r := range j.meta.Rules {
-		c := junitCase{Name: r.ID + " " + r.Name, ClassName: "budgetgen.assert"}
-		for _, f := range byRule[r.ID] {
+		fs := byRule[r.ID]
+		if len(fs) == 0 {
+			suite.Cases = append(suite.Cases, junitCase{Name: r.Name, ClassName: r.ID})
+			continue
+		}
+		for _, f := range fs {
 			text := fmt.Sprintf("%s:%d:%d: %s", f.File, f.Line, f.Column, f.Message)
 			if f.Object != "" {
 				text += " (" + f.Object + ")"
@@ -65,15 +78,25 @@ func (j *junitWriter) Flush() error {
 			if f.Detail != "" {
 				text += "\n" + f.Detail
 			}
-			c.Failures = append(c.Failures, junitFailure{Message: f.Message, Type: f.Severity.String(), Text: text})
-		}
-		if len(c.Failures) > 0 {
+			name := f.File
+			if f.Line > 0 {
+				name = fmt.Sprintf("%s:%d", f.File, f.Line)
+			}
+			suite.Cases = append(suite.Cases, junitCase{Name: name, ClassName: f.Rule,
+				Failures: []junitFailure{{Message: f.Message, Type: f.Severity.String(), Text: text}}})
 			suite.Failures++
 		}
-		suite.Cases = append(suite.Cases, c)
+	}
+	for _, id := range j.meta.Skipped {
+		name := id
+		if r := assert.Lookup(id); r != nil {
+			name = r.Name
+		}
+		suite.Cases = append(suite.Cases, junitCase{Name: name, ClassName: id, Skipped: &junitSkipped{Message: "turned off with --skip " + id}})
+		suite.Skipped++
 	}
 	suite.Tests = len(suite.Cases)
-	doc := junitSuites{Name: "budgetgen", Tests: suite.Tests, Failures: suite.Failures, Suites: []junitSuite{suite}}
+	doc := junitSuites{Name: "budgetgen", Tests: suite.Tests, Failures: suite.Failures, Skipped: suite.Skipped, Suites: []junitSuite{suite}}
 	if _, err := io.WriteString(j.w, xml.Header); err != nil {
 		return err
 	}

@@ -42,6 +42,12 @@ type Meta struct {
 	Files   []string
 	// ToolVersion is budgetgen's version (SARIF).
 	ToolVersion string
+	// Skipped are the IDs of rules turned off (--skip), sorted: JUnit lists
+	// them as skipped test cases.
+	Skipped []string
+	// Summary makes text and github write only the summary (no finding
+	// lines); Quiet makes them write only the findings (no summary).
+	Summary, Quiet bool
 }
 
 // New returns the Writer for format.

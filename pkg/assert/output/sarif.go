@@ -2,9 +2,11 @@ package output
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"path/filepath"
+	"strings"
 
 	"github.com/budgetgen/budgetgen/pkg/assert"
 )
@@ -43,6 +45,8 @@ type sarifRule struct {
 	ID                   string       `json:"id"`
 	Name                 string       `json:"name"`
 	ShortDescription     sarifMessage `json:"shortDescription"`
+	FullDescription      sarifMessage `json:"fullDescription"`
+	Help                 sarifHelp    `json:"help"`
 	HelpURI              string       `json:"helpUri"`
 	DefaultConfiguration struct {
 		Level string `json:"level"`
@@ -51,6 +55,12 @@ type sarifRule struct {
 
 type sarifMessage struct {
 	Text string `json:"text"`
+}
+
+// sarifHelp is a multiformatMessageString: plain text plus Markdown.
+type sarifHelp struct {
+	Text     string `json:"text"`
+	Markdown string `json:"markdown"`
 }
 
 type sarifResult struct {
@@ -96,7 +106,15 @@ func (s *sarifWriter) Flush() error {
 	driver := sarifDriver{Name: "budgetgen", Version: s.meta.ToolVersion, InformationURI: DocsURL, Rules: []sarifRule{}}
 	index := map[string]int{}
 	for i, r := range s.meta.Rules {
-		sr := sarifRule{ID: r.ID, Name: r.Name, ShortDescription: sarifMessage{r.Doc}, HelpURI: ruleURL(r.ID)}
+		url := ruleURL(r.ID)
+		full := fmt.Sprintf("%s (%s, severity %s). Turn it off with --skip %s; the rule's entry in docs/assert.md says what it checks and how to fix a finding.", r.Doc, r.Name, r.Severity, r.ID)
+		sr := sarifRule{
+			ID: r.ID, Name: r.Name, ShortDescription: sarifMessage{r.Doc}, FullDescription: sarifMessage{full}, HelpURI: url,
+			Help: sarifHelp{
+				Text:     fmt.Sprintf("%s %s: %s\n\nSeverity: %s. Documentation: %s", r.ID, r.Name, r.Doc, r.Severity, url),
+				Markdown: fmt.Sprintf("**%s %s**: %s\n\nSeverity: %s. See [%s in docs/assert.md](%s).", r.ID, r.Name, markdownText(r.Doc), r.Severity, r.ID, url),
+			},
+		}
 		sr.DefaultConfiguration.Level = level(r.Severity)
 		driver.Rules = append(driver.Rules, sr)
 		index[r.ID] = i
@@ -109,7 +127,7 @@ func (s *sarifWriter) Flush() error {
 		}
 		res := sarifResult{RuleID: f.Rule, RuleIndex: index[f.Rule], Level: level(f.Severity), Message: sarifMessage{msg}}
 		var loc sarifLocation
-		loc.PhysicalLocation.ArtifactLocation.URI = artifactURI(f.File)
+		loc.PhysicalLocation.ArtifactLocation.URI = fileURI(f.File)
 		if f.Line > 0 {
 			loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Line, StartColumn: f.Column}
 		}
@@ -124,9 +142,29 @@ func (s *sarifWriter) Flush() error {
 	return enc.Encode(sarifLog{Schema: "https://json.schemastore.org/sarif-2.1.0.json", Version: "2.1.0", Runs: []sarifRun{run}})
 }
 
-// artifactURI writes a file path as the relative URI reference SARIF wants:
-// characters a URI path cannot hold (spaces, '%', control characters, a
-// newline in a hostile file name) are percent-encoded, '/' separates.
-func artifactURI(path string) string {
-	return (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath()
+// StdinURI names stdin ("-") in SARIF, where every location must be a URI.
+const StdinURI = "file:///dev/stdin"
+
+// fileURI turns a path as the user gave it into a URI reference: relative
+// paths stay relative (code scanning resolves them against the checkout),
+// absolute ones become file:// URIs, stdin is StdinURI, and every character
+// outside a URI path is percent-encoded.
+func fileURI(p string) string {
+	switch {
+	case p == "-" || p == "<stdin>" || p == "": // the manifest reader names stdin <stdin>
+		return StdinURI
+	case strings.HasPrefix(p, "/"):
+		return (&url.URL{Scheme: "file", Path: p}).String()
+	}
+	u := (&url.URL{Path: filepath.ToSlash(p)}).String()
+	// A relative path whose first segment has a colon would read as a scheme.
+	if first, _, _ := strings.Cut(u, "/"); strings.Contains(first, ":") {
+		u = "./" + u
+	}
+	return u
+}
+
+// markdownText escapes the characters Markdown would take as markup.
+func markdownText(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "_", `\_`, "`", "\\`", "[", `\[`, "]", `\]`, "<", "&lt;", ">", "&gt;").Replace(s)
 }
