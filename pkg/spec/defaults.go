@@ -14,6 +14,9 @@ func Default(s *BudgetSet) {
 			s.Spec.Budgets[i].Mode = DefaultMode
 		}
 	}
+	if p := s.Spec.Pricing; p != nil && p.Currency == "" {
+		p.Currency = DefaultCurrency
+	}
 	if f := s.Spec.Frontier; f != nil {
 		if f.Header == "" {
 			f.Header = DefaultModelHeader

@@ -101,6 +101,9 @@ func (v *validator) check() {
 	if f := s.Spec.Frontier; f != nil {
 		v.frontier(f)
 	}
+	if pr := s.Spec.Pricing; pr != nil {
+		v.pricing(pr)
+	}
 }
 
 func (v *validator) budget(i int, names map[string]int) {
@@ -138,7 +141,7 @@ func (v *validator) budget(i int, names map[string]int) {
 	default:
 		v.identityHeader(p+".perPrincipal", b.PerPrincipal)
 	}
-	v.cap(p+".tokensPerDay", b.TokensPerDay)
+	v.limits(p, b.TokensPerDay, b.Limits)
 	v.rollout(p, &b.Rollout)
 	if b.Group != nil {
 		return
@@ -153,7 +156,7 @@ func (v *validator) budget(i int, names map[string]int) {
 		} else {
 			seen[o.Principal] = j
 		}
-		v.cap(op+".tokensPerDay", o.TokensPerDay)
+		v.limits(op, o.TokensPerDay, o.Limits)
 	}
 }
 
@@ -175,7 +178,7 @@ func (v *validator) frontier(f *Frontier) {
 	if !headerNameRE.MatchString(f.Header) {
 		v.fail(p+".header", "must be a lowercase HTTP header name, got %q", f.Header)
 	}
-	v.cap(p+".tokensPerDay", f.TokensPerDay)
+	v.limits(p, f.TokensPerDay, f.Limits)
 	v.rollout(p, &f.Rollout)
 }
 
