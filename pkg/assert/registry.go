@@ -16,6 +16,9 @@ var rules = []*Rule{
 	ruleVersion,
 	ruleLimits,
 	ruleRouteCoverage,
+	ruleAICost,
+	ruleOptionalCredential,
+	ruleGatewayScope,
 }
 
 // Rules returns every registered rule in ID order.
