@@ -7,6 +7,7 @@ package valkeytest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -71,41 +72,116 @@ func FreePort(t testing.TB) int {
 }
 
 // Start starts a valkey-server and registers its shutdown with t.Cleanup.
+//
+// A port picked by FreePort was free a moment ago, not now: on a busy machine
+// another test (or, in cluster mode, its bus port at port+10000) can take it
+// before valkey-server binds. When the port was picked here and the server
+// exits saying the address is in use, Start picks another port and tries
+// again (bounded); a port the caller chose is never changed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	return startWith(t, opts, freeServerPort)
+}
+
+// startWith is Start with the port picker as a parameter, so a test can hand
+// it a port that is already taken and check the retry.
+func startWith(t testing.TB, opts Options, pick func(testing.TB, bool) int) *Server {
+	t.Helper()
 	Binary(t, "valkey-server")
-	port := opts.Port
-	if port == 0 {
-		port = FreePort(t)
+	cluster := false
+	for _, a := range opts.Args {
+		if a == "--cluster-enabled" {
+			cluster = true
+		}
 	}
-	dir := t.TempDir()
-	args := []string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "valkey.log"),
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		port := opts.Port
+		if port == 0 {
+			port = pick(t, cluster)
+		}
+		dir := t.TempDir()
+		args := []string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--dir", dir, "--logfile", filepath.Join(dir, "valkey.log"),
+		}
+		args = append(args, opts.Args...)
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, args: args, t: t}
+		err := s.tryStart()
+		if err == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+		if opts.Port == 0 && errors.Is(err, errPortInUse) && attempt < attempts {
+			t.Logf("valkey-server port %d was taken before it bound (attempt %d/%d); picking another", port, attempt, attempts)
+			continue
+		}
+		t.Fatal(err)
 	}
-	args = append(args, opts.Args...)
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, args: args, t: t}
-	s.start()
-	t.Cleanup(s.Kill)
-	return s
+}
+
+// errPortInUse marks a server that exited because its port (or cluster bus
+// port) was taken between FreePort and its bind.
+var errPortInUse = errors.New("address already in use")
+
+// freeServerPort picks a free port; in cluster mode also one whose bus port
+// (port+10000) is a valid port and free.
+func freeServerPort(t testing.TB, cluster bool) int {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		port := FreePort(t)
+		if !cluster {
+			return port
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port
+	}
+	t.Fatalf("no free port with a free cluster bus port (port+10000) after 100 tries")
+	return 0
 }
 
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// tryStart starts the process and waits until it answers PING. It returns
+// early when the process exits (instead of polling a dead port for the whole
+// timeout), wrapping errPortInUse when its log says the address is in use.
+func (s *Server) tryStart() error {
 	cmd := exec.Command("valkey-server", s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start valkey-server: %v", err)
+		return fmt.Errorf("start valkey-server: %w", err)
 	}
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
-	go func() { _ = cmd.Wait() }()
-	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.Dir, "valkey.log"))
-		s.t.Fatalf("valkey-server on %s not ready: %v\n%s", s.Addr, err, log)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	err := waitReadyOrExit(s.Addr, 10*time.Second, exited)
+	if err == nil {
+		return nil
 	}
+	// Not Kill: it waits for the port to close, and the port may be held by
+	// whoever took it.
+	_ = cmd.Process.Kill()
+	<-exited
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "valkey.log"))
+	if strings.Contains(string(log), "Address already in use") {
+		err = fmt.Errorf("%w: %v", errPortInUse, err)
+	}
+	return fmt.Errorf("valkey-server on %s not ready: %w\n%s", s.Addr, err, log)
 }
 
 // Restart starts the server again with the same port, directory and arguments
@@ -225,6 +301,12 @@ func readReply(r *bufio.Reader) (string, error) {
 
 // WaitReady polls addr with PING until it answers PONG or timeout passes.
 func WaitReady(addr string, timeout time.Duration) error {
+	return waitReadyOrExit(addr, timeout, nil)
+}
+
+// waitReadyOrExit is WaitReady that also stops when exited is closed (the
+// process died, so waiting longer cannot help).
+func waitReadyOrExit(addr string, timeout time.Duration, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var last error
@@ -234,7 +316,11 @@ func WaitReady(addr string, timeout time.Duration) error {
 			return nil
 		}
 		last = err
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-exited:
+			return fmt.Errorf("process exited: %v", last)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	return fmt.Errorf("timeout after %s: %v", timeout, last)
 }

@@ -200,9 +200,20 @@ func checkLatency(t *testing.T, name string, recs []callRec, pr *probe) {
 	lat := make([]time.Duration, len(recs))
 	late, worstExcess := 0, time.Duration(0)
 	var worstRec callRec
+	// The probe is one goroutine: on a loaded machine (run queue of dozens)
+	// a call's goroutine can wait for a CPU while the probe happens to run,
+	// so the stall the probe saw during that very call understates it. A
+	// call may therefore be late by at most the worst scheduling delay the
+	// probe measured in this run: a call waiting on the faulty server takes
+	// the rest of the fault (seconds), far beyond it.
+	slack := maxSlack
+	if lagMax > slack {
+		t.Logf("%s: per-call slack widened from %v to the probe's worst scheduling delay in this run, %v", name, maxSlack, lagMax)
+		slack = lagMax
+	}
 	for i, r := range recs {
 		lat[i] = r.lat
-		if excess := r.lat - storeTimeout - maxSlack - pr.stalled(r.start, r.start.Add(r.lat)); excess > 0 {
+		if excess := r.lat - storeTimeout - slack - pr.stalled(r.start, r.start.Add(r.lat)); excess > 0 {
 			late++
 			if excess > worstExcess {
 				worstExcess, worstRec = excess, r
@@ -216,7 +227,7 @@ func checkLatency(t *testing.T, name string, recs []callRec, pr *probe) {
 	}
 	if late > 0 {
 		t.Errorf("%s: %d calls took longer than %v + %v + the machine's stall during the call; worst: started %s, took %v (stall seen by the probe during it: %v)",
-			name, late, storeTimeout, maxSlack, worstRec.start.Format("15:04:05.000"), worstRec.lat, pr.stalled(worstRec.start, worstRec.start.Add(worstRec.lat)))
+			name, late, storeTimeout, slack, worstRec.start.Format("15:04:05.000"), worstRec.lat, pr.stalled(worstRec.start, worstRec.start.Add(worstRec.lat)))
 	}
 }
 

@@ -32,8 +32,15 @@ func TestFilesHotReloadKeepsLastGood(t *testing.T) {
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// write replaces the file atomically (rename): os.WriteFile truncates
+	// first, and a poll between the truncate and the write would load an
+	// empty file, an error of its own that this test would count.
 	write := func(s string) {
-		if err := os.WriteFile(filepath.Join(cfgDir, "a.yaml"), []byte(s), 0o644); err != nil {
+		tmp := filepath.Join(dir, "a.yaml.tmp")
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(cfgDir, "a.yaml")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,10 +52,15 @@ func TestFilesHotReloadKeepsLastGood(t *testing.T) {
 	if err := f.Load(a); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = f.Run(ctx, a); close(done) }()
-	defer func() { cancel(); <-done }()
+	// run starts the poll loop; the returned stop ends it and waits.
+	run := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = f.Run(ctx, a); close(done) }()
+		return func() { cancel(); <-done }
+	}
+	stop := run()
+	defer func() { stop() }()
 
 	waitFor := func(cond func() bool) {
 		t.Helper()
@@ -64,7 +76,16 @@ func TestFilesHotReloadKeepsLastGood(t *testing.T) {
 	waitFor(func() bool { c, _ := sk.get(); return strings.Join(c.Domains(), ",") == "two" })
 	write("domain: three\nbogus: true\n")
 	waitFor(func() bool { return testutil.ToFloat64(m.ConfigLoads.WithLabelValues("file", "error")) == 1 })
-	time.Sleep(50 * time.Millisecond)
+	// More polls of the unchanged bad file: stop the loop and make them
+	// here, so each one certainly happened (no sleep hoping the ticker
+	// fired), then start the loop again for the fix below.
+	stop()
+	for range 3 {
+		if err := f.Load(a); err != nil {
+			t.Fatalf("poll of the unchanged bad file: %v (the error was reported already)", err)
+		}
+	}
+	stop = run()
 	c, n := sk.get()
 	if strings.Join(c.Domains(), ",") != "two" || n != 2 {
 		t.Fatalf("invalid config replaced the last good one: %v after %d sets", c.Domains(), n)

@@ -253,9 +253,18 @@ func TestAgainstGoControlPlaneServer(t *testing.T) {
 	}
 	// go-control-plane resends the bad version after each NACK; the client
 	// paces those NACKs (20, 40, 80, 160, 200 ms ...) instead of spinning.
-	time.Sleep(500 * time.Millisecond)
-	if st := c.Stats(); st.Nacks < 2 || st.Nacks > 6 || !strings.Contains(st.LastNack, "empty domain") {
-		t.Errorf("stats = %+v; want a few paced NACKs", st)
+	// Wait for the first resent NACK, then measure the pace over the next
+	// two: each gap after the second NACK is at least 40 ms (a timer never
+	// fires early), so n NACKs counted within a window of w took
+	// (n-1)*40ms <= w. A loaded scheduler only widens w; a client that
+	// spins counts hundreds of NACKs in the same window.
+	eventually(t, "a resent NACK", func() bool { return c.Stats().Nacks >= 2 })
+	from, startNacks := time.Now(), c.Stats().Nacks
+	eventually(t, "two more paced NACKs", func() bool { return c.Stats().Nacks >= startNacks+2 })
+	st := c.Stats()
+	window, counted := time.Since(from), st.Nacks-startNacks
+	if time.Duration(counted-1)*40*time.Millisecond > window || !strings.Contains(st.LastNack, "empty domain") {
+		t.Errorf("stats = %+v: %d NACKs within %v; want NACKs at least 40 ms apart, naming the reason", st, counted, window)
 	}
 	got.mu.Lock()
 	if got.attempts != 3 || got.calls != 2 {

@@ -111,8 +111,18 @@ func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
 	p99, worst := lat[callers*99/100], lat[callers-1]
 	cp99, cworst := max(deadline, ctl[callers*99/100])+raceSlack, max(deadline, ctl[callers-1])+raceSlack
 	t.Logf("burst of %d calls, client stalled: p99 %v, max %v; control goroutines: p99 %v, max %v", callers, p99, worst, cp99, cworst)
-	if p99 > cp99+p99Slack || worst > cworst+maxSlack {
-		t.Fatalf("calls outlived their %v deadline: p99 %v (bound %v), max %v (bound %v)", deadline, p99, cp99+p99Slack, worst, cworst+maxSlack)
+	// The control goroutines only sleep; the store's callers also need CPU
+	// after waking (slot, buffer, result), so on a loaded machine they lag
+	// the control by about the control's own lateness again. When that
+	// measured scheduling delay exceeds the slack, the slack grows to it. A
+	// store that waited on the stalled client would never return (the
+	// client is released only after every call has).
+	p99Bound, maxBound := cp99+max(p99Slack, ctl[callers*99/100]-deadline), cworst+max(maxSlack, ctl[callers-1]-deadline)
+	if p99Bound > cp99+p99Slack || maxBound > cworst+maxSlack {
+		t.Logf("slack widened to the control's scheduling delay in this run: p99 bound %v, max bound %v", p99Bound, maxBound)
+	}
+	if p99 > p99Bound || worst > maxBound {
+		t.Fatalf("calls outlived their %v deadline: p99 %v (bound %v), max %v (bound %v)", deadline, p99, p99Bound, worst, maxBound)
 	}
 	for i, err := range errs {
 		if !errors.Is(err, store.ErrUnavailable) {

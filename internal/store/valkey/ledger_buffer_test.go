@@ -139,6 +139,8 @@ func TestOutageBufferLedgerBound(t *testing.T) {
 	_, usage := ledgerFixture(t, s)
 	exp := time.Now().Add(time.Hour)
 	srv.Kill()
+	// A charge written into the dying socket is ambiguous, not buffered.
+	waitConnectionsDown(t, s)
 	var lostWant uint64
 	for i := 0; i < 6; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

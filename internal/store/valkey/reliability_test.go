@@ -234,6 +234,38 @@ func checkHits(t *testing.T, s *Store, attempted, acked, final uint64) {
 	}
 }
 
+// waitConnectionsDown returns once every pipelined connection of s has
+// failed a PING after the server was killed, i.e. its reader has seen the
+// EOF (or it was already replaced and the re-dial was refused), instead of
+// sleeping and hoping the readers were scheduled in time. valkey-go picks a
+// random connection of the PipelineMultiplex set for each call, so it sends
+// PINGs until pingsDown of them in a row have failed: with the default 4
+// connections the chance that one was never picked is 4*(3/4)^32 < 1e-3 %.
+// A PING that succeeds means the server is still up: the count restarts.
+// Bounded by 10 s of failed PINGs, each bounded by 1 s.
+func waitConnectionsDown(t *testing.T, s *Store) {
+	t.Helper()
+	const pingsDown = 32
+	c := s.Client()
+	if c == nil {
+		t.Fatal("store not connected")
+	}
+	end := time.Now().Add(10 * time.Second)
+	for failed := 0; failed < pingsDown; {
+		if time.Now().After(end) {
+			t.Fatalf("connections still answer PING 10 s after the kill (%d failed in a row)", failed)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.DoMulti(ctx, c.B().Ping().Build())[0].Error()
+		cancel()
+		if err == nil {
+			failed = 0
+			continue
+		}
+		failed++
+	}
+}
+
 func waitDrained(t *testing.T, s *Store, d time.Duration) {
 	t.Helper()
 	waitUntil(t, d, func() bool { st := s.Stats(); return st.BufferKeys == 0 && st.InFlight == 0 })
@@ -452,10 +484,11 @@ func TestOutageBufferExact(t *testing.T) {
 		want["shared"]++
 	}
 	srv.Kill()
-	// Let the connections' readers see the EOF: a charge written into the
-	// dying socket before that is ambiguous (never re-sent), which is
-	// TestFaultKill's subject, not this exact-totals test's.
-	time.Sleep(200 * time.Millisecond)
+	// Wait until the connections' readers have seen the EOF: a charge
+	// written into the dying socket before that is ambiguous (never
+	// re-sent), which is TestFaultKill's subject, not this exact-totals
+	// test's.
+	waitConnectionsDown(t, s)
 	failed := 0
 	for i := 0; i < 200; i++ {
 		k := "buf:" + strconv.Itoa(i%7)
@@ -505,7 +538,7 @@ func TestOutageBufferBound(t *testing.T) {
 	srv.Kill()
 	// As in TestOutageBufferExact: a charge written into the dying socket
 	// before the readers see EOF is ambiguous, not buffered.
-	time.Sleep(200 * time.Millisecond)
+	waitConnectionsDown(t, s)
 	var lostWant uint64
 	for i := 0; i < 10; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
