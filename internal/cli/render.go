@@ -21,6 +21,7 @@ type renderOptions struct {
 	specPath string // "-" reads stdin
 	outDir   string // "" writes a YAML stream to stdout
 	rlsDir   string // --ratelimit-config: "" writes no rate limit service config
+	mapPath  string // --budget-map: "" writes no budget map
 }
 
 func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) {
@@ -38,7 +39,7 @@ func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) 
 }
 
 func newRenderCmd(e *env) *cobra.Command {
-	var outDir, rlsDir string
+	var outDir, rlsDir, mapPath string
 	cmd := &cobra.Command{
 		Use:   "render [SPEC|-]",
 		Short: "Render a BudgetSet spec into Envoy Gateway policies",
@@ -68,12 +69,14 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 				return err
 			}
 			o.rlsDir = rlsDir
+			o.mapPath = mapPath
 			return runRender(e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
 	_ = cmd.MarkFlagDirname("output-dir")
 	addRateLimitConfigFlag(cmd, &rlsDir)
+	addBudgetMapFlag(cmd, &mapPath)
 	return cmd
 }
 
@@ -95,11 +98,18 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
+	mapFile, err := budgetMapFile(bs, o.mapPath)
+	if err != nil {
+		return failure(err)
+	}
 	if o.outDir == "" {
 		if _, err := e.stdout.Write(res.YAML()); err != nil {
 			return failure(fmt.Errorf("write stdout: %w", err))
 		}
-		return writeRateLimitConfig(o.rlsDir, rlsFiles)
+		if err := writeRateLimitConfig(o.rlsDir, rlsFiles); err != nil {
+			return err
+		}
+		return writeBudgetMap(o.mapPath, mapFile)
 	}
 	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
 		return usageError("render: -o %s: not a directory", o.outDir)
@@ -113,5 +123,8 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
-	return writeRateLimitConfig(o.rlsDir, rlsFiles)
+	if err := writeRateLimitConfig(o.rlsDir, rlsFiles); err != nil {
+		return err
+	}
+	return writeBudgetMap(o.mapPath, mapFile)
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -54,6 +55,10 @@ type Object struct {
 // Gateway (spec order) its BackendTrafficPolicy then its ClientTrafficPolicy.
 type Result struct {
 	Objects []Object
+	// AgentgatewayConfigs is the rate limit service config of every
+	// agentgateway Gateway's domain (AgentgatewayConfigs): agentgateway sends
+	// descriptors only, so its caps live in the service's files.
+	AgentgatewayConfigs []*rlsconfv3.RateLimitConfig
 }
 
 // LimitError is a spec that Envoy Gateway cannot express in one policy.
@@ -78,6 +83,14 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	}
 	res := &Result{}
 	for _, gw := range bs.Spec.Gateways {
+		if gw.IsAgentgateway() {
+			o, err := agentgatewayObject(bs, gw)
+			if err != nil {
+				return nil, err
+			}
+			res.Objects = append(res.Objects, o)
+			continue
+		}
 		btp, err := backendTrafficPolicy(bs, gw)
 		if err != nil {
 			return nil, err
@@ -97,6 +110,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		}
 		res.Objects = append(res.Objects, o)
 	}
+	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
 }
 
@@ -163,8 +177,11 @@ func checkLimits(bs *spec.BudgetSet) error {
 			Hint: "declare fewer identity headers, or set spec.headerHygiene.userOwned and strip them in your own policy",
 		}
 	}
-	if n := RuleCount(bs); n > MaxRulesPerPolicy {
-		gw := bs.Spec.Gateways[0]
+	for _, gw := range bs.Spec.Gateways {
+		n := RuleCountFor(bs, gw)
+		if gw.IsAgentgateway() || n <= MaxRulesPerPolicy {
+			continue
+		}
 		return &LimitError{
 			Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
 			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy,
@@ -215,7 +232,7 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name",
 		}
 	}
-	rules, index := rules(bs)
+	rules, index := rules(bs, gw)
 	ann, err := json.Marshal(index)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s annotation: %w", AnnotationRuleBudgets, err)
@@ -324,7 +341,7 @@ func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitS
 	return sel
 }
 
-func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget) {
+func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget) {
 	var (
 		out   []egv1a1.RateLimitRule
 		index []RuleBudget
@@ -336,6 +353,9 @@ func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget) {
 	}
 	for i := range bs.Spec.Budgets {
 		b := &bs.Spec.Budgets[i]
+		if !bs.HasBudget(b, gw) {
+			continue
+		}
 		switch b.Kind() {
 		case spec.KindGroup:
 			sel := []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{

@@ -40,6 +40,10 @@ func validateAll(t *testing.T, res *Result) {
 		t.Fatal(err)
 	}
 	for _, o := range res.Objects {
+		if o.Kind == KindAgentgatewayPolicy {
+			validateAgentgateway(t, o)
+			continue
+		}
 		if err := v.Validate(o.Manifest); err != nil {
 			t.Errorf("%s %s/%s does not validate against Envoy Gateway's CRDs: %v", o.Kind, o.Namespace, o.Name, err)
 		}

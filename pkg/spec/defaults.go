@@ -13,13 +13,20 @@ func Default(s *BudgetSet) {
 		if s.Spec.Budgets[i].Mode == "" {
 			s.Spec.Budgets[i].Mode = DefaultMode
 		}
+		if s.Spec.Budgets[i].Bucket == "" {
+			s.Spec.Budgets[i].Bucket = BucketShared
+		}
 	}
+	defaultGateways(s)
 	if f := s.Spec.Frontier; f != nil {
 		if f.Header == "" {
 			f.Header = DefaultModelHeader
 		}
 		if f.Mode == "" {
 			f.Mode = DefaultMode
+		}
+		if f.Bucket == "" {
+			f.Bucket = BucketShared
 		}
 	}
 }

@@ -79,6 +79,9 @@ type Spec struct {
 	Budgets []Budget `json:"budgets,omitempty"`
 	// Frontier is the spend cap on frontier models, addressable as budget "frontier".
 	Frontier *Frontier `json:"frontier,omitempty"`
+	// RateLimitService is where agentgateway Gateways send their rate limit
+	// checks. Default: envoy-gateway-system/envoy-ratelimit:8081.
+	RateLimitService RateLimitService `json:"rateLimitService,omitempty"`
 }
 
 // GatewayRef names a target Gateway.
@@ -87,6 +90,41 @@ type GatewayRef struct {
 	Name      string `json:"name" jsonschema:"minLength=1,maxLength=253"`
 	// SectionName optionally narrows the policy to one listener.
 	SectionName string `json:"sectionName,omitempty" jsonschema:"maxLength=253"`
+	// Kind is the gateway implementation: envoy (default, Envoy Gateway: a
+	// BackendTrafficPolicy) or agentgateway (an AgentgatewayPolicy whose global
+	// rate limit calls the ratelimit Service; see docs/agentgateway.md).
+	Kind GatewayKind `json:"kind,omitempty" jsonschema:"enum=envoy,enum=agentgateway"`
+}
+
+// GatewayKind is the implementation behind a target Gateway.
+type GatewayKind string
+
+// Gateway kinds.
+const (
+	GatewayEnvoy        GatewayKind = "envoy"
+	GatewayAgentgateway GatewayKind = "agentgateway"
+)
+
+// Bucket says whether a budget's Gateways share its counters.
+type Bucket string
+
+// Buckets.
+const (
+	// BucketShared (default): one counter per principal across every Gateway
+	// of the budget, when the service runs with the rendered budget map.
+	BucketShared Bucket = "shared"
+	// BucketPerGateway: each Gateway counts its own traffic against the full cap.
+	BucketPerGateway Bucket = "perGateway"
+)
+
+// RateLimitService is the Service agentgateway's global rate limit calls.
+type RateLimitService struct {
+	// Namespace of the Service. Default: envoy-gateway-system.
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the Service. Default: envoy-ratelimit (the one Envoy Gateway creates).
+	Name string `json:"name,omitempty"`
+	// Port is the gRPC port. Default: 8081.
+	Port int32 `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
 }
 
 // TokenSource is where the token count of a response is read from.
@@ -141,6 +179,12 @@ type Budget struct {
 	Rollout
 	// Overrides give named principals their own cap; per-principal budgets only.
 	Overrides []Override `json:"overrides,omitempty"`
+	// Gateways places the budget on some of spec.gateways only, each named
+	// "<namespace>/<name>" or by a name listed once. Default: every Gateway.
+	Gateways []string `json:"gateways,omitempty"`
+	// Bucket: shared (default, one counter per principal across the budget's
+	// Gateways) or perGateway (each Gateway its own counter).
+	Bucket Bucket `json:"bucket,omitempty" jsonschema:"enum=shared,enum=perGateway"`
 }
 
 // Group selects the requests sharing one bucket.
@@ -169,6 +213,9 @@ type Frontier struct {
 	// KillSwitch denies every frontier-model request (a request-count rule with
 	// requests: 0, always enforced), whatever the mode.
 	KillSwitch bool `json:"killSwitch,omitempty"`
+	// Bucket: shared (default) or perGateway, as for budgets. The frontier cap
+	// applies to Envoy Gateway Gateways only (it matches the model header).
+	Bucket Bucket `json:"bucket,omitempty" jsonschema:"enum=shared,enum=perGateway"`
 }
 
 // BudgetKind tells the kinds of budget apart.

@@ -101,6 +101,7 @@ func (v *validator) check() {
 	if f := s.Spec.Frontier; f != nil {
 		v.frontier(f)
 	}
+	v.placement()
 }
 
 func (v *validator) budget(i int, names map[string]int) {
