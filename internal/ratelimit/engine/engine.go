@@ -411,6 +411,9 @@ func (e *Engine) Validate(req *rlpb.RateLimitRequest) error {
 func (it *item) names(domain, configRule string, entries []*rlcommon.RateLimitDescriptor_Entry) (ledger.RuleID, string) {
 	if !it.named {
 		it.lrule, it.lprincipal = ledger.FromDescriptor(domain, configRule, entries, it.free)
+		if l := it.limit; l != nil && l.Scope != nil {
+			it.lrule, it.lprincipal = ledger.FromScope(l.Scope.Bucket, l.Scope.Principal, l.Scope.Fixed, it.lprincipal)
+		}
 		it.named = true
 	}
 	return it.lrule, it.lprincipal
@@ -491,7 +494,12 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		}
 		it.window = now / l.Divider * l.Divider
 		it.keyStart = len(keys)
-		keys = e.o.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, l.Divider, it.window)
+		if sc := l.Scope; sc != nil {
+			// A budget map names this rule: one counter per (bucket, principal, window).
+			keys = e.o.Keys.AppendBudget(keys, sc.Bucket, sc.Principal, sc.Fixed, req.Descriptors[i].Entries, it.free, l.Divider, it.window)
+		} else {
+			keys = e.o.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, l.Divider, it.window)
+		}
 		it.keyEnd = len(keys)
 		if e.cache != nil && e.cache.hit(keys[it.keyStart:it.keyEnd], uint64(l.RequestsPerUnit), now, it.hits) {
 			it.cached = true

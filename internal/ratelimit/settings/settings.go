@@ -65,6 +65,10 @@ type Settings struct {
 	RuntimeIgnoreDotFiles bool
 	RuntimeWatchRoot      bool
 	ConfigDir             string
+	// BudgetMapPath (BUDGET_MAP_PATH, --budget-map), when set, is the budget
+	// map budgetgen render wrote: the limits it names count a budget's
+	// principal in one counter across Gateways. Polled like the config files.
+	BudgetMapPath string
 	// ConfigPollInterval (CONFIG_POLL_INTERVAL, 1s) between directory reads.
 	ConfigPollInterval time.Duration
 	// xDS (GRPC_XDS_SOTW): CONFIG_GRPC_XDS_SERVER_URL (localhost:18000),
@@ -291,6 +295,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	str(&s.LogFormat, "LOG_FORMAT")
 	str(&s.ConfigType, "CONFIG_TYPE")
 	str(&s.RuntimeRoot, "RUNTIME_ROOT")
+	str(&s.BudgetMapPath, "BUDGET_MAP_PATH")
+	str(&s.ConfigDir, "CONFIG_DIR")
 	str(&s.RuntimeSubdirectory, "RUNTIME_SUBDIRECTORY")
 	str(&s.RuntimeAppDirectory, "RUNTIME_APPDIRECTORY")
 	boolean(&s.RuntimeIgnoreDotFiles, "RUNTIME_IGNOREDOTFILES")
@@ -346,7 +352,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	fs.StringVar(&s.ConfigDir, "config-dir", s.ConfigDir, "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
+	fs.StringVar(&s.ConfigDir, "config-dir", s.ConfigDir, "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; CONFIG_DIR); with CONFIG_TYPE=GRPC_XDS_SOTW its files (agentgateway's domains) are served next to the xDS config")
+	fs.StringVar(&s.BudgetMapPath, "budget-map", s.BudgetMapPath, "budget map `FILE` from budgetgen render --budget-map: count each budget's principal once across Gateways (BUDGET_MAP_PATH; hot-reloaded)")
 	fs.BoolVar(&s.RuntimeIgnoreDotFiles, "ignore-dotfiles", s.RuntimeIgnoreDotFiles, "skip config files and directories starting with '.' (RUNTIME_IGNOREDOTFILES)")
 	fs.StringVar(&s.Host, "host", s.Host, "HTTP listen host (HOST)")
 	fs.IntVar(&s.Port, "port", s.Port, "HTTP port for /healthcheck and /json (PORT)")
