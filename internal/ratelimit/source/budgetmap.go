@@ -67,7 +67,7 @@ func (b *BudgetMapFile) Load(a *Applier) error {
 		err = a.SetBudgetMap(ScopeFromMap(m))
 	}
 	if err != nil {
-		err = fmt.Errorf("budget map %s: %w", b.Path, err)
+		err = fmt.Errorf("budget map: %w", err)
 		a.Metrics.ConfigLoaded(budgetMapSource, err, 0)
 		a.logger().Error("budget map rejected; keeping the last good one", "err", err)
 		return err
