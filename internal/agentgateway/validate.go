@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -153,7 +154,8 @@ func Variables(expr string) ([]string, error) {
 	}
 	ast, iss := env.Parse(expr)
 	if iss != nil && iss.Err() != nil {
-		return nil, fmt.Errorf("not a valid CEL expression: %v", iss.Err())
+		msg, _, _ := strings.Cut(iss.Err().Error(), "\n")
+		return nil, fmt.Errorf("not a valid CEL expression: %s", msg)
 	}
 	seen := map[string]bool{}
 	celast.PreOrderVisit(celast.NavigateAST(ast.NativeRep()), celast.NewExprVisitor(func(e celast.Expr) {

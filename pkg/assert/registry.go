@@ -16,6 +16,7 @@ var rules = []*Rule{
 	ruleVersion,
 	ruleLimits,
 	ruleRouteCoverage,
+	ruleAgentgateway,
 }
 
 // Rules returns every registered rule in ID order.

@@ -165,8 +165,8 @@ func TestBudgetMapScopesAndReloads(t *testing.T) {
 	c, _ := s.get()
 	got := scopes(c)
 	want := map[string]string{
-		"agents/s-agw.budget_per-key.principal":     "s/per-key",
-		"agents/s-agw.budget_per-key.principal_vip": "s/per-key fixed vip",
+		"agents/s-agw.budget_per-key.principal":                   "s/per-key",
+		"agents/s-agw.budget_per-key.principal_vip":               "s/per-key fixed vip",
 		"gw/s-gw1.gw/s-gw1/rule/0_gw/s-gw1/rule/0.rule-0-match-0": "s/per-key",
 	}
 	for k, v := range want {
