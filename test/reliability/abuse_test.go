@@ -206,8 +206,17 @@ func TestCardinalityFloodValkey(t *testing.T) {
 	flood(t, s, "c2-", 3*cacheSize, check)
 	h2 := heapAfterGC()
 	m2 := s.metrics()
-	if bad != 0 {
-		t.Fatalf("%d answers not OVER_LIMIT; first: %s", bad, firstBad)
+	// On a loaded machine a call can miss the engine's store deadline and be
+	// answered by the failure policy (allow): that is the designed outage
+	// answer, counted in ratelimit_failure_policy_total, not a cache bug. Every
+	// answer that is not OVER_LIMIT must be such a counted policy answer, and
+	// they stay rare; the hit is still in Valkey (checked below).
+	policy := int(metricSum(m2, "ratelimit_failure_policy_total"))
+	if bad > policy || policy > 6*cacheSize/100 {
+		t.Fatalf("%d answers not OVER_LIMIT, %d answered by the failure policy (want every non-OVER_LIMIT answer to be a counted policy answer, at most 1%%); first: %s", bad, policy, firstBad)
+	}
+	if bad > 0 {
+		t.Logf("%d answers from the failure policy after a missed store deadline (machine load)", bad)
 	}
 	full := metric(m2, `ratelimit_over_limit_cache_total{result="full"}`)
 	t.Logf("live heap: %.1f MiB before, %.1f MiB after %d principals, %.1f MiB after %d more; over-limit cache full %v times",
