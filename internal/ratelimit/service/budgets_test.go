@@ -104,4 +104,3 @@ func TestRunRejectsBadBudgetMap(t *testing.T) {
 		t.Errorf("error %q does not name %q", err, want)
 	}
 }
-
