@@ -163,3 +163,32 @@ func (m *Memory) TTL(key string) time.Time {
 	}
 	return time.Time{}
 }
+
+// ExportHashes calls fn for every live hash (the embedded store's snapshot,
+// memory.HashStore); fields must not be kept after fn returns.
+func (m *Memory) ExportHashes(fn func(key string, expireAt time.Time, fields map[string]uint64)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for k := range m.hashes {
+		if h := m.live(k, now); h != nil {
+			fn(k, h.expireAt, h.fields)
+		}
+	}
+}
+
+// RestoreHash adds fields to hash key (within MaxFields) and sets its expiry
+// when given (memory.HashStore, at start from a snapshot).
+func (m *Memory) RestoreHash(key string, expireAt time.Time, fields map[string]uint64) {
+	for f, v := range fields {
+		m.HIncrBy(key, f, v)
+	}
+	if expireAt.IsZero() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.live(key, m.now()); h != nil {
+		h.expireAt = expireAt
+	}
+}

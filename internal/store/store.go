@@ -47,6 +47,15 @@ type Store interface {
 // or did not answer in time; the caller's failure policy applies.
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrFull is wrapped by errors that mean the store refused to create a counter
+// because it is at its bound (the embedded store's MaxCounters). Nothing of
+// the call was applied. Unless the error also wraps ErrUnavailable (a store
+// configured to leave it to the failure policy), the caller denies the
+// request whatever its failure policy: a bounded store must still enforce,
+// and allowing would let every new principal past the bound through
+// uncounted.
+var ErrFull = errors.New("store full")
+
 // ErrMalformedReply is wrapped by errors that mean the store answered with
 // something that is not a counter (for example a key holding another type).
 var ErrMalformedReply = errors.New("store: malformed reply")

@@ -52,18 +52,32 @@ func seriesLines(text string) []string {
 // TestCardinalityFloodMemoryStore: a flood of requests, each with a new
 // principal, against the embedded memory store bounded by
 // MEMORY_MAX_COUNTERS. Up to the bound every principal gets its counter;
-// beyond it a call that needs a new counter is refused by the store and
-// answered by the failure policy (allow: OK without counting; deny:
-// OVER_LIMIT), counted in ratelimit_memory_refused_total. Existing
+// beyond it a call that needs a new counter is refused by the store, counted
+// in ratelimit_memory_refused_total, and answered by MEMORY_FULL_POLICY: deny
+// (the default: OVER_LIMIT although FAILURE_POLICY is allow, so the bound
+// still enforces) or failure-policy (allow: OK without counting, as before
+// issue 16; deny: OVER_LIMIT). Existing
 // principals keep counting exactly. The live heap stops growing at the
 // bound, and no metric series is added per principal.
 func TestCardinalityFloodMemoryStore(t *testing.T) {
 	const bound = 20_000
-	for _, policy := range []string{"allow", "deny"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, tc := range []struct{ full, policy string }{{"", "allow"}, {"failure-policy", "allow"}, {"failure-policy", "deny"}} {
+		policy := tc.policy
+		// What a refused request gets: OK uncounted only when the failure
+		// policy answers and allows.
+		refusedOK := tc.full == "failure-policy" && policy == "allow"
+		policyLabel := policy
+		if tc.full == "" {
+			policyLabel = "store_full_deny"
+		}
+		t.Run("full="+tc.full+"/"+policy, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n  - key: team\n    rate_limit: {unit: day, requests_per_unit: 1000000000}\n")
-			s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"MEMORY_MAX_COUNTERS": strconv.Itoa(bound), "FAILURE_POLICY": policy}, Conns: 4})
+			s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"MEMORY_MAX_COUNTERS": strconv.Itoa(bound), "FAILURE_POLICY": policy, "MEMORY_FULL_POLICY": tc.full,
+				// The bound is under test, not latency: a long store deadline
+				// keeps a loaded machine's slow calls from being answered by
+				// the failure policy and mistaken for refusals.
+				"STORE_TIMEOUT": "2s"}, Conns: 4})
 			victim := req("rl", "user", "victim")
 			for i := 0; i < 2; i++ {
 				if resp := call(t, s, victim); resp.OverallCode != rlpb.RateLimitResponse_OK {
@@ -85,9 +99,9 @@ func TestCardinalityFloodMemoryStore(t *testing.T) {
 				switch {
 				case err == nil && resp.OverallCode == rlpb.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 2:
 					counted++ // the store's answer: 1 of 3 used
-				case err == nil && policy == "allow" && resp.OverallCode == rlpb.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 3:
+				case err == nil && refusedOK && resp.OverallCode == rlpb.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 3:
 					refused++ // the failure policy's answer
-				case err == nil && policy == "deny" && resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT:
+				case err == nil && !refusedOK && resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT:
 					refused++
 				default:
 					if bad++; bad == 1 {
@@ -136,7 +150,7 @@ func TestCardinalityFloodMemoryStore(t *testing.T) {
 			// several requests refused whole, then charged one by one,
 			// counts more than once).
 			wantRefused := float64(30_000 - (bound - 2) + 30_000)
-			if got := metric(m2, `ratelimit_failure_policy_total{policy="`+policy+`"}`); got != wantRefused {
+			if got := metric(m2, `ratelimit_failure_policy_total{policy="`+policyLabel+`"}`); got != wantRefused {
 				t.Fatalf("ratelimit_failure_policy_total = %v, want %v", got, wantRefused)
 			}
 			if got := metric(m2, "ratelimit_memory_refused_total"); got < wantRefused {

@@ -304,6 +304,14 @@ func (e *Engine) Flush() {
 	}
 }
 
+// fullDeny reports a store that refused a new counter at its bound and asks
+// for a denial whatever the failure policy (store.ErrFull without
+// store.ErrUnavailable): answering by an allow policy would let every new
+// principal past the bound through uncounted.
+func fullDeny(err error) bool {
+	return errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable)
+}
+
 func errReason(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -312,6 +320,8 @@ func errReason(err error) string {
 		return "unavailable"
 	case errors.Is(err, store.ErrMalformedReply):
 		return "malformed_reply"
+	case errors.Is(err, store.ErrFull):
+		return "full"
 	}
 	return "other"
 }
@@ -528,6 +538,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	}
 	sc.keys = keys
 	var storeErr error
+	full := false // the store refused a new counter at its bound: deny
 	if len(counters) > 0 {
 		if cap(sc.totals) < len(counters) {
 			sc.totals = make([]uint64, 0, 2*len(counters))
@@ -550,7 +561,11 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		}
 		if storeErr != nil {
 			e.o.Logger.Debug("store charge failed", "domain", req.Domain, "policy", e.o.FailurePolicy.String(), "err", storeErr)
-			if e.o.FailurePolicy == FailError {
+			if full = fullDeny(storeErr); full {
+				if m != nil {
+					m.FailurePolicy.WithLabelValues("store_full_deny").Inc()
+				}
+			} else if e.o.FailurePolicy == FailError {
 				clear(counters)
 				sc.counters = counters[:0]
 				if m != nil {
@@ -559,7 +574,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 				}
 				return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", storeErr)
 			}
-			if m != nil {
+			if m != nil && !full {
 				m.FailurePolicy.WithLabelValues(e.o.FailurePolicy.String()).Inc()
 			}
 		}
@@ -607,7 +622,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		case it.cached:
 			over = true
 		case storeErr != nil:
-			over = e.o.FailurePolicy == FailDeny
+			over = e.o.FailurePolicy == FailDeny || full
 			if !over {
 				st.LimitRemaining = l.RequestsPerUnit
 			}

@@ -75,6 +75,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}()
 	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
+	if ms, ok := st.(*memory.Store); ok && s.MemorySnapshotPath != "" {
+		stop, err := startSnapshots(s, ms, ledgerSink, log, startup)
+		if err != nil {
+			return err
+		}
+		// Deferred after the store's Close, so it runs before it and after
+		// the engine (deferred later) has drained and charged its last hits.
+		defer stop()
+	}
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
 	// the 80/90/100% threshold events, read back by budgetgen report.
@@ -128,6 +137,24 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if vs, ok := st.(*valkey.Store); ok {
+		select {
+		case <-vs.Connected():
+		default:
+			// Not ready until Valkey answers, so a rollout waits for it;
+			// requests meanwhile get the failure policy.
+			srv.Health().Fail(server.ComponentStore)
+			startup.Warn("valkey unreachable at start: health check not ready until it answers; charges are buffered and answered by the failure policy", "failure_policy", s.FailurePolicy.String())
+			go func() {
+				select {
+				case <-vs.Connected():
+					srv.Health().OK(server.ComponentStore)
+					log.Warn("valkey connected: health check ready")
+				case <-sctx.Done():
+				}
+			}()
+		}
+	}
 	watchDone := make(chan struct{})
 	var background sync.WaitGroup
 	configFrom := s.DirOptions().Dir()
@@ -214,10 +241,37 @@ func ledgerReader(sink ledger.Sink) ledger.Reader {
 	return nil
 }
 
+// startSnapshots restores the embedded store's snapshot and starts writing it
+// every MEMORY_SNAPSHOT_INTERVAL; stop ends that and writes the shutdown
+// snapshot. A snapshot that cannot be read is a start-up error naming the
+// file (never a silent empty start: that is the budget lost).
+func startSnapshots(s settings.Settings, ms *memory.Store, sink ledger.Sink, log, startup *slog.Logger) (stop func(), err error) {
+	sn := &memory.Snapshotter{Path: s.MemorySnapshotPath, Store: ms, Interval: s.MemorySnapshotInterval, Logger: log}
+	if lm, ok := sink.(*ledger.Memory); ok {
+		sn.Ledger = lm
+	}
+	rs, err := sn.Restore()
+	if err != nil {
+		return nil, fmt.Errorf("%w (move it away to start empty)", err)
+	}
+	startup.Warn("memory snapshot restored", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
+		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sn.Run(ctx); close(done) }()
+	return func() {
+		cancel()
+		<-done
+		if err := sn.Write(); err != nil {
+			log.Error("shutdown memory snapshot failed; the previous one is kept", "err", err)
+		}
+	}, nil
+}
+
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
-		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: s.MemoryFullPolicy}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
 	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
 	if err != nil {
@@ -233,6 +287,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
+		Idempotent: s.ValkeyIdempotentCharges, IdempotencyWindow: s.ValkeyIdempotencyWindow,
 	}
 	addrs := strings.Split(s.RedisURL, ",")
 	for i := range addrs {
@@ -253,11 +308,27 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 		}
 		o.TLS = tc
 	}
+	// Valkey unreachable at start is an outage like any other: the service
+	// starts, answers by its failure policy, buffers the charges, reports
+	// not ready (Run) and connects in the background.
+	o.ConnectInBackground = true
 	st, err := valkey.New(o)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return st, ledger.NewValkeySink(st.Client()), fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+	return st, lazyValkeySink{st}, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+}
+
+// lazyValkeySink is the ledger's Valkey sink on the store's client, which
+// exists only once the store is connected.
+type lazyValkeySink struct{ st *valkey.Store }
+
+func (l lazyValkeySink) Apply(ctx context.Context, b ledger.Batch) error {
+	c := l.st.Client()
+	if c == nil {
+		return fmt.Errorf("%w: not connected to valkey yet", store.ErrUnavailable)
+	}
+	return ledger.NewValkeySink(c).Apply(ctx, b)
 }
 
 // secret returns value, or the content of file (one trailing newline

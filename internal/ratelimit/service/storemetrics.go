@@ -22,12 +22,16 @@ func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
 		gauge("ratelimit_valkey_in_flight_calls", "Store calls holding a Valkey slot now.", func() float64 { return float64(s.Stats().InFlight) })
 		gauge("ratelimit_valkey_buffer_keys", "Counters and ledger fields waiting in the outage buffer.", func() float64 { return float64(s.Stats().BufferKeys) })
 		counter("ratelimit_valkey_no_slot_total", "Store calls not sent: no free slot before their deadline, or Valkey stalled.", func() float64 { return float64(s.Stats().NoSlot) })
+		counter("ratelimit_valkey_not_connected_calls_total", "Store calls not sent because the store had not yet connected to Valkey since start (buffered).", func() float64 { return float64(s.Stats().NotConnected) })
 		counter("ratelimit_valkey_stalled_calls_total", "Store calls not sent because Valkey had answered nothing for 100 ms with calls in flight (buffered, not sent into the stall).", func() float64 { return float64(s.Stats().Stalled) })
 		counter("ratelimit_valkey_buffered_hits_total", "Hits kept in the outage buffer because Valkey certainly did not get them.", func() float64 { return float64(s.Stats().Buffered) })
 		counter("ratelimit_valkey_replayed_hits_total", "Buffered hits applied once Valkey answered again.", func() float64 { return float64(s.Stats().Replayed) })
 		counter("ratelimit_valkey_lost_hits_total", "Hits dropped because the outage buffer was full or disabled.", func() float64 { return float64(s.Stats().Lost) })
 		counter("ratelimit_valkey_expired_hits_total", "Buffered hits dropped because their window ended first.", func() float64 { return float64(s.Stats().Expired) })
-		counter("ratelimit_valkey_ambiguous_hits_total", "Hits sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().Ambiguous) })
+		counter("ratelimit_valkey_ambiguous_hits_total", "Hits sent but unanswered (maybe applied; re-sent only with VALKEY_IDEMPOTENT_CHARGES).", func() float64 { return float64(s.Stats().Ambiguous) })
+		counter("ratelimit_valkey_ambiguous_applied_hits_total", "Ambiguous hits whose replay found them already applied (idempotent charges).", func() float64 { return float64(s.Stats().AmbiguousApplied) })
+		counter("ratelimit_valkey_ambiguous_replayed_hits_total", "Ambiguous hits applied by their replay (idempotent charges).", func() float64 { return float64(s.Stats().AmbiguousReplayed) })
+		counter("ratelimit_valkey_ambiguous_dropped_hits_total", "Ambiguous hits given up (maybe applied): id window passed, buffer full or store closed (idempotent charges).", func() float64 { return float64(s.Stats().AmbiguousDropped) })
 		counter("ratelimit_valkey_ledger_buffered_tokens_total", "Ledger (usage report) increments kept in the outage buffer.", func() float64 { return float64(s.Stats().LedgerBuffered) })
 		counter("ratelimit_valkey_ledger_replayed_tokens_total", "Buffered ledger increments applied once Valkey answered again.", func() float64 { return float64(s.Stats().LedgerReplayed) })
 		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
@@ -36,6 +40,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
-		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full.", func() float64 { return float64(s.Stats().Refused) })
+		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
+		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // Settings is the whole service configuration. Defaults are the reference's.
@@ -112,6 +113,16 @@ type Settings struct {
 	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
 	// store's default): 2^n connections per node.
 	ValkeyPipelineMultiplex int
+	// ValkeyIdempotentCharges (VALKEY_IDEMPOTENT_CHARGES, ours; false)
+	// charges through one Lua script per call that records the call's id, so
+	// a charge sent but unanswered (a stall, CLIENT PAUSE, a black hole) is
+	// replayed and counted exactly once instead of at most once. It costs
+	// Valkey CPU per call (docs/benchmarks.md), hence off by default.
+	ValkeyIdempotentCharges bool
+	// ValkeyIdempotencyWindow (VALKEY_IDEMPOTENCY_WINDOW, ours; 0 = the
+	// store's default of 1m) is how long a call's id is kept in Valkey, and
+	// so how long an ambiguous charge may be replayed; within [1s, 1h].
+	ValkeyIdempotencyWindow time.Duration
 
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
@@ -139,6 +150,22 @@ type Settings struct {
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
+	// MemoryFullPolicy (MEMORY_FULL_POLICY, ours; deny) is what a request
+	// needing a new counter gets when the embedded store is at
+	// MEMORY_MAX_COUNTERS (after counters of ended windows are reclaimed):
+	// deny (OVER_LIMIT, whatever FAILURE_POLICY: the bound still enforces)
+	// or failure-policy (FAILURE_POLICY answers; allow lets it through
+	// uncounted).
+	MemoryFullPolicy memory.FullPolicy
+	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; empty = none) is a
+	// file the embedded store's counters and usage ledger are written to
+	// every MemorySnapshotInterval and at shutdown, atomically, and restored
+	// from at start (windows that ended are dropped; a corrupt file stops the
+	// start with an error naming it). A crash loses at most one interval.
+	MemorySnapshotPath string
+	// MemorySnapshotInterval (MEMORY_SNAPSHOT_INTERVAL, ours; 10s, within
+	// [100ms, 1h]).
+	MemorySnapshotInterval time.Duration
 	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
@@ -164,7 +191,7 @@ func Defaults() Settings {
 		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
-		LedgerRetentionDays: ledger.DefaultRetentionDays,
+		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
 	}
 }
 
@@ -326,6 +353,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
 	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
 	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
+	boolean(&s.ValkeyIdempotentCharges, "VALKEY_IDEMPOTENT_CHARGES")
+	duration(&s.ValkeyIdempotencyWindow, "VALKEY_IDEMPOTENCY_WINDOW")
 	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
 	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
 	integer(&s.GCPercent, "GC_PERCENT")
@@ -348,6 +377,10 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
 	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
 	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
+	fullPolicy := s.MemoryFullPolicy.String()
+	str(&fullPolicy, "MEMORY_FULL_POLICY")
+	str(&s.MemorySnapshotPath, "MEMORY_SNAPSHOT_PATH")
+	duration(&s.MemorySnapshotInterval, "MEMORY_SNAPSHOT_INTERVAL")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
@@ -398,6 +431,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
 	}
+	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(fullPolicy))); err != nil {
+		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
+	}
 	for _, u := range unsupported {
 		v, ok := env(u.name)
 		if !ok {
@@ -436,11 +472,20 @@ func (s Settings) Validate() error {
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
 	}
+	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
+		errs = append(errs, fmt.Errorf("VALKEY_IDEMPOTENCY_WINDOW: %v not in [1s,1h]", w))
+	}
 	if s.StoreTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
 	}
 	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+	}
+	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("MEMORY_SNAPSHOT_INTERVAL: %v not in [100ms,1h]", s.MemorySnapshotInterval))
+	}
+	if s.MemorySnapshotPath != "" && !s.UseMemoryStore() {
+		errs = append(errs, errors.New("MEMORY_SNAPSHOT_PATH is for the embedded store; REDIS_URL is set"))
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))

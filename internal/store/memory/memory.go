@@ -1,13 +1,20 @@
 // Package memory is the embedded counter store used when no Valkey address is
-// configured: one process, no persistence, the same semantics as the Valkey
+// configured: one process, persisted only by a Snapshotter (snapshot.go,
+// MEMORY_SNAPSHOT_PATH), the same semantics as the Valkey
 // store (absolute expiry set on first write, check-only reads that create
 // nothing, one atomic step per call).
 //
 // Memory is bounded by Options.MaxCounters. At the bound a call that needs a
-// new counter is refused as a whole with ErrFull (which wraps
-// store.ErrUnavailable, so the caller's failure policy applies) and the refusal
-// is counted in Stats().Refused. Counts are never dropped silently: existing
-// counters keep counting, and expired counters are reclaimed first.
+// new counter first reclaims, in the shards it holds, the counters that have
+// expired and those of windows that have ended (their expiry is within
+// Options.Grace: only their grace period is left, and no request charges an
+// ended window's key again); these are counted in Stats().Evicted. If the
+// store is still full, the janitor is asked for a full sweep and the call is
+// refused as a whole with ErrFull, counted in Stats().Refused. ErrFull wraps
+// store.ErrFull, so the caller denies the request (FullDeny, the default: a
+// bounded store still enforces), or, with FullFailurePolicy, also
+// store.ErrUnavailable, so the caller's failure policy applies. Counts of
+// live windows are never dropped: existing counters keep counting.
 package memory
 
 import (
@@ -33,9 +40,47 @@ const (
 	DefaultSweepInterval = 5 * time.Second
 )
 
-// ErrFull is returned (wrapping store.ErrUnavailable) when a call needs a new
-// counter and the store already holds MaxCounters live counters.
-var ErrFull = fmt.Errorf("%w: memory store full", store.ErrUnavailable)
+// ErrFull is returned (wrapping store.ErrFull) when a call needs a new
+// counter and the store already holds MaxCounters live counters. With
+// FullFailurePolicy the error returned also wraps store.ErrUnavailable;
+// errors.Is(err, ErrFull) holds for both.
+var ErrFull = fmt.Errorf("%w: memory store full", store.ErrFull)
+
+var errFullUnavailable = fmt.Errorf("%w: %w", store.ErrUnavailable, ErrFull)
+
+// FullPolicy is what a call needing a new counter gets at the bound.
+type FullPolicy uint8
+
+// Full policies (MEMORY_FULL_POLICY).
+const (
+	// FullDeny: ErrFull, which the engine answers by denying (fail closed).
+	FullDeny FullPolicy = iota
+	// FullFailurePolicy: ErrFull wrapping store.ErrUnavailable, answered by
+	// the engine's failure policy (allow lets new principals through
+	// uncounted, as before issue 16).
+	FullFailurePolicy
+)
+
+// FullPolicyNames are the names ParseFullPolicy accepts, by value.
+var FullPolicyNames = []string{"deny", "failure-policy"}
+
+func (p FullPolicy) String() string {
+	if int(p) < len(FullPolicyNames) {
+		return FullPolicyNames[p]
+	}
+	return fmt.Sprintf("FullPolicy(%d)", p)
+}
+
+// ParseFullPolicy parses deny or failure-policy; "" is deny.
+func ParseFullPolicy(s string) (FullPolicy, error) {
+	switch s {
+	case "", "deny":
+		return FullDeny, nil
+	case "failure-policy":
+		return FullFailurePolicy, nil
+	}
+	return FullDeny, fmt.Errorf("unknown memory full policy %q (want deny or failure-policy)", s)
+}
 
 var errClosed = fmt.Errorf("%w: memory store closed", store.ErrUnavailable)
 
@@ -50,6 +95,14 @@ type Options struct {
 	// counters are also ignored (and replaced) when touched, so this only
 	// bounds how long memory stays held. Default DefaultSweepInterval.
 	SweepInterval time.Duration
+	// Grace is the part of a counter's life after its window ends (the
+	// engine's ExpireAt is the window end plus this grace). At the bound,
+	// counters whose expiry is within Grace of now are reclaimed like
+	// expired ones. Default 0 (only expired counters are reclaimed).
+	Grace time.Duration
+	// FullPolicy is what a call needing a new counter gets at the bound.
+	// Default FullDeny.
+	FullPolicy FullPolicy
 	// Now is the clock used for expiry. Default time.Now.
 	Now func() time.Time
 	// Ledger receives Counter.Ledger writes (the shadow-week ledger,
@@ -64,18 +117,23 @@ type Stats struct {
 	Counters int64  // live counters (including expired ones not yet swept)
 	Refused  uint64 // calls refused with ErrFull
 	Swept    uint64 // expired counters removed
+	Evicted  uint64 // counters of ended windows (expiry within Grace) reclaimed at the bound
 }
 
 // Store is the in-memory store.Store. Safe for concurrent use.
 type Store struct {
-	shards  []shard
-	mask    uint64
-	seed    maphash.Seed
-	max     int64
-	now     func() time.Time
-	count   atomic.Int64
-	refused atomic.Uint64
-	swept   atomic.Uint64
+	shards   []shard
+	mask     uint64
+	seed     maphash.Seed
+	max      int64
+	now      func() time.Time
+	count    atomic.Int64
+	refused  atomic.Uint64
+	swept    atomic.Uint64
+	evicted  atomic.Uint64
+	grace    int64 // ns
+	fullErr  error
+	sweepNow chan struct{} // asks the janitor for a full sweep at the bound
 
 	ledger interface {
 		HIncrBy(key, field string, n uint64) bool
@@ -119,13 +177,19 @@ func New(opts Options) *Store {
 		opts.Now = time.Now
 	}
 	s := &Store{
-		shards: make([]shard, n),
-		mask:   uint64(n - 1),
-		seed:   maphash.MakeSeed(),
-		max:    int64(opts.MaxCounters),
-		now:    opts.Now,
-		stop:   make(chan struct{}),
-		ledger: opts.Ledger,
+		shards:   make([]shard, n),
+		mask:     uint64(n - 1),
+		seed:     maphash.MakeSeed(),
+		max:      int64(opts.MaxCounters),
+		now:      opts.Now,
+		stop:     make(chan struct{}),
+		ledger:   opts.Ledger,
+		grace:    int64(max(opts.Grace, 0)),
+		fullErr:  ErrFull,
+		sweepNow: make(chan struct{}, 1),
+	}
+	if opts.FullPolicy == FullFailurePolicy {
+		s.fullErr = errFullUnavailable
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]counter)
@@ -137,7 +201,7 @@ func New(opts Options) *Store {
 
 // Stats returns cumulative counts.
 func (s *Store) Stats() Stats {
-	return Stats{Counters: s.count.Load(), Refused: s.refused.Load(), Swept: s.swept.Load()}
+	return Stats{Counters: s.count.Load(), Refused: s.refused.Load(), Swept: s.swept.Load(), Evicted: s.evicted.Load()}
 }
 
 // Charge implements store.Store. The whole call is atomic: every shard it
@@ -214,14 +278,19 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		}
 	}
 	if reserve > 0 && s.count.Add(reserve) > s.max {
-		// Reclaim expired counters in the shards we hold, then decide.
+		// Reclaim expired and ended-window counters in the shards we
+		// hold, then decide.
 		for _, si := range locks {
-			s.sweepLocked(&s.shards[si], now)
+			s.reclaimLocked(&s.shards[si], now)
 		}
 		if s.count.Load() > s.max {
 			s.count.Add(-reserve)
 			s.refused.Add(1)
-			return ErrFull
+			select {
+			case s.sweepNow <- struct{}{}: // the other shards, off this call's path
+			default:
+			}
+			return s.fullErr
 		}
 	}
 	delta := int64(0) // exact change in stored counters
@@ -332,6 +401,44 @@ func (s *Store) sweepLocked(sh *shard, now int64) {
 	}
 }
 
+// reclaimLocked removes sh's expired counters and, with a grace, those of
+// ended windows (counted in Evicted).
+func (s *Store) reclaimLocked(sh *shard, now int64) {
+	if s.grace == 0 {
+		s.sweepLocked(sh, now)
+		return
+	}
+	var expired, ended int64
+	for k, c := range sh.m {
+		switch {
+		case c.expireAt <= now:
+			expired++
+		case c.expireAt <= now+s.grace:
+			ended++
+		default:
+			continue
+		}
+		delete(sh.m, k)
+	}
+	if expired+ended > 0 {
+		s.count.Add(-(expired + ended))
+		s.swept.Add(uint64(expired))
+		s.evicted.Add(uint64(ended))
+	}
+}
+
+// reclaim runs reclaimLocked over every shard (the janitor, when a call
+// found the store full).
+func (s *Store) reclaim() {
+	now := s.now().UnixNano()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.reclaimLocked(sh, now)
+		sh.mu.Unlock()
+	}
+}
+
 // Sweep removes expired counters now (the janitor calls it periodically).
 func (s *Store) Sweep() {
 	now := s.now().UnixNano()
@@ -347,12 +454,21 @@ func (s *Store) janitor(every time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var lastReclaim time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 			s.Sweep()
+		case <-s.sweepNow:
+			// A flood keeps the store full: one full pass a second at most,
+			// so refusals cost the calls nothing and the janitor one core
+			// for a few ms a second.
+			if time.Since(lastReclaim) >= time.Second {
+				s.reclaim()
+				lastReclaim = time.Now()
+			}
 		}
 	}
 }

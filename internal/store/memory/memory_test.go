@@ -106,8 +106,8 @@ func TestBoundRefusesNewKeysNeverDropsCounts(t *testing.T) {
 		}
 	}
 	_, err := charge(t, s, "new", 1, exp)
-	if !errors.Is(err, ErrFull) || !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("11th key: err = %v, want ErrFull wrapping ErrUnavailable", err)
+	if !errors.Is(err, ErrFull) || !errors.Is(err, store.ErrFull) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("11th key: err = %v, want ErrFull wrapping store.ErrFull, not ErrUnavailable (the default policy denies)", err)
 	}
 	// A multi-counter call needing one new key is refused as a whole.
 	totals := make([]uint64, 2)
@@ -212,4 +212,92 @@ func TestLongCallDuplicatesAndOverflow(t *testing.T) {
 	if got, _ := charge(t, s, "k0", 0, exp); got != 10 {
 		t.Fatalf("k0 after a refused call = %d, want 10", got)
 	}
+}
+
+// TestFullFailurePolicy: with FullFailurePolicy the refusal also wraps
+// store.ErrUnavailable, so the engine's failure policy answers.
+func TestFullFailurePolicy(t *testing.T) {
+	s := New(Options{MaxCounters: 1, FullPolicy: FullFailurePolicy})
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	if _, err := charge(t, s, "a", 1, exp); err != nil {
+		t.Fatal(err)
+	}
+	_, err := charge(t, s, "b", 1, exp)
+	if !errors.Is(err, ErrFull) || !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrFull wrapping store.ErrFull and store.ErrUnavailable", err)
+	}
+	for _, tc := range []struct {
+		in   string
+		want FullPolicy
+		ok   bool
+	}{{"", FullDeny, true}, {"deny", FullDeny, true}, {"failure-policy", FullFailurePolicy, true}, {"allow", FullDeny, false}} {
+		got, err := ParseFullPolicy(tc.in)
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("ParseFullPolicy(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
+
+// TestBoundEvictsEndedWindows: at the bound, counters of windows that have
+// ended (expiry within Grace) make room for a new counter, counted in
+// Evicted; live windows' counters are never evicted. In the call's own
+// shard at once; in the other shards by the janitor's full pass, which the
+// refusal triggers.
+func TestBoundEvictsEndedWindows(t *testing.T) {
+	const grace = 5 * time.Minute
+	t.Run("own shard", func(t *testing.T) {
+		clk := &fakeClock{now: time.Unix(1_000_000, 0)}
+		s := New(Options{Now: clk.Now, MaxCounters: 4, Shards: 1, Grace: grace, SweepInterval: time.Hour})
+		defer s.Close()
+		ended := clk.Now().Add(2 * time.Minute) // window over, 2 min of grace left
+		live := clk.Now().Add(grace + time.Hour)
+		for i, exp := range []time.Time{ended, ended, live, live} {
+			if _, err := charge(t, s, fmt.Sprint("k", i), 3, exp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := charge(t, s, fmt.Sprint("new", i), 1, live); err != nil {
+				t.Fatalf("new counter %d: %v", i, err)
+			}
+		}
+		if _, err := charge(t, s, "new2", 1, live); !errors.Is(err, store.ErrFull) {
+			t.Fatalf("third new counter with only live windows left: err = %v, want ErrFull", err)
+		}
+		for _, k := range []string{"k2", "k3"} {
+			if got, _ := charge(t, s, k, 0, live); got != 3 {
+				t.Fatalf("live counter %s = %d, want 3 (never evicted)", k, got)
+			}
+		}
+		if st := s.Stats(); st.Evicted != 2 || st.Counters != 4 || st.Refused != 1 {
+			t.Fatalf("stats %+v: want Evicted 2, Counters 4, Refused 1", st)
+		}
+	})
+	t.Run("other shards", func(t *testing.T) {
+		clk := &fakeClock{now: time.Unix(1_000_000, 0)}
+		s := New(Options{Now: clk.Now, MaxCounters: 64, Shards: 64, Grace: grace, SweepInterval: time.Hour})
+		defer s.Close()
+		ended := clk.Now().Add(time.Minute)
+		for i := 0; i < 64; i++ {
+			if _, err := charge(t, s, fmt.Sprint("k", i), 1, ended); err != nil {
+				t.Fatal(err)
+			}
+		}
+		live := clk.Now().Add(time.Hour)
+		admitted := 0
+		deadline := time.Now().Add(5 * time.Second)
+		for i := 0; admitted < 32 && time.Now().Before(deadline); i++ {
+			if _, err := charge(t, s, fmt.Sprint("new", i), 1, live); err == nil {
+				admitted++
+			} else if !errors.Is(err, store.ErrFull) {
+				t.Fatal(err)
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if st := s.Stats(); admitted != 32 || st.Evicted != 64 {
+			t.Fatalf("admitted %d new counters, stats %+v: want 32 admitted and all 64 ended counters evicted", admitted, st)
+		}
+	})
 }

@@ -3,7 +3,9 @@ package valkey
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,13 +25,22 @@ func benchKeys() []string {
 
 // BenchmarkCharge: parallel charges (64 goroutines) against a real Valkey on
 // loopback over 10,000 principals, 1 and 3 counters per call (1 s deadline:
-// this measures throughput and CPU, the fault tests measure deadlines).
+// this measures throughput and CPU, the fault tests measure deadlines), with
+// plain INCRBY and with idempotent charges (the Lua script).
 func BenchmarkCharge(b *testing.B) {
 	srv := valkeytest.Start(b, valkeytest.Options{})
 	keys := benchKeys()
-	for _, n := range []int{1, 3} {
-		b.Run("counters="+strconv.Itoa(n), func(b *testing.B) {
-			s, err := New(Options{Addresses: []string{srv.Addr}})
+	for _, c := range []struct {
+		n          int
+		idempotent bool
+	}{{1, false}, {3, false}, {1, true}, {3, true}} {
+		n := c.n
+		name := "counters=" + strconv.Itoa(n)
+		if c.idempotent {
+			name += "/idempotent"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := New(Options{Addresses: []string{srv.Addr}, Idempotent: c.idempotent})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -38,6 +49,13 @@ func BenchmarkCharge(b *testing.B) {
 			var next atomic.Uint64
 			b.ReportAllocs()
 			b.SetParallelism(32)
+			// CPU per call, ours and Valkey's: on a shared machine wall time
+			// per op says little, CPU time still compares.
+			self0, srv0 := selfCPU(b), serverCPU(b, srv.Addr)
+			defer func() {
+				b.ReportMetric(float64(selfCPU(b)-self0)/float64(b.N)/1e3, "client-cpu-us/op")
+				b.ReportMetric(float64(serverCPU(b, srv.Addr)-srv0)/float64(b.N)/1e3, "valkey-cpu-us/op")
+			}()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				cs := make([]store.Counter, n)
@@ -99,4 +117,33 @@ func BenchmarkRawDoMulti(b *testing.B) {
 			})
 		})
 	}
+}
+
+// selfCPU is this process's user+system CPU time in ns.
+func selfCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// serverCPU is Valkey's used_cpu_user + used_cpu_sys in ns (INFO cpu).
+func serverCPU(b *testing.B, addr string) int64 {
+	out, err := valkeytest.Do(addr, "INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", line, err)
+			}
+			total += f
+		}
+	}
+	return int64(total * 1e9)
 }

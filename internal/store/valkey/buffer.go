@@ -15,10 +15,14 @@ import (
 // shadow-week ledger's hash-field adds (per hash and field, store.Counter.Ledger).
 // Bounded in entries: a counter key and a ledger field each count as one.
 type buffer struct {
-	mu   sync.Mutex
-	m    map[target]pending
-	max  int
-	size atomic.Int64
+	mu sync.Mutex
+	m  map[target]pending
+	// batches are ambiguous calls kept whole with their id (idempotent
+	// charges only), replayed with the same id; each key counts as an entry.
+	batches   []*batch
+	batchKeys int
+	max       int
+	size      atomic.Int64
 }
 
 // target is a counter key (field empty, hash false) or a ledger hash field.
@@ -54,12 +58,40 @@ func (b *buffer) add(t target, hits uint64, exp time.Time) bool {
 		b.m[t] = p
 		return true
 	}
-	if len(b.m) >= b.max {
+	if len(b.m)+b.batchKeys >= b.max {
 		return false
 	}
 	b.m[t] = pending{hits: hits, exp: exp}
-	b.size.Store(int64(len(b.m)))
+	b.size.Store(int64(len(b.m) + b.batchKeys))
 	return true
+}
+
+// addBatch keeps an ambiguous call whole, with its id; false when full.
+func (b *buffer) addBatch(x *batch) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.m)+b.batchKeys+len(x.keys) > b.max {
+		return false
+	}
+	b.batches = append(b.batches, x)
+	b.batchKeys += len(x.keys)
+	b.size.Store(int64(len(b.m) + b.batchKeys))
+	return true
+}
+
+// takeBatches removes up to n ambiguous calls, oldest first.
+func (b *buffer) takeBatches(n int) []*batch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(n, len(b.batches))
+	out := append([]*batch(nil), b.batches[:n]...)
+	clear(b.batches[:n])
+	b.batches = b.batches[n:]
+	for _, x := range out {
+		b.batchKeys -= len(x.keys)
+	}
+	b.size.Store(int64(len(b.m) + b.batchKeys))
+	return out
 }
 
 // take removes up to n entries.
@@ -74,13 +106,13 @@ func (b *buffer) take(n int) []entry {
 		out = append(out, entry{target: t, pending: p})
 		delete(b.m, t)
 	}
-	b.size.Store(int64(len(b.m)))
+	b.size.Store(int64(len(b.m) + b.batchKeys))
 	return out
 }
 
 // drain empties the buffer and returns what it held: counter hits, ledger
-// hits and entries.
-func (b *buffer) drain() (hits, ledgerHits uint64, entries int) {
+// hits, hits of ambiguous calls, and entries.
+func (b *buffer) drain() (hits, ledgerHits, ambiguousHits uint64, entries int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for t, p := range b.m {
@@ -90,10 +122,14 @@ func (b *buffer) drain() (hits, ledgerHits uint64, entries int) {
 			hits += p.hits
 		}
 	}
-	entries = len(b.m)
+	for _, x := range b.batches {
+		ambiguousHits += x.total()
+	}
+	entries = len(b.m) + b.batchKeys
 	clear(b.m)
+	b.batches, b.batchKeys = nil, 0
 	b.size.Store(0)
-	return hits, ledgerHits, entries
+	return hits, ledgerHits, ambiguousHits, entries
 }
 
 const replayBatch = 256
@@ -131,13 +167,11 @@ func (s *Store) replayOnce() bool {
 		return false
 	}
 	defer func() { <-s.sem }()
-	// Probe first, so a batch is only sent to a server that answers: a batch
-	// sent into a stall would become ambiguous.
-	pctx, pcancel := context.WithTimeout(context.Background(), s.probeTimeout())
-	pong := s.client.DoMulti(pctx, s.b.Ping().Build())
-	pcancel()
-	if len(pong) != 1 || pong[0].Error() != nil {
+	if !s.ready.Load() || !s.probe() {
 		return false
+	}
+	if s.idem != nil {
+		return s.replayIdempotent()
 	}
 	batch := s.buf.take(replayBatch)
 	if len(batch) == 0 {
@@ -227,6 +261,15 @@ func (s *Store) replayOnce() bool {
 		s.log.Info("valkey store: replayed buffered charges", "hits", hits, "ledger_hits", ledgerHits, "entries", len(live), "buffer_entries", s.buf.size.Load())
 	}
 	return ok
+}
+
+// probe pings Valkey, so a batch is only sent to a server that answers: a
+// batch sent into a stall would become ambiguous.
+func (s *Store) probe() bool {
+	pctx, pcancel := context.WithTimeout(context.Background(), s.probeTimeout())
+	pong := s.client.DoMulti(pctx, s.b.Ping().Build())
+	pcancel()
+	return len(pong) == 1 && pong[0].Error() == nil
 }
 
 // expire drops a buffered entry whose deadline passed (counted, logged).

@@ -25,7 +25,11 @@
 // (the connection broke, the call timed out) may or may not have been applied:
 // a stalled server executes what is in its socket when it resumes. Those charges
 // are never re-sent, to avoid counting them twice; they are counted in
-// Stats().Ambiguous and logged. Beyond the buffer's bound the lost hits are
+// Stats().Ambiguous and logged. With Options.Idempotent each call carries an
+// id recorded by a Lua script (idempotent.go), and ambiguous calls are
+// replayed under their id: counted exactly once. With
+// Options.ConnectInBackground an unreachable Valkey at start is an outage
+// like any other (buffered until the first connection). Beyond the buffer's bound the lost hits are
 // counted in Stats().Lost and logged, never silently dropped.
 package valkey
 
@@ -154,6 +158,26 @@ type Options struct {
 	// One call per StallAfter goes through as a probe; its answer ends the
 	// stall. Default DefaultStallAfter; negative disables.
 	StallAfter time.Duration
+	// ConnectInBackground makes New return a store even when Valkey cannot
+	// be reached (after one attempt of at most a second; a refused password
+	// or TLS handshake still fails New): it then connects
+	// in the background, retrying with backoff (100 ms doubling to 5 s),
+	// and until then every charge is buffered as certainly not applied
+	// (Stats().NotConnected) and fails with store.ErrUnavailable, as in an
+	// outage. Connected() tells when it is connected. Default false: New
+	// fails if the first connection cannot be made.
+	ConnectInBackground bool
+	// Idempotent sends every call's charges through one Lua script that
+	// records the call's id and increments only if the id is new (per slot
+	// in a cluster; see idempotent.go), so a call sent but unanswered is
+	// kept in the outage buffer with its id and replayed until it is known
+	// to be counted exactly once, instead of being counted at most once.
+	// Default false (docs/benchmarks.md has its cost).
+	Idempotent bool
+	// IdempotencyWindow is how long a call's id is kept in Valkey, and so
+	// how long an ambiguous call may still be replayed. Default
+	// DefaultIdempotencyWindow. Only with Idempotent.
+	IdempotencyWindow time.Duration
 	// SentinelRefresh reconciles the sentinel topology periodically.
 	// Default DefaultSentinelRefresh.
 	SentinelRefresh time.Duration
@@ -174,15 +198,27 @@ type Client interface {
 
 // Stats are cumulative since New, for metrics. Hits are token units.
 type Stats struct {
-	InFlight  int64  // calls holding a slot now
-	Canceled  uint64 // hits of calls whose context was done on entry: not charged
-	NoSlot    uint64 // calls not sent: no slot before their deadline, or Valkey stalled (Stalled)
-	Stalled   uint64 // calls not sent because Valkey had answered nothing for StallAfter
-	Buffered  uint64 // hits put in the outage buffer
-	Replayed  uint64 // buffered hits applied to Valkey
-	Lost      uint64 // hits dropped because the buffer was full or disabled
-	Expired   uint64 // buffered hits dropped because their window ended first
-	Ambiguous uint64 // hits sent but unanswered: maybe applied, never re-sent
+	InFlight int64  // calls holding a slot now
+	Canceled uint64 // hits of calls whose context was done on entry: not charged
+	NoSlot   uint64 // calls not sent: no slot before their deadline, or Valkey stalled (Stalled)
+	// NotConnected counts calls not sent because the store had not yet
+	// made its first connection (ConnectInBackground); their hits are
+	// buffered.
+	NotConnected uint64
+	Stalled      uint64 // calls not sent because Valkey had answered nothing for StallAfter
+	Buffered     uint64 // hits put in the outage buffer
+	Replayed     uint64 // buffered hits applied to Valkey
+	Lost         uint64 // hits dropped because the buffer was full or disabled
+	Expired      uint64 // buffered hits dropped because their window ended first
+	Ambiguous    uint64 // hits sent but unanswered: maybe applied (re-sent only with Idempotent)
+	// With Idempotent, each ambiguous hit is then resolved as one of these
+	// (or is still buffered): the replay found the first send applied
+	// (AmbiguousApplied), the replay applied it (AmbiguousReplayed), or it
+	// was given up (AmbiguousDropped: maybe applied; its id window passed,
+	// the buffer was full, or the store closed).
+	AmbiguousApplied  uint64
+	AmbiguousReplayed uint64
+	AmbiguousDropped  uint64
 	// AppliedOnError counts hits Valkey applied in calls that returned an
 	// error to the caller (it gave up at its deadline, or another command of
 	// the call failed): counted, though the caller applied its failure policy.
@@ -200,11 +236,18 @@ type Stats struct {
 
 // Store is the Valkey store.Store. Safe for concurrent use.
 type Store struct {
-	client     Client
-	b          valkey.Builder
-	cmd        commands
-	known      *expiryCache // nil when disabled
-	stallAfter time.Duration
+	// client, b and cmd are set once, before ready is stored true (at New,
+	// or by the background connector); read them only after ready.Load().
+	client       Client
+	b            valkey.Builder
+	cmd          commands
+	ready        atomic.Bool
+	connected    chan struct{} // closed when ready
+	slotted      bool
+	notConnected atomic.Uint64
+	known        *expiryCache // nil when disabled
+	idem         *idempotency // nil unless Options.Idempotent
+	stallAfter   time.Duration
 
 	// Stall detection, in monotonic ns since epoch (a wall-clock step must
 	// not wedge the guard): when the first call sent since Valkey's last
@@ -233,23 +276,96 @@ type Store struct {
 
 	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
 	ledgerBuffered, ledgerReplayed, ledgerLost, ledgerExpired, ledgerAmbiguous   atomic.Uint64
+	ambiguousApplied, ambiguousReplayed, ambiguousDropped                        atomic.Uint64
 	lastLossLog, lastAmbLog, lastBufLog, lastLedgerLog                           atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New connects to Valkey and returns a store. It fails if the first
-// connection cannot be made (the error never contains the password).
+// connection cannot be made, unless ConnectInBackground is set (the error
+// never contains the password).
 func New(opts Options) (*Store, error) {
 	co, err := clientOption(&opts)
 	if err != nil {
 		return nil, err
 	}
-	c, err := valkey.NewClient(co)
-	if err != nil {
-		return nil, fmt.Errorf("connect to valkey %s (%s): %w: %s", strings.Join(opts.Addresses, ","), opts.Mode, store.ErrUnavailable, redact(err.Error(), opts))
+	first := co
+	if opts.ConnectInBackground {
+		// A black-holed address must not hold the start for DialTimeout.
+		first.Dialer.Timeout = min(first.Dialer.Timeout, time.Second)
 	}
-	return NewWithClient(c, opts)
+	c, err := valkey.NewClient(first)
+	if err == nil {
+		return NewWithClient(c, opts)
+	}
+	cerr := fmt.Errorf("connect to valkey %s (%s): %w: %s", strings.Join(opts.Addresses, ","), opts.Mode, store.ErrUnavailable, redact(err.Error(), opts))
+	if !opts.ConnectInBackground || !unreachable(err) {
+		// A refused password or certificate is a setting to fix, not an
+		// outage to wait out.
+		return nil, cerr
+	}
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Warn("valkey store: valkey unreachable at start; buffering charges and connecting in the background", "err", cerr)
+	s.wg.Add(1)
+	go s.connectLoop(co, opts)
+	return s, nil
+}
+
+// unreachable reports whether a connection error means nothing answered
+// (refused, timed out, no route): an outage, unlike a refused password or
+// certificate.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// connectLoop retries the first connection with backoff until it succeeds
+// or the store is closed.
+func (s *Store) connectLoop(co valkey.ClientOption, opts Options) {
+	defer s.wg.Done()
+	delay := 100 * time.Millisecond
+	var lastLog atomic.Int64
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c, err := valkey.NewClient(co)
+		if err == nil {
+			select {
+			case <-s.stop: // closed meanwhile: Close no longer looks
+				c.Close()
+				return
+			default:
+			}
+			s.attach(c)
+			s.log.Warn("valkey store: connected", "buffer_keys", s.Stats().BufferKeys)
+			return
+		}
+		if every(&lastLog, 10*time.Second) {
+			s.log.Warn("valkey store: still unreachable; retrying", "retry_in", (2 * delay).String(), "err", redact(err.Error(), opts))
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// Connected is closed once the store has a connection to Valkey.
+func (s *Store) Connected() <-chan struct{} { return s.connected }
+
+// attach publishes the client: fields first, then ready.
+func (s *Store) attach(c Client) {
+	s.client = c
+	s.b = c.B()
+	s.cmd = commands{b: s.b, slotted: s.slotted}
+	s.ready.Store(true)
+	close(s.connected)
 }
 
 func redact(s string, opts Options) string {
@@ -364,6 +480,9 @@ func defaults(o *Options) error {
 	if o.ReplayInterval <= 0 {
 		o.ReplayInterval = DefaultReplayInterval
 	}
+	if o.IdempotencyWindow <= 0 {
+		o.IdempotencyWindow = DefaultIdempotencyWindow
+	}
 	if o.SentinelRefresh <= 0 {
 		o.SentinelRefresh = DefaultSentinelRefresh
 	}
@@ -379,14 +498,23 @@ func defaults(o *Options) error {
 // NewWithClient returns a store over an existing client (a fake in tests).
 // The store owns the client and closes it on Close.
 func NewWithClient(c Client, opts Options) (*Store, error) {
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.attach(c)
+	return s, nil
+}
+
+// newStore returns a store without a client, its replayer started.
+func newStore(opts Options) (*Store, error) {
 	if err := defaults(&opts); err != nil {
 		return nil, err
 	}
 	s := &Store{
-		client: c,
-		b:      c.B(),
-		cmd:    commands{b: c.B(), slotted: opts.Mode == Cluster},
-		sem:    make(chan struct{}, opts.MaxInFlight),
+		slotted:   opts.Mode == Cluster,
+		connected: make(chan struct{}),
+		sem:       make(chan struct{}, opts.MaxInFlight),
 		// A call's goroutine waits for valkey-go to give the ring slot back:
 		// a stalled connection is torn down after about 2*PingInterval +
 		// ConnWriteTimeout, a reconnect takes up to DialTimeout more.
@@ -405,6 +533,13 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 	if opts.KnownExpiries > 0 {
 		s.known = newExpiryCache(opts.KnownExpiries)
 	}
+	if opts.Idempotent {
+		id, err := newIdempotency(opts.IdempotencyWindow, opts.Mode == Cluster)
+		if err != nil {
+			return nil, err
+		}
+		s.idem = id
+	}
 	s.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	if s.buf != nil {
 		s.wg.Add(1)
@@ -416,15 +551,21 @@ func NewWithClient(c Client, opts Options) (*Store, error) {
 // Stats returns cumulative counts.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		InFlight:  int64(len(s.sem)),
-		Canceled:  s.canceled.Load(),
-		NoSlot:    s.noSlot.Load(),
-		Stalled:   s.stallRefused.Load(),
-		Buffered:  s.buffered.Load(),
-		Replayed:  s.replayed.Load(),
-		Lost:      s.lost.Load(),
-		Expired:   s.expired.Load(),
-		Ambiguous: s.ambiguous.Load(),
+		InFlight: int64(len(s.sem)),
+		Canceled: s.canceled.Load(),
+		NoSlot:   s.noSlot.Load(),
+
+		NotConnected: s.notConnected.Load(),
+		Stalled:      s.stallRefused.Load(),
+		Buffered:     s.buffered.Load(),
+		Replayed:     s.replayed.Load(),
+		Lost:         s.lost.Load(),
+		Expired:      s.expired.Load(),
+		Ambiguous:    s.ambiguous.Load(),
+
+		AmbiguousApplied:  s.ambiguousApplied.Load(),
+		AmbiguousReplayed: s.ambiguousReplayed.Load(),
+		AmbiguousDropped:  s.ambiguousDropped.Load(),
 
 		AppliedOnError: s.appliedOnErr.Load(),
 
@@ -445,8 +586,10 @@ func (s *Store) Stats() Stats {
 type call struct {
 	counters []store.Counter
 	cmds     []valkey.Completed
-	withExp  []bool // per counter: PEXPIREAT NX sent with its INCRBY
-	created  []int  // counters recreated without an expiry: they need it
+	withExp  []bool   // per counter: PEXPIREAT NX sent with its INCRBY
+	created  []int    // counters recreated without an expiry: they need it
+	batches  []*batch // Idempotent: one script call per slot group (cmds[:len(batches)])
+	pos      []uint64 // Idempotent: per counter, batch index<<32 | position in it
 	totals   []uint64
 	err      error
 	applied  uint64       // hits Valkey confirmed
@@ -477,6 +620,11 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	}
 	if len(counters) == 0 {
 		return nil
+	}
+	if !s.ready.Load() {
+		s.notConnected.Add(1)
+		s.notSent(counters)
+		return fmt.Errorf("%w: not connected to valkey yet: not sent", store.ErrUnavailable)
 	}
 	if since, stalled := s.stalled(); stalled {
 		s.noSlot.Add(1)
@@ -523,8 +671,14 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 }
 
 // Client returns the store's client (shared: never close it), so the
-// shadow-week ledger (internal/ledger) batches its writes on the same connections.
-func (s *Store) Client() Client { return s.client }
+// shadow-week ledger (internal/ledger) batches its writes on the same
+// connections; nil until the store is connected (ConnectInBackground).
+func (s *Store) Client() Client {
+	if !s.ready.Load() {
+		return nil
+	}
+	return s.client
+}
 
 func (s *Store) release(c *call) {
 	clear(c.counters) // drop key references
@@ -532,10 +686,17 @@ func (s *Store) release(c *call) {
 	c.cmds = c.cmds[:0]
 	c.withExp = c.withExp[:0]
 	c.created = c.created[:0]
+	clear(c.batches) // the buffer may hold them now
+	c.batches = c.batches[:0]
+	c.pos = c.pos[:0]
 	s.calls.Put(c)
 }
 
 func (s *Store) build(c *call) {
+	if s.idem != nil {
+		s.buildIdempotent(c)
+		return
+	}
 	for _, k := range c.counters {
 		if k.Hits == 0 {
 			c.cmds = append(c.cmds, s.cmd.get(k.Key))
@@ -605,7 +766,14 @@ func (s *Store) run(c *call) {
 	if answered(res) {
 		s.unansweredSince.Store(0)
 	}
-	c.err = s.collect(c, res)
+	if s.idem != nil {
+		if len(res) == len(c.cmds) {
+			s.retryNoScript(ctx, c.batches, res)
+		}
+		c.err = s.collectIdempotent(c, res)
+	} else {
+		c.err = s.collect(c, res)
+	}
 	if len(c.created) > 0 {
 		c.err = cmp(c.err, s.setExpiries(ctx, c))
 	}
@@ -971,20 +1139,30 @@ func (s *Store) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		s.workers.Wait()
-		if s.buf != nil {
+		if s.buf != nil && s.ready.Load() {
 			// One last bounded attempt to replay what is buffered.
 			for end := time.Now().Add(2 * s.connWrite); s.buf.size.Load() > 0 && time.Now().Before(end); {
 				if !s.replayOnce() {
 					break
 				}
 			}
-			if hits, ledgerHits, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 {
+			if hits, ledgerHits, ambHits, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 || ambHits > 0 {
 				s.lost.Add(hits)
 				s.ledgerLost.Add(ledgerHits)
-				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "entries", entries)
+				s.ambiguousDropped.Add(ambHits)
+				s.log.Error("valkey store: closed with buffered charges not replayed", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "ambiguous_dropped_hits", ambHits, "entries", entries)
 			}
 		}
-		s.client.Close()
+		if s.buf != nil && !s.ready.Load() {
+			if hits, ledgerHits, _, entries := s.buf.drain(); hits > 0 || ledgerHits > 0 {
+				s.lost.Add(hits)
+				s.ledgerLost.Add(ledgerHits)
+				s.log.Error("valkey store: closed before ever connecting; buffered charges lost", "lost_hits", hits, "lost_ledger_hits", ledgerHits, "entries", entries)
+			}
+		}
+		if s.ready.Load() {
+			s.client.Close()
+		}
 	})
 	return nil
 }

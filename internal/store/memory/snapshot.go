@@ -1,0 +1,345 @@
+package memory
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/atomicfile"
+)
+
+// Snapshots (MEMORY_SNAPSHOT_PATH): so a restart of a service on the embedded
+// store does not forget the budget (seed 000), its counters and the usage
+// ledger are written to one file, periodically and on shutdown, atomically
+// (internal/atomicfile: a crash leaves the previous snapshot whole), and read
+// back at start, dropping what has expired. A crash loses at most what was
+// charged since the last snapshot: one interval.
+//
+// Format (version 1), all integers unsigned varints unless noted:
+//
+//	"BGMEMSNAP\x01"
+//	count of counters, then per counter: key length, key, value, expiry (Unix ms)
+//	count of hashes, then per hash: key length, key, expiry (Unix ms, 0: none),
+//	  count of fields, then per field: name length, name, value
+//	CRC-32 (IEEE) of everything before it, 4 bytes big-endian
+//
+// Entries are sorted, so the same state gives the same bytes.
+
+const snapshotMagic = "BGMEMSNAP\x01"
+
+// MaxSnapshotBytes bounds the snapshot file read at start (about 4 million
+// counters with their ledger fields).
+const MaxSnapshotBytes = 1 << 30
+
+// DefaultSnapshotInterval is how often Snapshotter.Run writes the snapshot.
+const DefaultSnapshotInterval = 10 * time.Second
+
+// ErrCorruptSnapshot is wrapped by Restore errors for a file that is not a
+// whole snapshot of this format.
+var ErrCorruptSnapshot = errors.New("corrupt memory snapshot")
+
+// HashStore is the part of the usage ledger (ledger.Memory) a snapshot
+// holds: hashes of counters with an absolute expiry.
+type HashStore interface {
+	// ExportHashes calls fn for every live hash; fields must not be kept.
+	ExportHashes(fn func(key string, expireAt time.Time, fields map[string]uint64))
+	// RestoreHash adds fields to hash key and sets its expiry (zero: none).
+	RestoreHash(key string, expireAt time.Time, fields map[string]uint64)
+}
+
+// Snapshotter writes and restores snapshots of a store and its ledger.
+type Snapshotter struct {
+	// Path of the snapshot file. Required.
+	Path string
+	// Store is the counter store. Required.
+	Store *Store
+	// Ledger, optional, is the usage ledger held with the counters.
+	Ledger HashStore
+	// Interval of Run. Default DefaultSnapshotInterval.
+	Interval time.Duration
+	// Logger receives failed periodic writes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// RestoreStats says what Restore read.
+type RestoreStats struct {
+	Counters, Hashes               int // restored
+	ExpiredCounters, ExpiredHashes int // dropped: their window (or retention) ended
+	OverBound                      int // counters dropped: the store's MaxCounters was reached
+}
+
+type snapCounter struct {
+	key      string
+	value    uint64
+	expireAt int64 // ms
+}
+
+type snapHash struct {
+	key      string
+	expireAt int64 // ms, 0 none
+	fields   []snapField
+}
+
+type snapField struct {
+	name  string
+	value uint64
+}
+
+// Encode returns the snapshot bytes of the store and ledger now.
+func (sn *Snapshotter) Encode() []byte {
+	var cs []snapCounter
+	now := sn.Store.now().UnixNano()
+	for i := range sn.Store.shards {
+		sh := &sn.Store.shards[i]
+		sh.mu.Lock()
+		for k, c := range sh.m {
+			if c.expireAt > now {
+				cs = append(cs, snapCounter{key: k, value: uint64(c.value), expireAt: c.expireAt / int64(time.Millisecond)})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })
+	var hs []snapHash
+	if sn.Ledger != nil {
+		sn.Ledger.ExportHashes(func(key string, expireAt time.Time, fields map[string]uint64) {
+			h := snapHash{key: key}
+			if !expireAt.IsZero() {
+				h.expireAt = expireAt.UnixMilli()
+			}
+			for f, v := range fields {
+				h.fields = append(h.fields, snapField{f, v})
+			}
+			sort.Slice(h.fields, func(i, j int) bool { return h.fields[i].name < h.fields[j].name })
+			hs = append(hs, h)
+		})
+		sort.Slice(hs, func(i, j int) bool { return hs[i].key < hs[j].key })
+	}
+	var b bytes.Buffer
+	b.WriteString(snapshotMagic)
+	var tmp [binary.MaxVarintLen64]byte
+	uv := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
+	str := func(s string) { uv(uint64(len(s))); b.WriteString(s) }
+	uv(uint64(len(cs)))
+	for _, c := range cs {
+		str(c.key)
+		uv(c.value)
+		uv(uint64(c.expireAt))
+	}
+	uv(uint64(len(hs)))
+	for _, h := range hs {
+		str(h.key)
+		uv(uint64(h.expireAt))
+		uv(uint64(len(h.fields)))
+		for _, f := range h.fields {
+			str(f.name)
+			uv(f.value)
+		}
+	}
+	b.Write(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(b.Bytes())))
+	return b.Bytes()
+}
+
+// Write writes the snapshot atomically (mode 0600: it names principals).
+func (sn *Snapshotter) Write() error {
+	return atomicfile.WriteFile(sn.Path, sn.Encode(), atomicfile.Options{Perm: 0o600})
+}
+
+// Restore reads the snapshot file into the store and ledger, dropping
+// counters and hashes that expired. A missing file restores nothing (a first
+// start). A file that is not a whole snapshot is an error naming the file
+// and wrapping ErrCorruptSnapshot; nothing is restored then.
+func (sn *Snapshotter) Restore() (RestoreStats, error) {
+	f, err := os.Open(sn.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return RestoreStats{}, nil
+	}
+	if err != nil {
+		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), MaxSnapshotBytes+1))
+	if err != nil {
+		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	if len(data) > MaxSnapshotBytes {
+		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w: larger than %d bytes", sn.Path, ErrCorruptSnapshot, MaxSnapshotBytes)
+	}
+	cs, hs, err := decodeSnapshot(data)
+	if err != nil {
+		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	return sn.apply(cs, hs), nil
+}
+
+func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
+	var st RestoreStats
+	s := sn.Store
+	nowMs := s.now().UnixMilli()
+	for _, c := range cs {
+		if c.expireAt <= nowMs {
+			st.ExpiredCounters++
+			continue
+		}
+		sh := &s.shards[s.shardOf(c.key)]
+		sh.mu.Lock()
+		cur, ok := sh.m[c.key]
+		switch {
+		case ok:
+			// Charged since start (Restore runs before serving, so only
+			// in tests): add, as two replicas' counts would.
+			cur.value = int64(satAdd(uint64(cur.value), c.value) & (1<<63 - 1))
+			sh.m[c.key] = cur
+			st.Counters++
+		case s.count.Load() >= s.max:
+			st.OverBound++
+		default:
+			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond)}
+			s.count.Add(1)
+			st.Counters++
+		}
+		sh.mu.Unlock()
+	}
+	if sn.Ledger != nil {
+		for _, h := range hs {
+			if h.expireAt != 0 && h.expireAt <= nowMs {
+				st.ExpiredHashes++
+				continue
+			}
+			fields := make(map[string]uint64, len(h.fields))
+			for _, f := range h.fields {
+				fields[f.name] = f.value
+			}
+			var exp time.Time
+			if h.expireAt != 0 {
+				exp = time.UnixMilli(h.expireAt)
+			}
+			sn.Ledger.RestoreHash(h.key, exp, fields)
+			st.Hashes++
+		}
+	}
+	return st
+}
+
+// decodeSnapshot parses a version-1 snapshot; every length is checked
+// against what is left, so no input makes it allocate beyond its size.
+func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
+	if len(data) < len(snapshotMagic)+4 || string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1)", ErrCorruptSnapshot)
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.ChecksumIEEE(body) != sum {
+		return nil, nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
+	}
+	r := &snapReader{b: body[len(snapshotMagic):]}
+	n := r.count(3) // a counter takes at least 3 bytes
+	cs := make([]snapCounter, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		cs = append(cs, snapCounter{key: r.str(), value: r.uv(), expireAt: int64(r.uv() & (1<<63 - 1))})
+		if cs[i].value > 1<<63-1 {
+			r.fail("counter %d: value %d above the int64 maximum", i, cs[i].value)
+		}
+	}
+	m := r.count(3)
+	hs := make([]snapHash, 0, m)
+	for i := 0; i < m && r.err == nil; i++ {
+		h := snapHash{key: r.str(), expireAt: int64(r.uv() & (1<<63 - 1))}
+		k := r.count(2)
+		h.fields = make([]snapField, 0, k)
+		for j := 0; j < k && r.err == nil; j++ {
+			h.fields = append(h.fields, snapField{name: r.str(), value: r.uv()})
+		}
+		hs = append(hs, h)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("%d bytes after the last entry", len(r.b))
+	}
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return cs, hs, nil
+}
+
+type snapReader struct {
+	b   []byte
+	err error
+}
+
+func (r *snapReader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *snapReader) uv() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *snapReader) str() string {
+	n := r.uv()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.fail("string of %d bytes, %d left", n, len(r.b))
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// count reads an entry count, each entry taking at least min bytes.
+func (r *snapReader) count(min int) int {
+	n := r.uv()
+	if r.err == nil && n > uint64(len(r.b)/min) {
+		r.fail("%d entries cannot fit in %d bytes", n, len(r.b))
+		return 0
+	}
+	return int(n)
+}
+
+// Run writes the snapshot every Interval until ctx is done. Failures are
+// logged and retried at the next tick (the previous file stays whole). The
+// shutdown snapshot is the caller's Write, once nothing charges any more.
+func (sn *Snapshotter) Run(ctx context.Context) {
+	every := sn.Interval
+	if every <= 0 {
+		every = DefaultSnapshotInterval
+	}
+	log := sn.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := sn.Write(); err != nil {
+				log.Error("memory snapshot failed; the previous one is kept", "err", err)
+			}
+		}
+	}
+}

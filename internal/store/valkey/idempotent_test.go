@@ -1,0 +1,317 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/storetest"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+func TestBehaviourStandaloneIdempotent(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return mustNew(t, Options{Addresses: []string{srv.Addr}, Idempotent: true})
+	})
+}
+
+func TestBehaviourClusterIdempotent(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return mustNew(t, Options{Addresses: c.Addrs, Mode: Cluster, Idempotent: true})
+	})
+}
+
+// TestKeySlotAndTags: our slot function agrees with the server's CLUSTER
+// KEYSLOT (hash tags included), and every slot's id tag hashes to it.
+func TestKeySlotAndTags(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	for _, k := range []string{"a", "bg1|default/llm|rule-0|user|u1|86400|1764460800", "x{user1}y", "{}a", "a{", "{a}{b}", "pre{}{x}"} {
+		out, err := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := strconv.Atoi(out); int(keySlot(k)) != want {
+			t.Errorf("keySlot(%q) = %d, server says %d", k, keySlot(k), want)
+		}
+	}
+	tags := slotTags()
+	for sl, tag := range tags {
+		if got := keySlot("bgidem:{" + tag + "}:x"); int(got) != sl {
+			t.Fatalf("tag %q of slot %d hashes to %d", tag, sl, got)
+		}
+	}
+}
+
+// TestClusterIdempotentManySlots: one call over counters of the three nodes
+// is one script call per slot, each applied on its own node.
+func TestClusterIdempotentManySlots(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster, Idempotent: true})
+	exp := time.Now().Add(time.Hour)
+	var cs []store.Counter
+	for i := 0; i < 12; i++ {
+		cs = append(cs, store.Counter{Key: "k" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp})
+	}
+	cs = append(cs, store.Counter{Key: "k0"}) // check only
+	totals := make([]uint64, len(cs))
+	for round := uint64(1); round <= 2; round++ {
+		if err := s.Charge(context.Background(), cs, totals); err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range cs[:12] {
+			if totals[i] != round*k.Hits {
+				t.Fatalf("round %d: total %d = %d, want %d", round, i, totals[i], round*k.Hits)
+			}
+		}
+	}
+	for _, k := range cs[:12] {
+		slot, _ := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", k.Key)
+		n, _ := strconv.Atoi(slot)
+		owner, err := valkeytest.SlotOwner(c.Addrs[0], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := valkeytest.Do(owner, "GET", k.Key); got != strconv.FormatUint(2*k.Hits, 10) {
+			t.Fatalf("GET %s on %s = %q", k.Key, owner, got)
+		}
+	}
+}
+
+// TestIdempotentReplayOnce: a batch replayed under an id Valkey has already
+// seen is not counted again (the first send was applied), and one under a
+// new id is.
+func TestIdempotentReplayOnce(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Idempotent: true})
+	exp := time.Now().Add(time.Hour).UnixMilli()
+	b := s.idem.newBatch(0, time.Now())
+	b.add("once", 7, exp)
+	for range 2 {
+		res := s.client.DoMulti(context.Background(), s.scriptCmd(b, false))
+		s.retryNoScript(context.Background(), []*batch{b}, res)
+		if _, err := parseScriptReply(res[0], 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := srv.Do("GET", "once"); got != "7" {
+		t.Fatalf("after two sends of one id: %s, want 7", got)
+	}
+	// The replayer path: an ambiguous call kept with its id.
+	s.keepBatch(b)
+	waitDrained(t, s, 2*time.Second)
+	if got, _ := srv.Do("GET", "once"); got != "7" {
+		t.Fatalf("after the replay: %s, want 7", got)
+	}
+	if st := s.Stats(); st.AmbiguousApplied != 7 || st.AmbiguousReplayed != 0 {
+		t.Fatalf("stats %+v: want 7 ambiguous hits found applied", st)
+	}
+	// NOSCRIPT: the script cache is flushed (a restart does the same).
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Charge(context.Background(), []store.Counter{{Key: "once", Hits: 1, ExpireAt: time.UnixMilli(exp)}}, make([]uint64, 1)); err != nil {
+		t.Fatalf("charge after SCRIPT FLUSH: %v", err)
+	}
+	if got, _ := srv.Do("GET", "once"); got != "8" {
+		t.Fatalf("after SCRIPT FLUSH: %s, want 8", got)
+	}
+}
+
+// checkIdempotentHits asserts the exact accounting of idempotent charges:
+// every attempted hit is in exactly one class on the charge path, every
+// buffered or ambiguous hit was resolved, none given up, and Valkey holds
+// exactly acknowledged + applied-on-error + replayed + ambiguous-applied +
+// ambiguous-replayed = attempted - canceled (calls whose context was done on
+// entry, when the load stops: never sent).
+func checkIdempotentHits(t *testing.T, s *Store, attempted, acked, final uint64) {
+	t.Helper()
+	st := s.Stats()
+	t.Logf("attempted %d, acknowledged %d, stats %+v, in valkey %d", attempted, acked, st, final)
+	if st.Lost != 0 || st.Expired != 0 || st.AmbiguousDropped != 0 || st.BufferKeys != 0 {
+		t.Errorf("lost %d, expired %d, ambiguous dropped %d, still buffered %d: want none", st.Lost, st.Expired, st.AmbiguousDropped, st.BufferKeys)
+	}
+	if got := acked + st.AppliedOnError + st.Buffered + st.Ambiguous + st.Canceled; got != attempted {
+		t.Errorf("charge path: acknowledged+appliedOnError+buffered+ambiguous+canceled = %d, attempted %d", got, attempted)
+	}
+	if st.Replayed != st.Buffered {
+		t.Errorf("replayed %d != buffered %d", st.Replayed, st.Buffered)
+	}
+	if st.AmbiguousApplied+st.AmbiguousReplayed != st.Ambiguous {
+		t.Errorf("ambiguous %d resolved as applied %d + replayed %d", st.Ambiguous, st.AmbiguousApplied, st.AmbiguousReplayed)
+	}
+	if want := acked + st.AppliedOnError + st.Replayed + st.AmbiguousApplied + st.AmbiguousReplayed; final != want || final != attempted-st.Canceled {
+		t.Errorf("valkey holds %d, want exactly %d (= attempted %d - canceled %d)", final, want, attempted, st.Canceled)
+	}
+}
+
+// faultOptions tear a silent connection down quickly (about 0.6 s), so a
+// 3 s fault certainly leaves calls sent but unanswered.
+func faultOptions(addr string) Options {
+	return Options{Addresses: []string{addr}, Idempotent: true, PingInterval: 200 * time.Millisecond, ConnWriteTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond}
+}
+
+// TestIdempotentPauseWrite: CLIENT PAUSE WRITE for 3 s under load. Calls in
+// flight when the pause starts block, their connections are torn down, and
+// they are ambiguous; each is replayed under its id, so Valkey ends with
+// exactly the hits charged.
+func TestIdempotentPauseWrite(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, faultOptions(srv.Addr))
+	l := startLoad(s, "pause", 8, callDeadline)
+	time.Sleep(500 * time.Millisecond)
+	if _, err := srv.Do("CLIENT", "PAUSE", "3000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	l.finish()
+	waitDrained(t, s, 10*time.Second)
+	st := s.Stats()
+	if st.Ambiguous == 0 {
+		t.Fatalf("no call was ambiguous: the pause tested nothing (%+v)", st)
+	}
+	checkIdempotentHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
+}
+
+// TestIdempotentBlackHole: a loopback proxy between the store and Valkey
+// stops forwarding in both directions for 3 s without closing anything.
+// The requests held on a connection the client tears down meanwhile are
+// delivered to Valkey (applied, the answer lost) or dropped (never
+// applied), so each way of resolving an ambiguous call occurs; Valkey ends
+// exact either way.
+func TestIdempotentBlackHole(t *testing.T) {
+	for _, deliver := range []bool{true, false} {
+		t.Run("delivered="+strconv.FormatBool(deliver), func(t *testing.T) {
+			srv := valkeytest.Start(t, valkeytest.Options{})
+			p := startBlackHoleProxy(t, srv.Addr, deliver)
+			s := mustNew(t, faultOptions(p.addr))
+			l := startLoad(s, "hole", 8, callDeadline)
+			time.Sleep(500 * time.Millisecond)
+			p.hole.Store(true)
+			time.Sleep(3 * time.Second)
+			p.hole.Store(false)
+			time.Sleep(time.Second)
+			l.finish()
+			waitDrained(t, s, 10*time.Second)
+			st := s.Stats()
+			t.Logf("proxy: %d torn-down connections delivered their held requests, %d dropped them", p.delivered.Load(), p.dropped.Load())
+			if deliver && st.AmbiguousApplied == 0 {
+				t.Errorf("held requests delivered, yet no replay found its call applied: %+v", st)
+			}
+			// (A call forwarded just before the hole opened is applied with
+			// its answer held: found applied even when nothing is delivered.)
+			if !deliver && st.AmbiguousReplayed == 0 {
+				t.Errorf("held requests dropped, yet no replay applied a call: %+v", st)
+			}
+			checkIdempotentHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
+		})
+	}
+}
+
+// TestNotIdempotentAmbiguousNotReplayed is the control: the same pause
+// without idempotent charges leaves ambiguous hits never re-sent.
+func TestNotIdempotentAmbiguousNotReplayed(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	o := faultOptions(srv.Addr)
+	o.Idempotent = false
+	s := mustNew(t, o)
+	l := startLoad(s, "ctl", 8, callDeadline)
+	time.Sleep(500 * time.Millisecond)
+	if _, err := srv.Do("CLIENT", "PAUSE", "3000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	l.finish()
+	waitDrained(t, s, 10*time.Second)
+	st := s.Stats()
+	final, attempted := sumKeys(t, srv.Addr, l), l.attempted.Load()
+	t.Logf("attempted %d, in valkey %d, stats %+v", attempted, final, st)
+	if st.Ambiguous == 0 || st.AmbiguousApplied+st.AmbiguousReplayed+st.AmbiguousDropped != 0 {
+		t.Fatalf("want ambiguous hits, none resolved: %+v", st)
+	}
+	// At most once: what was ambiguous (on the charge path or in a replay)
+	// is missing unless the server applied it before the teardown.
+	lower := l.okHits.Load() + st.AppliedOnError + st.Replayed
+	if final < lower || final > lower+st.Ambiguous || final > attempted {
+		t.Fatalf("valkey holds %d, want in [%d, %d] and <= attempted %d", final, lower, lower+st.Ambiguous, attempted)
+	}
+}
+
+type blackHoleProxy struct {
+	addr               string
+	hole               atomic.Bool
+	n                  atomic.Int64
+	delivered, dropped atomic.Int64
+}
+
+func startBlackHoleProxy(t *testing.T, upstream string, deliver bool) *blackHoleProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &blackHoleProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); p.pipe(c, u, deliver, true) }()
+			go func() { defer wg.Done(); p.pipe(u, c, deliver, false) }()
+		}
+	}()
+	return p
+}
+
+// pipe copies src to dst, holding what it reads while the hole is open and
+// writing it once the hole closes. If src ends while bytes are held, they
+// are written (toServer and deliver: the request reached Valkey, the answer
+// did not) or dropped.
+func (p *blackHoleProxy) pipe(src, dst net.Conn, deliver, toServer bool) {
+	defer dst.Close()
+	defer src.Close()
+	var held []byte
+	buf := make([]byte, 32<<10)
+	for {
+		src.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		n, err := src.Read(buf)
+		held = append(held, buf[:n]...)
+		if len(held) > 0 && !p.hole.Load() {
+			if _, werr := dst.Write(held); werr != nil {
+				return
+			}
+			held = held[:0]
+		}
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			if len(held) > 0 && toServer {
+				if deliver {
+					p.delivered.Add(1)
+					dst.Write(held)
+					time.Sleep(100 * time.Millisecond) // let Valkey read it before the close
+				} else {
+					p.dropped.Add(1)
+				}
+			}
+			return
+		}
+	}
+}
