@@ -185,35 +185,3 @@ func TestIndexLongestPrefix(t *testing.T) {
 		t.Errorf("unknown budget matched %+v", e)
 	}
 }
-
-func FuzzLoad(f *testing.F) {
-	f.Add([]byte(valid))
-	f.Add(renderMap(f, "testdata/mixed-spec.yaml"))
-	f.Add([]byte("a: &a [*a, *a]\n"))
-	f.Add([]byte("entries: [{descriptor: 1}]"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := budgetmap.Load(data, "f.yaml")
-		if err != nil {
-			if m != nil {
-				t.Fatal("map returned with an error")
-			}
-			if !strings.HasPrefix(err.Error(), "f.yaml") {
-				t.Fatalf("error without the file name: %v", err)
-			}
-			return
-		}
-		// A loaded map encodes to a file that loads to the same map.
-		enc, err := budgetmap.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m2, err := budgetmap.Load(enc, "f.yaml")
-		if err != nil {
-			t.Fatalf("re-encoded map does not load: %v\n%s", err, enc)
-		}
-		m.Sort()
-		if !reflect.DeepEqual(m, m2) {
-			t.Fatalf("round trip changed the map:\n%+v\n%+v", m, m2)
-		}
-	})
-}
