@@ -102,6 +102,7 @@ func runRender(e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
+	noteCostEntries(e, res)
 	if o.outDir == "" {
 		if _, err := e.stdout.Write(res.YAML()); err != nil {
 			return failure(fmt.Errorf("write stdout: %w", err))
@@ -127,4 +128,14 @@ func runRender(e *env, o renderOptions) error {
 		return err
 	}
 	return writeBudgetMap(o.mapPath, mapFile)
+}
+
+// noteCostEntries tells on stderr which Envoy AI Gateway cost entries the
+// rendered rules charge (caps past uint32, money): without them in the
+// GatewayConfig or the routes, those rules count 0.
+func noteCostEntries(e *env, res *render.Result) {
+	for _, c := range res.LLMRequestCosts {
+		fmt.Fprintf(e.stderr, "budgetgen render: note: rules charge %s, which Envoy AI Gateway computes only if the Gateway's GatewayConfig spec.globalLLMRequestCosts (or each AIGatewayRoute's spec.llmRequestCosts) lists {metadataKey: %s, type: %s, cel: ...}; the entry is in annotation %s\n",
+			c.MetadataKey, c.MetadataKey, c.Type, render.AnnotationLLMRequestCosts)
+	}
 }

@@ -188,3 +188,18 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("subcommand completion: exit %d: %q", code, stdout)
 	}
 }
+
+func TestRenderNotesCostEntries(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"render", "../../pkg/render/testdata/large_cap.yaml"}, strings.NewReader(""), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "rules charge budgetgen_total_ktokens") || !strings.Contains(out.String(), "budgetgen_total_ktokens") {
+		t.Fatalf("stderr %q", errOut.String())
+	}
+	errOut.Reset()
+	if code := Run(context.Background(), []string{"render", "../../pkg/render/testdata/group_enforce.yaml"}, strings.NewReader(""), &out, &errOut); code != 0 || errOut.Len() != 0 {
+		t.Fatalf("plain token caps: exit %d, stderr %q", code, errOut.String())
+	}
+}

@@ -56,11 +56,23 @@ type RuleID struct {
 
 func (r RuleID) String() string { return r.Domain + " " + r.Rule }
 
-// Day is a UTC day as days since the Unix epoch; cheap to compare and hash.
+// Day is a calendar date as days since 1970-01-01; cheap to compare and
+// hash. It is the date of the service's day windows: UTC by default, the
+// local date under RESET_TIME_ZONE (see DayIn).
 type Day int32
 
 // DayOf returns t's UTC day.
 func DayOf(t time.Time) Day { return Day(t.Unix() / 86400) }
+
+// DayIn returns t's date in loc (UTC when nil): the day window holding t
+// when day windows follow that zone, so the ledger's day is the budget's.
+func DayIn(t time.Time, loc *time.Location) Day {
+	if loc == nil || loc == time.UTC {
+		return DayOf(t)
+	}
+	y, m, d := t.In(loc).Date()
+	return DayOf(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+}
 
 // Start is the day's first instant (00:00 UTC).
 func (d Day) Start() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
@@ -80,6 +92,9 @@ type Options struct {
 	// RetentionDays keeps each day for this many days after it ends, within
 	// [MinRetentionDays, MaxRetentionDays]. Default DefaultRetentionDays.
 	RetentionDays int
+	// Location is the zone whose dates name the days (the service's
+	// RESET_TIME_ZONE for calendar windows). Default UTC.
+	Location *time.Location
 }
 
 // Validate checks the options and fills defaults.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
@@ -266,5 +268,28 @@ func TestEncodePrincipal1(t *testing.T) {
 		if EncodePrincipal1(v) != EncodePrincipal([]string{v}) {
 			t.Errorf("%q: %q != %q", v, EncodePrincipal1(v), EncodePrincipal([]string{v}))
 		}
+	}
+}
+
+// TestDayInFollowsTheZone: under RESET_TIME_ZONE the ledger's day is the
+// local date, the day window that holds the charge.
+func TestDayInFollowsTheZone(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC) // 22:00 on Dec 1 in New York
+	if got := DayIn(at, ny).String(); got != "2026-12-01" {
+		t.Fatalf("DayIn New York = %s, want 2026-12-01", got)
+	}
+	if got := DayIn(at, nil); got != DayOf(at) || got.String() != "2026-12-02" {
+		t.Fatalf("DayIn UTC = %s, want 2026-12-02", got)
+	}
+	r, err := NewRecorder(Options{Location: ny}, NewMemory("", nil), func() time.Time { return at })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Usage(RuleID{"d", "r"}, "p", at, 1); u.Key != UsageKey("", RuleID{"d", "r"}, DayIn(at, ny)) || !strings.Contains(u.Key, ":20261201:") {
+		t.Fatalf("usage key %q is not New York's Dec 1", u.Key)
 	}
 }

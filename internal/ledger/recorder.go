@@ -84,7 +84,7 @@ func (r *Recorder) keysFor(rule RuleID, d Day) *dayKeys {
 // output) under rule on the UTC day of at. It sends nothing itself: the store
 // pipelines it with the charge.
 func (r *Recorder) Usage(rule RuleID, principal string, at time.Time, tokens uint64) Usage {
-	return Usage{Key: r.keysFor(rule, DayOf(at)).usage, Field: principal, Tokens: tokens}
+	return Usage{Key: r.keysFor(rule, DayIn(at, r.opts.Location)).usage, Field: principal, Tokens: tokens}
 }
 
 // Defer records usage that has no charge round trip to ride on (a charge the
@@ -105,7 +105,7 @@ func (r *Recorder) Defer(u Usage) {
 // would-be 429 when shadow, a real one otherwise. It is written at the next
 // Flush.
 func (r *Recorder) Denied(rule RuleID, at time.Time, shadow bool) {
-	k := ruleDay{rule, DayOf(at)}
+	k := ruleDay{rule, DayIn(at, r.opts.Location)}
 	r.keysFor(rule, k.day)
 	r.mu.Lock()
 	c := r.denials[k]
@@ -121,7 +121,7 @@ func (r *Recorder) Denied(rule RuleID, at time.Time, shadow bool) {
 // Flush writes pending denials and the expiries of current hashes. On error
 // the denials are kept for the next Flush.
 func (r *Recorder) Flush(ctx context.Context) error {
-	today := DayOf(r.now())
+	today := DayIn(r.now(), r.opts.Location)
 	b := Batch{Expire: map[string]time.Time{}, Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
 	r.keys.Range(func(k, v any) bool {
 		rd := k.(ruleDay)

@@ -42,6 +42,8 @@ type BudgetInfo struct {
 	Overrides map[string]uint64
 	// Group budgets have one bucket: their principal is the group.
 	Group bool
+	// Currency is set for a money budget: caps and usage count 1/10,000 of it.
+	Currency string
 }
 
 // Mapping is the rule-to-budget map (from the spec via render, or from the
@@ -127,7 +129,7 @@ func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
 		if a == nil {
 			a = &acc{b: Budget{Name: name}, days: make([]dayAcc, len(window)), seen: map[string]bool{}, rules: map[string]bool{}}
 			if bi, ok := m.Budgets[name]; ok {
-				a.b.Mode, a.b.Cap, a.b.Overrides = bi.Mode, bi.Cap, bi.Overrides
+				a.b.Mode, a.b.Cap, a.b.Overrides, a.b.Currency = bi.Mode, bi.Cap, bi.Overrides, bi.Currency
 			}
 			budgets[name] = a
 		}

@@ -51,6 +51,22 @@ func group(n uint64) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", f*100) }
 
+// amount formats a number of a budget: tokens, or money in 1/10,000 units.
+func (b *Budget) amount(v uint64) string {
+	if b.Currency == "" {
+		return group(v)
+	}
+	return fmt.Sprintf("%s %s.%04d", b.Currency, group(v/10000), v%10000)
+}
+
+// capOf is a budget's cap as text ("unknown" when 0).
+func (b *Budget) capOf() string {
+	if b.Cap == 0 || b.Currency == "" {
+		return capText(b.Cap)
+	}
+	return b.amount(b.Cap)
+}
+
 func capText(c uint64) string {
 	if c == 0 {
 		return "unknown"

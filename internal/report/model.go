@@ -48,6 +48,9 @@ type Budget struct {
 	Cap uint64 `json:"cap"`
 	// Overrides maps principals with their own cap to it.
 	Overrides map[string]uint64 `json:"overrides,omitempty"`
+	// Currency is set for a money budget (a daily cost limit): Cap, usage
+	// and every amount of this budget count 1/10,000 of the currency.
+	Currency string `json:"currency,omitempty"`
 	// Rules are the rule ids measured for this budget, sorted.
 	Rules []string `json:"rules"`
 	// DaysCovered is how many days of the window have any data for this budget.

@@ -35,7 +35,7 @@ func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
 		if ref.Budget != nil && len(ref.Budget.Overrides) > 0 {
 			bi.Overrides = map[string]uint64{}
 			for _, o := range ref.Budget.Overrides {
-				bi.Overrides[o.Principal] = uint64(o.TokensPerDay)
+				bi.Overrides[o.Principal] = uint64(spec.DailyTokens(o.AllLimits()))
 			}
 		}
 		m.Budgets[ref.Name] = bi
@@ -63,12 +63,24 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 		domain := btp.Namespace + "/" + btp.Name
 		for i, rb := range rbs {
 			id := ledger.RuleID{Domain: domain, Rule: domain + "/rule/" + strconv.Itoa(i)}
+			// A money or kilotoken rule is measured in other units than the
+			// budget's token rules: report it as a budget of its own.
+			switch rb.Measure {
+			case render.MeasureCost:
+				rb.Budget += " (" + rb.Currency + ")"
+				if rb.Principal == "" && rb.Window == "" {
+					m.Budgets[rb.Budget] = BudgetInfo{Cap: uint64(rules[i].Limit.Requests), Currency: rb.Currency}
+				}
+			case render.MeasureKiloTokens:
+				rb.Budget += " (1000 tokens)"
+			}
 			kind := KindTokens
 			if rb.Kind == render.RuleKindKillSwitch {
 				kind = KindKillSwitch
 			}
 			m.Rules[id] = RuleInfo{Budget: rb.Budget, Kind: kind, Principal: rb.Principal, Cap: uint64(rules[i].Limit.Requests)}
-			if _, ok := m.Budgets[rb.Budget]; !ok && rb.Principal == "" && kind == KindTokens {
+			// The budget's cap is its daily token rule's (the ledger measures day windows).
+			if _, ok := m.Budgets[rb.Budget]; !ok && rb.Principal == "" && kind == KindTokens && rb.Window == "" && rb.Measure == render.MeasureTokens {
 				m.Budgets[rb.Budget] = BudgetInfo{Cap: uint64(rules[i].Limit.Requests)}
 			}
 		}

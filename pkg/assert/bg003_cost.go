@@ -11,12 +11,13 @@ var ruleCost = &Rule{
 	Doc:      "token rules charge cost.response from the token metadata and cost.request Number 0",
 	Severity: Error,
 	Check: func(p *Pass) error {
-		wantNS, wantKey := p.Options.tokenMetadata()
+		tokenNS, tokenKey := p.Options.tokenMetadata()
 		for _, pol := range p.Index.BudgetPolicies() {
 			for _, r := range pol.Rules {
 				if r.Kind != TokenRule {
 					continue
 				}
+				wantNS, wantKey := r.wantMetadata(tokenNS, tokenKey)
 				resp := manifest.Get(r.Node, "cost", "response")
 				switch {
 				case resp == nil:

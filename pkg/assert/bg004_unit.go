@@ -2,7 +2,8 @@ package assert
 
 import "github.com/budgetgen/budgetgen/internal/manifest"
 
-// ruleUnit: budgets are daily caps; another unit silently changes the cap.
+// ruleUnit: budgets are daily caps unless the rule-budgets annotation gives
+// the rule another window; another unit silently changes the cap.
 var ruleUnit = &Rule{
 	ID:       "BG004",
 	Name:     "day-unit",
@@ -15,11 +16,16 @@ var ruleUnit = &Rule{
 					continue
 				}
 				n := manifest.Get(r.Node, "limit", "unit")
-				if manifest.Str(n) == "Day" {
+				want := r.wantUnit()
+				if manifest.Str(n) == want {
 					continue
 				}
 				if n == nil {
 					n = manifest.Get(r.Node, "limit")
+				}
+				if want != "Day" {
+					p.Report(pol.Obj, n, r.Path()+".limit.unit", "token rule %d has limit.unit %q but its rule-budgets entry says per %s: use %s", r.Index, manifest.Str(manifest.Get(r.Node, "limit", "unit")), r.Window, want)
+					continue
 				}
 				p.Report(pol.Obj, n, r.Path()+".limit.unit", "token rule %d has limit.unit %q: token budgets are daily caps, use Day", r.Index, manifest.Str(manifest.Get(r.Node, "limit", "unit")))
 			}

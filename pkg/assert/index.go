@@ -79,6 +79,11 @@ type RateRule struct {
 	// Budget and Principal come from the rule-budgets annotation ("" when absent).
 	Budget    string
 	Principal string
+	// Window ("" = day) and Measure ("" = tokens) come from the annotation
+	// too: a budget's week, month or hour rule, or a rule charging token
+	// units or money (see windows.go).
+	Window  string
+	Measure string
 
 	headers []HeaderMatch // cached by Headers
 }
@@ -141,6 +146,8 @@ type ruleBudget struct {
 	Budget    string `json:"budget"`
 	Kind      string `json:"kind"`
 	Principal string `json:"principal"`
+	Window    string `json:"window"`
+	Measure   string `json:"measure"`
 }
 
 // NewIndex sorts objs into an Index and classifies every BTP's rules.
@@ -185,7 +192,7 @@ func newPolicy(o *manifest.Object) *Policy {
 	for i, n := range manifest.Items(manifest.Get(o.Node, "spec", "rateLimit", "global", "rules")) {
 		r := &RateRule{Policy: p, Index: i, Node: n, Kind: classify(n)}
 		if rb, ok := byRule[i]; ok {
-			r.Budget, r.Principal = rb.Budget, rb.Principal
+			r.Budget, r.Principal, r.Window, r.Measure = rb.Budget, rb.Principal, rb.Window, rb.Measure
 			switch rb.Kind {
 			case "tokens":
 				r.Kind = TokenRule

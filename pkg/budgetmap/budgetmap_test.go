@@ -117,7 +117,7 @@ func TestLoadErrors(t *testing.T) {
 		{"version", "budgetgen.dev/v1alpha1", "budgetgen.dev/v2", `m.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v2"`},
 		{"bad kind", "kind: tokens", "kind: coins", `m.yaml:10: entries[0].kind: must be tokens or killswitch, got "coins"`},
 		{"zero cap", "tokensPerDay: 10", "tokensPerDay: 0", "m.yaml:12: entries[0].tokensPerDay: must be > 0 for a token budget"},
-		{"window", "window: day", "window: week", `m.yaml:13: entries[0].window: must be day, got "week"`},
+		{"window", "window: day", `window: ""`, "m.yaml:13: entries[0].window: is required (day, or the window of the rule's limit)"},
 		{"no descriptor", "    descriptor: [{key: a/s-gw1/rule/0, value: a/s-gw1/rule/0}]\n", "", "m.yaml:5: entries[0].descriptor: needs at least one level"},
 		{"two principals", "principal: {header: x-key}", "principal: {header: x-key, expression: jwt.sub}", "m.yaml:11: entries[0].principal: set header or expression, not both"},
 		{"gateway kind", "kind: envoy", "kind: nginx", `m.yaml:7: entries[0].gateway.kind: must be envoy or agentgateway, got "nginx"`},

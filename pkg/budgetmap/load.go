@@ -241,8 +241,8 @@ func validate(m *Map, pos map[string]int, file string) ErrorList {
 		if e.Kind == KindTokens && e.TokensPerDay == 0 {
 			c.fail(p+".tokensPerDay", "must be > 0 for a token budget")
 		}
-		if e.Window != WindowDay {
-			c.fail(p+".window", "must be %s, got %q", WindowDay, e.Window)
+		if e.Window == "" {
+			c.fail(p+".window", "is required (%s, or the window of the rule's limit)", WindowDay)
 		}
 		if e.Mode != ModeShadow && e.Mode != ModeEnforce {
 			c.fail(p+".mode", "must be %s or %s, got %q", ModeShadow, ModeEnforce, e.Mode)

@@ -25,6 +25,14 @@ type RuleBudget struct {
 	Kind string `json:"kind"`
 	// Principal is set on an override's own rule only.
 	Principal string `json:"principal,omitempty"`
+	// Window is the rule's period when it is not a day (hour, week, month).
+	Window string `json:"window,omitempty"`
+	// Measure is what limit.requests counts when not tokens: MeasureKiloTokens
+	// or MeasureCost.
+	Measure string `json:"measure,omitempty"`
+	// Currency is the pricing currency of a MeasureCost rule, whose
+	// limit.requests counts 1/spec.CostScale of it.
+	Currency string `json:"currency,omitempty"`
 }
 
 // RuleBudgets parses the budgetgen.dev/rule-budgets annotation from an

@@ -24,7 +24,10 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			continue
 		}
 		domain := gw.Namespace + "/" + PolicyName(bs, gw)
-		_, index := rules(bs, gw)
+		ruleList, index, err := rules(bs, gw)
+		if err != nil {
+			continue // Render reports it; a map is only written after a render succeeded
+		}
 		for _, rb := range index {
 			id := RuleDescriptor(domain, rb.Rule)
 			e := budgetmap.Entry{
@@ -36,6 +39,9 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 				OverridePrincipal: rb.Principal,
 				Window:            budgetmap.WindowDay,
 			}
+			if rb.Window != "" {
+				e.Window = rb.Window
+			}
 			bucket := spec.BucketShared
 			if rb.Budget == spec.FrontierName {
 				f := bs.Spec.Frontier
@@ -46,13 +52,14 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			} else if ref, err := bs.Budget(rb.Budget); err == nil && ref.Budget != nil {
 				b := ref.Budget
 				bucket, e.Mode = b.Bucket, string(b.Mode)
-				e.TokensPerDay = b.TokensPerDay
-				if rb.Principal != "" {
-					e.TokensPerDay = ref.CapFor(rb.Principal)
-				}
+				// The rule's own cap: its window's limit (an override's included).
+				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
 				if b.Kind() == spec.KindPerPrincipal {
 					e.Principal.Header = b.PerPrincipal
 				}
+			}
+			if e.Kind == budgetmap.KindTokens {
+				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
 			}
 			e.Bucket = bucketName(bs, rb.Budget, bucket, gw)
 			if e.Kind == budgetmap.KindKillSwitch {
@@ -110,21 +117,16 @@ func agentgatewayEntries(bs *spec.BudgetSet, gw spec.GatewayRef, gref budgetmap.
 	return out
 }
 
-// RuleCountFor is how many rate limit rules the policy of gw holds: the rules
-// of the budgets placed on it (every override is a rule), and on an Envoy
-// Gateway Gateway the frontier cap and its kill switch.
+// RuleCountFor is how many rate limit rules the policy of an Envoy Gateway
+// Gateway holds: the rules of the budgets placed on it (one per window, every
+// override its own), the frontier cap and its kill switch. 0 for agentgateway.
 func RuleCountFor(bs *spec.BudgetSet, gw spec.GatewayRef) int {
-	n := 0
-	for i := range bs.Spec.Budgets {
-		if b := &bs.Spec.Budgets[i]; bs.HasBudget(b, gw) {
-			n += 1 + len(b.Overrides)
-		}
+	if gw.IsAgentgateway() {
+		return 0
 	}
-	if f := bs.Spec.Frontier; f != nil && !gw.IsAgentgateway() {
-		n++
-		if f.KillSwitch {
-			n++
-		}
+	_, index, err := rules(bs, gw)
+	if err != nil {
+		return RuleCount(bs) // the upper bound; render reports the error itself
 	}
-	return n
+	return len(index)
 }

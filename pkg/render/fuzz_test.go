@@ -29,8 +29,9 @@ func FuzzRender(f *testing.F) {
 		res, err := Render(bs)
 		if err != nil {
 			var le *LimitError
-			if !errors.As(err, &le) {
-				t.Fatalf("render error is not a LimitError: %v", err)
+			var ue *UnsupportedError
+			if !errors.As(err, &le) && !errors.As(err, &ue) {
+				t.Fatalf("render error is not a LimitError or UnsupportedError: %v", err)
 			}
 			return
 		}

@@ -7,6 +7,7 @@
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -59,6 +60,11 @@ type Result struct {
 	// agentgateway Gateway's domain (AgentgatewayConfigs): agentgateway sends
 	// descriptors only, so its caps live in the service's files.
 	AgentgatewayConfigs []*rlsconfv3.RateLimitConfig
+	// LLMRequestCosts are the Envoy AI Gateway cost entries the rules charge
+	// (caps past uint32, cost limits), sorted by key; empty for plain token
+	// caps. List them in the GatewayConfig's globalLLMRequestCosts (or every
+	// AIGatewayRoute's llmRequestCosts) of the Gateways.
+	LLMRequestCosts []CostEntry
 }
 
 // LimitError is a spec that Envoy Gateway cannot express in one policy.
@@ -81,7 +87,11 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	if err := checkLimits(bs); err != nil {
 		return nil, err
 	}
-	res := &Result{}
+	costs, err := LLMRequestCosts(bs)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{LLMRequestCosts: costs}
 	for _, gw := range bs.Spec.Gateways {
 		if gw.IsAgentgateway() {
 			o, err := agentgatewayObject(bs, gw)
@@ -129,11 +139,10 @@ func HeaderPolicyName(bs *spec.BudgetSet, gw spec.GatewayRef) string {
 // RuleCount is how many rate limit rules the BudgetSet needs per Gateway.
 func RuleCount(bs *spec.BudgetSet) int {
 	n := 0
-	for i := range bs.Spec.Budgets {
-		n += 1 + len(bs.Spec.Budgets[i].Overrides)
+	for _, ls := range allLimits(bs) {
+		n += len(ls) // one rule per window
 	}
 	if f := bs.Spec.Frontier; f != nil {
-		n++
 		if f.KillSwitch {
 			n++
 		}
@@ -232,13 +241,31 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name",
 		}
 	}
-	rules, index := rules(bs, gw)
+	rules, index, err := rules(bs, gw)
+	if err != nil {
+		return nil, err
+	}
 	ann, err := json.Marshal(index)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s annotation: %w", AnnotationRuleBudgets, err)
 	}
 	m := meta(bs, gw, name)
 	m.Annotations = map[string]string{AnnotationRuleBudgets: string(ann)}
+	costs, err := LLMRequestCosts(bs)
+	if err != nil {
+		return nil, err
+	}
+	if len(costs) > 0 {
+		// The rules charge keys only Envoy AI Gateway writes: say which, so
+		// they can be listed in its llmRequestCosts (and assert can check).
+		var ca bytes.Buffer
+		enc := json.NewEncoder(&ca)
+		enc.SetEscapeHTML(false) // CEL's '>' stays readable
+		if err := enc.Encode(costs); err != nil {
+			return nil, fmt.Errorf("encode %s annotation: %w", AnnotationLLMRequestCosts, err)
+		}
+		m.Annotations[AnnotationLLMRequestCosts] = strings.TrimSuffix(ca.String(), "\n")
+	}
 	btp := &egv1a1.BackendTrafficPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: egv1a1.GroupVersion.String(), Kind: egv1a1.KindBackendTrafficPolicy},
 		ObjectMeta: m,
@@ -282,20 +309,18 @@ func ModelRegex(models []string) string {
 
 func ptr[T any](v T) *T { return &v }
 
-// tokenRule is a rule charging the response's token count against limit,
-// checking only (cost 0) on the request path.
-func tokenRule(bs *spec.BudgetSet, r *spec.Rollout, limit int64, selectors []egv1a1.RateLimitSelectCondition) egv1a1.RateLimitRule {
+// tokenRule is a rule charging the response's metadata (token count, token
+// units or cost) against the limit, checking only (cost 0) on the request path.
+func tokenRule(c charge, r *spec.Rollout, selectors []egv1a1.RateLimitSelectCondition) egv1a1.RateLimitRule {
+	md := c.metadata
 	return egv1a1.RateLimitRule{
 		ClientSelectors: selectors,
-		Limit:           egv1a1.RateLimitValue{Requests: uint32(limit), Unit: egv1a1.RateLimitUnitDay},
+		Limit:           egv1a1.RateLimitValue{Requests: c.requests, Unit: c.unit},
 		Cost: &egv1a1.RateLimitCost{
 			Request: &egv1a1.RateLimitCostSpecifier{From: egv1a1.RateLimitCostFromNumber, Number: ptr(uint64(0))},
 			Response: &egv1a1.RateLimitCostSpecifier{
-				From: egv1a1.RateLimitCostFromMetadata,
-				Metadata: &egv1a1.RateLimitCostMetadata{
-					Namespace: bs.Spec.TokenSource.Namespace,
-					Key:       bs.Spec.TokenSource.Key,
-				},
+				From:     egv1a1.RateLimitCostFromMetadata,
+				Metadata: &md,
 			},
 		},
 		// One bucket across every route of the Gateway.
@@ -341,7 +366,7 @@ func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitS
 	return sel
 }
 
-func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget) {
+func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
 	var (
 		out   []egv1a1.RateLimitRule
 		index []RuleBudget
@@ -351,27 +376,53 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 		out = append(out, r)
 		index = append(index, rb)
 	}
+	// addLimits adds one rule per window of ls: every window binds.
+	addLimits := func(path string, ls []spec.Limit, r *spec.Rollout, sel func() []egv1a1.RateLimitSelectCondition, rb RuleBudget) error {
+		for k, l := range ls {
+			c, err := limitCharge(bs, fmt.Sprintf("%s.limits[%d]", path, k), l)
+			if err != nil {
+				return err
+			}
+			rb.Window, rb.Measure = windowName(l), c.measure
+			if c.measure == MeasureCost {
+				rb.Currency = bs.Spec.Pricing.Currency
+			}
+			add(tokenRule(c, r, sel()), rb)
+		}
+		return nil
+	}
 	for i := range bs.Spec.Budgets {
 		b := &bs.Spec.Budgets[i]
 		if !bs.HasBudget(b, gw) {
 			continue
 		}
+		path := fmt.Sprintf("spec.budgets[%d]", i)
 		switch b.Kind() {
 		case spec.KindGroup:
-			sel := []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
-				header(b.Group.Header, egv1a1.HeaderMatchExact, b.Group.Equals, false),
-			}}}
-			add(tokenRule(bs, &b.Rollout, b.TokensPerDay, sel), RuleBudget{Budget: b.Name, Kind: RuleKindTokens})
+			sel := func() []egv1a1.RateLimitSelectCondition {
+				return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+					header(b.Group.Header, egv1a1.HeaderMatchExact, b.Group.Equals, false),
+				}}}
+			}
+			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: RuleKindTokens}); err != nil {
+				return nil, nil, err
+			}
 		default:
 			overrides := b.SortedOverrides()
-			add(tokenRule(bs, &b.Rollout, b.TokensPerDay, distinctSelectors(b.PerPrincipal, overrides)),
-				RuleBudget{Budget: b.Name, Kind: RuleKindTokens})
+			sel := func() []egv1a1.RateLimitSelectCondition { return distinctSelectors(b.PerPrincipal, overrides) }
+			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: RuleKindTokens}); err != nil {
+				return nil, nil, err
+			}
 			for _, o := range overrides {
-				sel := []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
-					header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
-				}}}
-				add(tokenRule(bs, &b.Rollout, o.TokensPerDay, sel),
-					RuleBudget{Budget: b.Name, Kind: RuleKindTokens, Principal: o.Principal})
+				sel := func() []egv1a1.RateLimitSelectCondition {
+					return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+						header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
+					}}}
+				}
+				if err := addLimits(path+".overrides["+o.Principal+"]", o.AllLimits(), &b.Rollout, sel,
+					RuleBudget{Budget: b.Name, Kind: RuleKindTokens, Principal: o.Principal}); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}
@@ -381,7 +432,9 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 				header(f.Header, egv1a1.HeaderMatchRegularExpression, ModelRegex(f.Models), false),
 			}}}
 		}
-		add(tokenRule(bs, &f.Rollout, f.TokensPerDay, models()), RuleBudget{Budget: spec.FrontierName, Kind: RuleKindTokens})
+		if err := addLimits("spec.frontier", f.AllLimits(), &f.Rollout, models, RuleBudget{Budget: spec.FrontierName, Kind: RuleKindTokens}); err != nil {
+			return nil, nil, err
+		}
 		if f.KillSwitch {
 			// A token-cost rule still admits the in-flight request; a request
 			// count rule with zero requests denies every one, whatever the mode.
@@ -393,5 +446,5 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 			}, RuleBudget{Budget: spec.FrontierName, Kind: RuleKindKillSwitch})
 		}
 	}
-	return out, index
+	return out, index, nil
 }

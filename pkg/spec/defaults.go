@@ -18,6 +18,9 @@ func Default(s *BudgetSet) {
 		}
 	}
 	defaultGateways(s)
+	if p := s.Spec.Pricing; p != nil && p.Currency == "" {
+		p.Currency = DefaultCurrency
+	}
 	if f := s.Spec.Frontier; f != nil {
 		if f.Header == "" {
 			f.Header = DefaultModelHeader

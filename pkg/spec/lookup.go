@@ -19,7 +19,9 @@ type Ref struct {
 	Budget   *Budget
 	Frontier *Frontier
 	Rollout  *Rollout
-	// TokensPerDay is the default cap (per principal for perPrincipal budgets).
+	// TokensPerDay is the default daily token cap (per principal for
+	// perPrincipal budgets): tokensPerDay, or the limit of tokens per day; 0
+	// when the budget has none (only other windows or money).
 	TokensPerDay int64
 }
 
@@ -41,13 +43,13 @@ func (s *BudgetSet) Refs() []Ref {
 		b := &s.Spec.Budgets[i]
 		refs = append(refs, Ref{
 			Name: b.Name, Kind: b.Kind(), Path: fmt.Sprintf("spec.budgets[%d]", i),
-			Budget: b, Rollout: &b.Rollout, TokensPerDay: b.TokensPerDay,
+			Budget: b, Rollout: &b.Rollout, TokensPerDay: DailyTokens(b.AllLimits()),
 		})
 	}
 	if f := s.Spec.Frontier; f != nil {
 		refs = append(refs, Ref{
 			Name: FrontierName, Kind: KindFrontier, Path: "spec.frontier",
-			Frontier: f, Rollout: &f.Rollout, TokensPerDay: f.TokensPerDay,
+			Frontier: f, Rollout: &f.Rollout, TokensPerDay: DailyTokens(f.AllLimits()),
 		})
 	}
 	return refs
@@ -69,7 +71,7 @@ func (r Ref) CapFor(principal string) int64 {
 	if r.Budget != nil {
 		for _, o := range r.Budget.Overrides {
 			if o.Principal == principal {
-				return o.TokensPerDay
+				return DailyTokens(o.AllLimits())
 			}
 		}
 	}

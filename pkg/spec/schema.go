@@ -3,6 +3,7 @@ package spec
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 
 	"github.com/invopop/jsonschema"
@@ -23,8 +24,13 @@ func JSONSchema(typesFile string) ([]byte, error) {
 	r := &jsonschema.Reflector{ExpandedStruct: true}
 	if typesFile != "" {
 		base := reflect.TypeOf(BudgetSet{}).PkgPath()
-		if err := r.AddGoComments(base, typesFile); err != nil {
-			return nil, fmt.Errorf("read comments from %s: %w", typesFile, err)
+		// The types live in types.go and, for windows and money, its
+		// siblings limits.go and pricing.go.
+		dir := filepath.Dir(typesFile)
+		for _, f := range []string{typesFile, filepath.Join(dir, "limits.go"), filepath.Join(dir, "pricing.go")} {
+			if err := r.AddGoComments(base, f); err != nil {
+				return nil, fmt.Errorf("read comments from %s: %w", f, err)
+			}
 		}
 	}
 	s := r.Reflect(&BudgetSet{})

@@ -82,6 +82,8 @@ type Spec struct {
 	// RateLimitService is where agentgateway Gateways send their rate limit
 	// checks. Default: envoy-gateway-system/envoy-ratelimit:8081.
 	RateLimitService RateLimitService `json:"rateLimitService,omitempty"`
+	// Pricing prices models for cost limits ({cost: 500, per: month}).
+	Pricing *Pricing `json:"pricing,omitempty"`
 }
 
 // GatewayRef names a target Gateway.
@@ -174,8 +176,11 @@ type Budget struct {
 	PerPrincipal string `json:"perPrincipal,omitempty"`
 	// Group is one shared bucket for requests whose header equals a value.
 	Group *Group `json:"group,omitempty"`
-	// TokensPerDay is the daily cap (per principal, or for the whole group).
-	TokensPerDay int64 `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+	// TokensPerDay is the daily cap (per principal, or for the whole group),
+	// shorthand for limits: [{tokens: N, per: day}]. Set it or Limits.
+	TokensPerDay int64 `json:"tokensPerDay,omitempty" jsonschema:"minimum=1,maximum=4294967295"`
+	// Limits are the budget's caps, one rule each; every one binds.
+	Limits []Limit `json:"limits,omitempty"`
 	Rollout
 	// Overrides give named principals their own cap; per-principal budgets only.
 	Overrides []Override `json:"overrides,omitempty"`
@@ -197,8 +202,11 @@ type Group struct {
 
 // Override replaces a budget's cap for one principal.
 type Override struct {
-	Principal    string `json:"principal" jsonschema:"minLength=1,maxLength=1024"`
-	TokensPerDay int64  `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+	Principal string `json:"principal" jsonschema:"minLength=1,maxLength=1024"`
+	// TokensPerDay is the principal's daily cap. Set it or Limits.
+	TokensPerDay int64 `json:"tokensPerDay,omitempty" jsonschema:"minimum=1,maximum=4294967295"`
+	// Limits replace the budget's limits for this principal.
+	Limits []Limit `json:"limits,omitempty"`
 }
 
 // Frontier caps the tokens spent on frontier models, shared by everyone.
@@ -207,8 +215,10 @@ type Frontier struct {
 	Models []string `json:"models" jsonschema:"minItems=1"`
 	// Header carrying the model name. Default: x-ai-eg-model.
 	Header string `json:"header,omitempty"`
-	// TokensPerDay is the daily cap over all frontier models together.
-	TokensPerDay int64 `json:"tokensPerDay" jsonschema:"minimum=1,maximum=4294967295"`
+	// TokensPerDay is the daily cap over all frontier models together. Set it or Limits.
+	TokensPerDay int64 `json:"tokensPerDay,omitempty" jsonschema:"minimum=1,maximum=4294967295"`
+	// Limits are the frontier cap's windows, one rule each.
+	Limits []Limit `json:"limits,omitempty"`
 	Rollout
 	// KillSwitch denies every frontier-model request (a request-count rule with
 	// requests: 0, always enforced), whatever the mode.

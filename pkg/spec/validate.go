@@ -102,6 +102,9 @@ func (v *validator) check() {
 		v.frontier(f)
 	}
 	v.placement()
+	if pr := s.Spec.Pricing; pr != nil {
+		v.pricing(pr)
+	}
 }
 
 func (v *validator) budget(i int, names map[string]int) {
@@ -139,7 +142,7 @@ func (v *validator) budget(i int, names map[string]int) {
 	default:
 		v.identityHeader(p+".perPrincipal", b.PerPrincipal)
 	}
-	v.cap(p+".tokensPerDay", b.TokensPerDay)
+	v.limits(p, b.TokensPerDay, b.Limits)
 	v.rollout(p, &b.Rollout)
 	if b.Group != nil {
 		return
@@ -154,7 +157,7 @@ func (v *validator) budget(i int, names map[string]int) {
 		} else {
 			seen[o.Principal] = j
 		}
-		v.cap(op+".tokensPerDay", o.TokensPerDay)
+		v.limits(op, o.TokensPerDay, o.Limits)
 	}
 }
 
@@ -176,7 +179,7 @@ func (v *validator) frontier(f *Frontier) {
 	if !headerNameRE.MatchString(f.Header) {
 		v.fail(p+".header", "must be a lowercase HTTP header name, got %q", f.Header)
 	}
-	v.cap(p+".tokensPerDay", f.TokensPerDay)
+	v.limits(p, f.TokensPerDay, f.Limits)
 	v.rollout(p, &f.Rollout)
 }
 

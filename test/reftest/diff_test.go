@@ -21,6 +21,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 	"github.com/budgetgen/budgetgen/test/reftest"
@@ -184,7 +185,13 @@ func startOurs(t *testing.T, addr string, keys key.Encoder, shadow ...bool) *our
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	eng, err := engine.New(engine.Options{Store: st, Keys: keys, StoreTimeout: time.Second, ShadowMode: len(shadow) > 0 && shadow[0]})
+	// Epoch windows: the reference's (its keys, resets and expiries); the
+	// calendar default differs on purpose for weeks, months and years.
+	windows, err := window.New(window.Options{Mode: window.Epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Options{Store: st, Keys: keys, Windows: windows, StoreTimeout: time.Second, ShadowMode: len(shadow) > 0 && shadow[0]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,34 +11,19 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // Unit is a rate limit window unit; its values are the RLS proto's.
 type Unit = rlpb.RateLimitResponse_RateLimit_Unit
 
-// Divider returns the window length in seconds of a unit, exactly as the
-// reference's utils.UnitToDivider (MONTH is 30 days, YEAR 365 days, windows are
-// aligned on the Unix epoch so a DAY starts at 00:00 UTC and a WEEK on
-// Thursday). It returns 0 for UNKNOWN or an out-of-range unit.
-func Divider(u Unit) int64 {
-	switch u {
-	case rlpb.RateLimitResponse_RateLimit_SECOND:
-		return 1
-	case rlpb.RateLimitResponse_RateLimit_MINUTE:
-		return 60
-	case rlpb.RateLimitResponse_RateLimit_HOUR:
-		return 3600
-	case rlpb.RateLimitResponse_RateLimit_DAY:
-		return 86400
-	case rlpb.RateLimitResponse_RateLimit_WEEK:
-		return 86400 * 7
-	case rlpb.RateLimitResponse_RateLimit_MONTH:
-		return 86400 * 30
-	case rlpb.RateLimitResponse_RateLimit_YEAR:
-		return 86400 * 365
-	}
-	return 0
-}
+// Divider returns the reference's window length in seconds of a unit
+// (utils.UnitToDivider: MONTH is 30 days, YEAR 365 days), 0 for UNKNOWN or an
+// out-of-range unit. Where a counter's window starts and ends is
+// internal/ratelimit/window's business (calendar or epoch windows); this is
+// the nominal length, used to validate units.
+func Divider(u Unit) int64 { return window.Divider(window.Unit(u)) }
 
 // RateLimit is one configured limit. It is immutable once a Config is built and
 // shared by every request that matches it.

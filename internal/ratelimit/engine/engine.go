@@ -27,6 +27,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
 )
@@ -100,6 +101,9 @@ type Options struct {
 	Now func() time.Time
 	// Keys encodes counter keys (format and CACHE_KEY_PREFIX). Default Safe, no prefix.
 	Keys key.Encoder
+	// Windows places counters in time (WINDOW_MODE, RESET_TIME_ZONE). The
+	// zero value is calendar windows in UTC; window.Epoch is the reference's.
+	Windows window.Windows
 	// NearLimitRatio, default DefaultNearLimitRatio.
 	NearLimitRatio float32
 	// ShadowMode is the global SHADOW_MODE: an OVER_LIMIT overall code becomes OK.
@@ -135,8 +139,16 @@ type Options struct {
 	Thresholds *thresholds.Detector
 }
 
-// dayDivider is the window of the rules the ledger and thresholds measure.
-const dayDivider = 86400
+// dayUnit is the window of the rules the ledger and thresholds measure.
+const dayUnit = rlpb.RateLimitResponse_RateLimit_DAY
+
+// window is the one place the engine places a counter in time: the window of
+// l holding the Unix second now, [start, end). Validate has rejected units
+// window does not know, and config only builds known ones.
+func (e *Engine) window(l *config.RateLimit, now int64) (start, end int64) {
+	start, end, _ = e.o.Windows.Bounds(window.Unit(l.Unit), now)
+	return start, end
+}
 
 type snapshot struct {
 	cfg   *config.Config
@@ -344,7 +356,8 @@ type item struct {
 	slot      int // index into counters, -1 if none
 	keyStart  int
 	keyEnd    int
-	window    int64
+	window    int64  // the window's first second
+	end       int64  // the first second after it
 	free      uint64 // config.Match.Free
 	// ledger names of a day-window rule's descriptor (set when measured)
 	lrule      ledger.RuleID
@@ -502,13 +515,15 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		if l == nil {
 			continue
 		}
-		it.window = now / l.Divider * l.Divider
+		it.window, it.end = e.window(l, now)
 		it.keyStart = len(keys)
 		if sc := l.Scope; sc != nil {
 			// A budget map names this rule: one counter per (bucket, principal, window).
-			keys = e.o.Keys.AppendBudget(keys, sc.Bucket, sc.Principal, sc.Fixed, req.Descriptors[i].Entries, it.free, l.Divider, it.window)
+			keys = e.o.Keys.AppendBudget(keys, sc.Bucket, sc.Principal, sc.Fixed, req.Descriptors[i].Entries, it.free, it.end-it.window, it.window)
 		} else {
-			keys = e.o.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, l.Divider, it.window)
+			// The key names the window by its start and length, so a calendar
+			// window that equals an epoch one (a UTC day) keeps the same counter.
+			keys = e.o.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, it.end-it.window, it.window)
 		}
 		it.keyEnd = len(keys)
 		if e.cache != nil && e.cache.hit(keys[it.keyStart:it.keyEnd], uint64(l.RequestsPerUnit), now, it.hits) {
@@ -516,7 +531,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 			if m != nil {
 				m.CacheHits.Inc()
 			}
-			if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Divider == dayDivider {
+			if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Unit == dayUnit {
 				// Charged later from the cache: no round trip to ride on.
 				r, p := it.names(req.Domain, l.Rule, req.Descriptors[i].Entries)
 				lg.Defer(lg.Usage(r, p, nowT, it.hits))
@@ -527,9 +542,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		c := store.Counter{
 			Key:      string(keys[it.keyStart:it.keyEnd]),
 			Hits:     it.hits,
-			ExpireAt: time.Unix(it.window+l.Divider, 0).Add(e.o.Grace),
+			ExpireAt: time.Unix(it.end, 0).Add(e.o.Grace),
 		}
-		if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Divider == dayDivider {
+		if lg := e.o.Ledger; lg != nil && it.hits > 0 && l.Unit == dayUnit {
 			r, p := it.names(req.Domain, l.Rule, req.Descriptors[i].Entries)
 			u := lg.Usage(r, p, nowT, it.hits)
 			c.Ledger = store.HashIncr{Key: u.Key, Field: u.Field}
@@ -612,7 +627,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		if durs == nil {
 			durs = make([]durationpb.Duration, n)
 		}
-		durs[i].Seconds = l.Divider - now%l.Divider
+		durs[i].Seconds = it.end - now
 		st.DurationUntilReset = &durs[i]
 		st.CurrentLimit = l.Proto
 		limit := uint64(l.RequestsPerUnit)
@@ -631,7 +646,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 			if after > limit {
 				over = true
 				if e.cache != nil && after > 0 {
-					if !e.cache.put(keys[it.keyStart:it.keyEnd], after, now, it.window+l.Divider, counters[it.slot].ExpireAt) && m != nil {
+					if !e.cache.put(keys[it.keyStart:it.keyEnd], after, now, it.end, counters[it.slot].ExpireAt) && m != nil {
 						m.OverLimitCache.WithLabelValues("full").Inc()
 					}
 				}
@@ -639,7 +654,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 				st.LimitRemaining = uint32(limit - after)
 			}
 		}
-		if l.Divider == dayDivider && (e.o.Ledger != nil || e.o.Thresholds != nil) && (it.cached || storeErr == nil) {
+		if l.Unit == dayUnit && (e.o.Ledger != nil || e.o.Thresholds != nil) && (it.cached || storeErr == nil) {
 			e.measure(ctx, req.Domain, req.Descriptors[i].Entries, it, l, nowT, over, after)
 		}
 		rule := e.ruleMetrics(snap, l)

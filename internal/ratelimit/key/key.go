@@ -65,8 +65,11 @@ type Encoder struct {
 
 // Append appends the key of one counter to dst. share, when non-nil, has one
 // entry per descriptor entry; a non-empty one replaces that entry's value
-// (share_threshold). divider is the window length in seconds and windowStart
-// the window's first second (a multiple of divider).
+// (share_threshold). divider is the window's length in seconds and
+// windowStart its first second (internal/ratelimit/window): with epoch
+// windows a multiple of the fixed divider, with calendar ones a month's
+// 28-31 days or a 23- or 25-hour DST day. Start and length together name the
+// window, so the Safe format never mixes two windows' counters.
 func (e Encoder) Append(dst []byte, domain string, entries []*rlcommon.RateLimitDescriptor_Entry, share []string, divider, windowStart int64) []byte {
 	dst = append(dst, e.Prefix...)
 	if e.Format == Envoy {

@@ -87,7 +87,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
 	// the 80/90/100% threshold events, read back by budgetgen report.
-	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays}, ledgerSink, nil)
+	windows, err := s.Windows()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	startup.Warn("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays, Location: windows.Location()}, ledgerSink, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -105,7 +110,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	eng, err := engine.New(engine.Options{
 		Ledger: rec, Thresholds: det,
-		Store: st, Keys: keyEncoder(s), NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
+		Store: st, Keys: keyEncoder(s), Windows: windows, NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
 		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace,
 		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
@@ -144,6 +145,16 @@ type Settings struct {
 	// Grace after the window end before a counter expires:
 	// EXPIRATION_JITTER_MAX_SECONDS (300) as seconds.
 	Grace time.Duration
+	// WindowMode (WINDOW_MODE, ours; calendar) places counters in time:
+	// calendar windows (a month from the 1st, an ISO week from Monday) or the
+	// reference's epoch windows (a 30-day month, a Thursday week).
+	// USE_CALENDAR_MONTH_RATE_LIMIT, the reference's opt-in calendar month
+	// (envoyproxy/ratelimit#1206), is accepted as an alias: true means
+	// calendar, false epoch; it conflicts with a different WINDOW_MODE.
+	WindowMode window.Mode
+	// ResetTimeZone (RESET_TIME_ZONE, ours; UTC) is the IANA zone of calendar
+	// day, week, month and year windows. Not allowed with epoch windows.
+	ResetTimeZone string
 	// OverLimitCacheSize (OVER_LIMIT_CACHE_SIZE, ours; 100000 entries, -1 off).
 	OverLimitCacheSize int
 	// MemoryMaxCounters (MEMORY_MAX_COUNTERS, ours; 0 = the memory store's
@@ -382,6 +393,10 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	str(&s.MemorySnapshotPath, "MEMORY_SNAPSHOT_PATH")
 	duration(&s.MemorySnapshotInterval, "MEMORY_SNAPSHOT_INTERVAL")
 	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
+	windowMode := ""
+	str(&windowMode, "WINDOW_MODE")
+	str(&s.ResetTimeZone, "RESET_TIME_ZONE")
+	calendarMonth, calendarMonthSet := env("USE_CALENDAR_MONTH_RATE_LIMIT")
 
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -416,6 +431,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
 	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
 	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
+	fs.StringVar(&windowMode, "window-mode", windowMode, "counter windows: "+strings.Join(window.ModeNames, " or ")+" (WINDOW_MODE; default calendar)")
+	fs.StringVar(&s.ResetTimeZone, "reset-time-zone", s.ResetTimeZone, "IANA time zone of calendar day/week/month/year windows (RESET_TIME_ZONE; default UTC)")
 	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -430,6 +447,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
+	}
+	if err := s.parseWindowMode(windowMode, calendarMonth, calendarMonthSet); err != nil {
+		errs = append(errs, err)
 	}
 	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(fullPolicy))); err != nil {
 		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
@@ -450,6 +470,48 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	sort.Strings(s.Unsupported)
 	errs = append(errs, s.Validate())
 	return s, errors.Join(errs...)
+}
+
+// parseWindowMode sets WindowMode from WINDOW_MODE and the reference's
+// USE_CALENDAR_MONTH_RATE_LIMIT alias.
+func (s *Settings) parseWindowMode(mode, calendarMonth string, calendarMonthSet bool) error {
+	m, err := window.ParseMode(mode)
+	if err != nil {
+		return fmt.Errorf("WINDOW_MODE: %w", err)
+	}
+	s.WindowMode = m
+	if !calendarMonthSet {
+		return nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(calendarMonth))
+	if err != nil {
+		return fmt.Errorf("USE_CALENDAR_MONTH_RATE_LIMIT: not a boolean: %q", calendarMonth)
+	}
+	alias := window.Epoch
+	if b {
+		alias = window.Calendar
+	}
+	if mode != "" && alias != m {
+		return fmt.Errorf("USE_CALENDAR_MONTH_RATE_LIMIT=%t conflicts with WINDOW_MODE=%s; set one", b, m)
+	}
+	s.WindowMode = alias
+	return nil
+}
+
+// Windows returns the counter windows the settings ask for.
+func (s Settings) Windows() (window.Windows, error) {
+	o := window.Options{Mode: s.WindowMode}
+	if s.ResetTimeZone != "" {
+		if s.WindowMode == window.Epoch {
+			return window.Windows{}, fmt.Errorf("RESET_TIME_ZONE: %q needs calendar windows; epoch windows (WINDOW_MODE=epoch) have no time zone", s.ResetTimeZone)
+		}
+		loc, err := time.LoadLocation(s.ResetTimeZone)
+		if err != nil || s.ResetTimeZone == "Local" {
+			return window.Windows{}, fmt.Errorf("RESET_TIME_ZONE: %q is not an IANA time zone name (e.g. Europe/Paris)", s.ResetTimeZone)
+		}
+		o.Location = loc
+	}
+	return window.New(o)
 }
 
 // Validate checks values and combinations.
@@ -498,6 +560,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Grace < 0 {
 		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative"))
+	}
+	if _, err := s.Windows(); err != nil {
+		errs = append(errs, err)
 	}
 	switch strings.ToLower(s.LogLevel) {
 	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":

@@ -1,0 +1,96 @@
+package render
+
+import (
+	"fmt"
+
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// Measures of a rule's limit in the rule-budgets annotation.
+const (
+	// MeasureTokens: limit.requests counts tokens (the annotation omits it).
+	MeasureTokens = ""
+	// MeasureKiloTokens: limit.requests counts units of spec.TokenUnit tokens.
+	MeasureKiloTokens = "ktokens"
+	// MeasureCost: limit.requests counts 1/spec.CostScale of the pricing currency.
+	MeasureCost = "cost"
+)
+
+// UnsupportedError is a limit render cannot express, with the reason.
+type UnsupportedError struct {
+	Object string // the field path
+	Reason string
+}
+
+func (e *UnsupportedError) Error() string { return e.Object + ": " + e.Reason }
+
+// charge is what one limit's rule counts: its limit, window and the
+// response metadata it charges.
+type charge struct {
+	requests uint32
+	unit     egv1a1.RateLimitUnit
+	metadata egv1a1.RateLimitCostMetadata
+	measure  string
+}
+
+var periodUnits = map[spec.Period]egv1a1.RateLimitUnit{
+	spec.PeriodHour: egv1a1.RateLimitUnitHour, spec.PeriodDay: egv1a1.RateLimitUnitDay,
+	spec.PeriodWeek: egv1a1.RateLimitUnitWeek, spec.PeriodMonth: egv1a1.RateLimitUnitMonth,
+}
+
+// limitCharge turns one validated limit into its rule's charge. Token caps
+// within EG's uint32 charge the token source itself; larger ones and money
+// charge a key Envoy AI Gateway computes (LLMRequestCosts), which needs the
+// AI Gateway's metadata namespace and its total token count.
+func limitCharge(bs *spec.BudgetSet, path string, l spec.Limit) (charge, error) {
+	unit, ok := periodUnits[l.Window()]
+	if !ok {
+		return charge{}, &UnsupportedError{Object: path + ".per", Reason: fmt.Sprintf("unknown period %q", l.Per)}
+	}
+	ts := bs.Spec.TokenSource
+	aigw := func(what string) error {
+		if ts.Namespace != spec.DefaultTokenMetadataNamespace || ts.Key != spec.DefaultTokenMetadataKey {
+			return &UnsupportedError{Object: path, Reason: fmt.Sprintf(
+				"%s is charged from a cost Envoy AI Gateway computes (llmRequestCosts in %s), but spec.tokenSource is %s/%s: use the AI Gateway's default token source or lower the cap to at most %d tokens",
+				what, spec.DefaultTokenMetadataNamespace, ts.Namespace, ts.Key, int64(spec.MaxTokensPerDay))}
+		}
+		return nil
+	}
+	c := charge{unit: unit, metadata: egv1a1.RateLimitCostMetadata{Namespace: ts.Namespace, Key: ts.Key}}
+	switch {
+	case l.IsCost():
+		if err := aigw("a cost limit"); err != nil {
+			return charge{}, err
+		}
+		units, err := l.Cost.Scaled(spec.CostScale)
+		if err != nil || units <= 0 || units > spec.MaxTokensPerDay {
+			return charge{}, &UnsupportedError{Object: path + ".cost", Reason: fmt.Sprintf("must be within (0, %d] %s", int64(spec.MaxCost), bs.Spec.Pricing.Currency)}
+		}
+		c.requests, c.measure = uint32(units), MeasureCost
+		c.metadata = egv1a1.RateLimitCostMetadata{Namespace: spec.DefaultTokenMetadataNamespace, Key: CostMetadataKey}
+	case l.Tokens <= 0 || l.Tokens > spec.MaxTokens:
+		return charge{}, &UnsupportedError{Object: path + ".tokens", Reason: fmt.Sprintf("must be within [1, %d]", int64(spec.MaxTokens))}
+	case l.Tokens > spec.MaxTokensPerDay:
+		if err := aigw(fmt.Sprintf("a cap above %d tokens", int64(spec.MaxTokensPerDay))); err != nil {
+			return charge{}, err
+		}
+		if l.Tokens%spec.TokenUnit != 0 {
+			return charge{}, &UnsupportedError{Object: path + ".tokens", Reason: fmt.Sprintf("caps above %d tokens count units of %d: write a multiple of %d", int64(spec.MaxTokensPerDay), spec.TokenUnit, spec.TokenUnit)}
+		}
+		c.requests, c.measure = uint32(l.Tokens/spec.TokenUnit), MeasureKiloTokens
+		c.metadata = egv1a1.RateLimitCostMetadata{Namespace: spec.DefaultTokenMetadataNamespace, Key: KiloTokenMetadataKey}
+	default:
+		c.requests = uint32(l.Tokens)
+	}
+	return c, nil
+}
+
+// windowName is the annotation's window: omitted for a day, the shorthand's.
+func windowName(l spec.Limit) string {
+	if l.Window() == spec.PeriodDay {
+		return ""
+	}
+	return string(l.Window())
+}
