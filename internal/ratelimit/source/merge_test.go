@@ -175,7 +175,7 @@ func TestBudgetMapScopesAndReloads(t *testing.T) {
 		}
 	}
 	// A broken map is rejected; the scopes stay.
-	writeDir(t, dir, "map.yaml", strings.Replace(mapFile, "window: day", "window: hour", 1))
+	writeDir(t, dir, "map.yaml", strings.Replace(mapFile, "window: day", `window: ""`, 1))
 	if err := bm.Load(a); err == nil || !strings.Contains(err.Error(), "map.yaml:13: entries[0].window") {
 		t.Fatalf("bad map: err = %v", err)
 	}
