@@ -26,6 +26,7 @@ type assertOptions struct {
 	AllowEnforce        []string
 	EnvoyGatewayVersion string
 	MaxFileSize         int64
+	AllowEmpty          bool
 
 	failOn assert.Severity // set by validate
 }
@@ -86,10 +87,13 @@ shared counters, shadow mode until promoted, token cost from response
 metadata, daily units, one policy per Gateway, identity headers set from a
 verified credential and stripped from client requests, Envoy Gateway's
 schema and CEL rules, drift from render (with --spec), overrides that bind,
-version hazards and Envoy Gateway's size limits. Rules: ` + strings.Join(assert.IDs(), ", ") + ` (docs/assert.md).
+version hazards, Envoy Gateway's size limits, Envoy AI Gateway writing the
+charged token key for every AIGatewayRoute, credentials that cannot be
+skipped, and budgets covering every route of their Gateway. Rules: ` + strings.Join(assert.IDs(), ", ") + ` (docs/assert.md).
 
-Exit status: 0 clean, 1 when a finding is at or above --fail-on, 2 when the
-input or the command line cannot be used.`,
+Exit status: 0 clean, 1 when a finding is at or above --fail-on or the input
+holds no budget policy (unless --allow-empty), 2 when the input or the
+command line cannot be used.`,
 		Example: `  # The gate in CI, annotating the pull request
   budgetgen assert --spec budgets/budgets.yaml -o github deploy/
 
@@ -113,6 +117,7 @@ input or the command line cannot be used.`,
 	f.StringVar(&o.Spec, "spec", "", "BudgetSet spec: budget modes for BG002, token metadata for BG003, drift check BG008")
 	f.StringSliceVar(&o.AllowEnforce, "allow-enforce", nil, "without --spec: budgets (annotation name) or rules (<ns>/<policy>/rule/<i>) allowed to enforce")
 	f.StringVar(&o.EnvoyGatewayVersion, "envoy-gateway-version", "", "Envoy Gateway version the manifests are applied to, e.g. v1.8.1 (enables BG010)")
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "pass when the input holds no budget policy (by default that fails: a wrong path or a build that dropped them checks nothing)")
 	f.Int64Var(&o.MaxFileSize, "max-file-size", manifest.DefaultMaxFileBytes, "largest input file or stdin stream read, in bytes")
 	return cmd
 }
@@ -161,6 +166,11 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	}
 	if err := output.WriteAll(w, rep.Findings); err != nil {
 		return fmt.Errorf("write findings: %w", err)
+	}
+	if rep.BudgetPolicies == 0 && !o.AllowEmpty {
+		// Fail closed: an empty directory, a wrong path or a kustomize build
+		// that dropped the policies would otherwise pass with nothing checked.
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: no budget policy in the input (%d objects from %d files): no BackendTrafficPolicy has token rules or the %s annotation; check the paths (or the build that produced them), or pass --allow-empty if the input is meant to hold none", rep.Objects, len(rep.Files), assert.RuleBudgetsAnnotation)}
 	}
 	if rep.Failed(o.failOn) {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: %d findings at or above %s", countAtLeast(rep, o.failOn), o.failOn), Silent: true}

@@ -59,3 +59,33 @@ func TestAssertDriftShowsDiff(t *testing.T) {
 		t.Errorf("no unified diff of the edited line:\n%s", out)
 	}
 }
+
+// The drift check renders with the base policy: the committed merged policy
+// passes, and a base policy changed since the last render is drift.
+func TestAssertBasePolicyDrift(t *testing.T) {
+	ex := "../../examples/base-policy"
+	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", ex+"/budgets.yaml", ex+"/rendered", "../../examples/gitops/deploy/gateway")
+	if code != 0 || !strings.Contains(out, "ok: 0 errors") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"budgets.yaml", "gateway-team/agent-router-traffic.yaml"} {
+		data, err := os.ReadFile(filepath.Join(ex, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, "traffic.yaml") {
+			data = []byte(strings.Replace(string(data), "requestTimeout: 120s", "requestTimeout: 90s", 1))
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ = runAssertCLI(t, "", "assert", "--skip", "BG007", "--spec", filepath.Join(dir, "budgets.yaml"), ex+"/rendered", "../../examples/gitops/deploy/gateway")
+	if code != 1 || !strings.Contains(out, "BG008") || !strings.Contains(out, "requestTimeout: 90s") {
+		t.Errorf("changed base not reported as drift: exit %d\n%s", code, out)
+	}
+}

@@ -58,6 +58,9 @@ func TestAssertFlagParsing(t *testing.T) {
 
 func TestAssertExitCodes(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	notYAML := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(notYAML, []byte("apiVersion: v1\nkind: [oops\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -69,12 +72,12 @@ func TestAssertExitCodes(t *testing.T) {
 		code        int
 		out, errOut string
 	}{
-		{"clean", "", []string{"assert", "--allow-enforce", "frontier", rulesDir + "clean_budgetgen_style.yaml"}, 0, "ok: 0 errors", ""},
-		{"hand-written clean", "", []string{"assert", rulesDir + "clean_aigw_docs_style.yaml"}, 0, "ok: 0 errors", ""},
+		{"clean", "", []string{"assert", "--allow-enforce", "frontier", rulesDir + "clean_budgetgen_style.yaml"}, 0, ": 0 errors", ""},
+		{"hand-written clean", "", []string{"assert", rulesDir + "clean_aigw_docs_style.yaml"}, 0, ": 0 errors", ""},
 		{"findings", "", []string{"assert", rulesDir + "bg009_override.yaml"}, 1, "BG009 error: override x-api-key-client=big-co", ""},
 		{"warning passes by default", "", []string{"assert", rulesDir + "bg010_shared_cost.yaml", "--envoy-gateway-version", "1.8.1"}, 0, "BG010 warning", ""},
 		{"warning fails with --fail-on warning", "", []string{"assert", "--fail-on", "warning", rulesDir + "bg010_shared_cost.yaml", "--envoy-gateway-version", "1.8.1"}, 1, "BG010 warning", ""},
-		{"skip", "", []string{"assert", "--skip", "BG009", rulesDir + "bg009_override.yaml"}, 0, "12 rules", ""},
+		{"skip", "", []string{"assert", "--skip", "BG009", rulesDir + "bg009_override.yaml"}, 0, "15 rules", ""},
 		{"stdin", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: x, namespace: y}\nspec:\n  rateLimit:\n    global:\n      rules:\n        - limit: {requests: 1, unit: Day}\n          cost: {request: {from: Number, number: 0}, response: {from: Metadata, metadata: {namespace: io.envoy.ai_gateway, key: llm_total_token}}}\n          shadowMode: true\n", []string{"assert", "--skip", "BG007", "-"}, 1, "<stdin>:8:11: BG001", ""},
 		{"missing path", "", []string{"assert", filepath.Join(dir, "nope")}, 2, "", "nope: no such file or directory"},
 		{"not yaml", "", []string{"assert", notYAML}, 2, "", "bad.yaml:1: invalid YAML"},
@@ -83,7 +86,10 @@ func TestAssertExitCodes(t *testing.T) {
 		{"missing spec", "", []string{"assert", "--spec", filepath.Join(dir, "spec.yaml"), rulesDir + "bg004_unit.yaml"}, 2, "", "load spec"},
 		{"alias bomb", billionLaughs(), []string{"assert", "-"}, 2, "", "<stdin>:1:1: document expands to too many nodes through aliases"},
 		{"unknown EG kind", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BudgetPolicy\nmetadata: {name: x, namespace: y}\n", []string{"assert", "-"}, 1, "<stdin>:1:1: BG007 error: rejected by Envoy Gateway's CRDs: failed to retrieve validator: kind BudgetPolicy not found", ""},
-		{"other kinds ignored", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
+		{"other kinds ignored", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "--allow-empty", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
+		{"no budget policy fails closed", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "-"}, 1, "", "no budget policy in the input (1 objects from 1 files)"},
+		{"empty directory fails closed", "", []string{"assert", dir + "/empty"}, 1, "", "no budget policy in the input (0 objects from 0 files)"},
+		{"plain rate limit is no budget", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: x, namespace: y}\nspec:\n  rateLimit:\n    global:\n      rules:\n        - limit: {requests: 100, unit: Second}\n", []string{"assert", "--skip", "BG007", "-"}, 1, "", "no budget policy"},
 		{"usage", "", []string{"assert", "-o", "yaml", "x"}, 2, "", "unknown output format"},
 		{"unknown flag", "", []string{"assert", "--nope", "x"}, 2, "", "unknown flag"},
 	}

@@ -118,3 +118,28 @@ func TestExampleRateLimitConfigUpToDate(t *testing.T) {
 		t.Errorf("the service cannot load examples/ratelimit: %v", err)
 	}
 }
+
+// With a base policy, --ratelimit-config holds the base's global rules too:
+// they share the policy's domain, ahead of the budgets.
+func TestRenderRateLimitConfigWithBasePolicy(t *testing.T) {
+	dir := t.TempDir()
+	rls := filepath.Join(dir, "rls")
+	code, _, stderr := runStdin(t, "", "render", "../../examples/base-policy/budgets.yaml", "-o", filepath.Join(dir, "policies"), "--ratelimit-config", rls)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	entries, err := os.ReadDir(rls)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("files %v, %v: want one domain", entries, err)
+	}
+	data, err := os.ReadFile(filepath.Join(rls, entries[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(data)
+	for _, want := range []string{"domain: ai-gateway/agent-router-traffic", "ai-gateway/agent-router-traffic/rule/0", "ai-gateway/agent-router-traffic/rule/1", "ai-gateway/agent-router-traffic/rule/2", "requests_per_unit: 600", "unit: MINUTE"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+}

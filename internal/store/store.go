@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -43,9 +44,61 @@ type Store interface {
 	Close() error
 }
 
+// HashWrites are the periodic writes of the shadow-week ledger
+// (internal/ledger): increments of hash fields (denial counts, usage the
+// over-limit cache answered) and absolute expiries of hashes. Increments are
+// applied before expiries, so a hash created by them gets its expiry.
+type HashWrites struct {
+	Incr   []HashIncrBy
+	Expire []HashExpire
+}
+
+// HashIncrBy adds N to one hash field.
+type HashIncrBy struct {
+	HashIncr
+	N uint64
+}
+
+// HashExpire sets a hash's absolute expiry.
+type HashExpire struct {
+	Key string
+	At  time.Time
+}
+
+// HashWriter is implemented by stores that hold the ledger's hashes, so its
+// flushes go through the store (the valkey store's in-flight bound and stall
+// guard cover them) rather than around it. Charges stay one round trip:
+// usage of a charged counter rides in Counter.Ledger.
+type HashWriter interface {
+	WriteHashes(ctx context.Context, w HashWrites) error
+}
+
 // ErrUnavailable is wrapped by errors that mean the store could not be reached
 // or did not answer in time; the caller's failure policy applies.
 var ErrUnavailable = errors.New("store unavailable")
+
+// ErrRefused is wrapped by errors that mean the store refused the call as a
+// whole and changed nothing (ErrFull, or an overflow in the memory store):
+// the same counters in smaller calls may still be taken, so the charger
+// retries each request of a refused batch on its own. Whether the failure
+// policy applies is told by the error that wraps it (ErrUnavailable, ErrFull).
+var ErrRefused = errors.New("store refused the call")
+
+// ErrOverflow is wrapped by errors that mean a counter is at the store's
+// maximum (MaxInt64) and cannot take the hits; it wraps ErrMalformedReply.
+// The charger answers such a counter as saturated (over any limit) rather
+// than applying the failure policy. A store that refused the whole call
+// also wraps ErrRefused.
+var ErrOverflow = fmt.Errorf("%w: counter overflow", ErrMalformedReply)
+
+// Deferrer is implemented by stores that can take hits that certainly never
+// reached them and apply them later (the valkey store's outage buffer; the
+// memory store applies them at once). The charger hands it the hits of a
+// call whose deadline passed before the call started, instead of dropping
+// them. Defer must not block on the network.
+type Deferrer interface {
+	Defer(counters []Counter)
+}
 
 // ErrFull is wrapped by errors that mean the store refused to create a counter
 // because it is at its bound (the embedded store's MaxCounters). Nothing of
@@ -54,7 +107,8 @@ var ErrUnavailable = errors.New("store unavailable")
 // request whatever its failure policy: a bounded store must still enforce,
 // and allowing would let every new principal past the bound through
 // uncounted.
-var ErrFull = errors.New("store full")
+// It wraps ErrRefused.
+var ErrFull = fmt.Errorf("%w: store full", ErrRefused)
 
 // ErrMalformedReply is wrapped by errors that mean the store answered with
 // something that is not a counter (for example a key holding another type).

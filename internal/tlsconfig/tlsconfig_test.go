@@ -233,31 +233,3 @@ func TestErrorsNameTheFile(t *testing.T) {
 		})
 	}
 }
-
-func TestFromEnv(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	o, on, err := tlsconfig.ServerFromEnv(env(map[string]string{
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt",
-	}))
-	if err != nil || !on || o.CertFile != "/certs/tls.crt" || o.KeyFile != "/certs/tls.key" || o.CAFile != "/certs/ca.crt" {
-		t.Errorf("server = %+v %v %v", o, on, err)
-	}
-	if _, on, err := tlsconfig.ServerFromEnv(env(nil)); on || err != nil {
-		t.Errorf("unset = %v %v, want off", on, err)
-	}
-	if _, _, err := tlsconfig.ServerFromEnv(env(map[string]string{"GRPC_SERVER_USE_TLS": "yes please"})); err == nil || !strings.Contains(err.Error(), "GRPC_SERVER_USE_TLS") {
-		t.Errorf("bad bool err = %v", err)
-	}
-	if _, _, err := tlsconfig.ServerFromEnv(env(map[string]string{"GRPC_SERVER_USE_TLS": "true"})); err == nil || !strings.Contains(err.Error(), "GRPC_SERVER_TLS_CERT") {
-		t.Errorf("missing cert err = %v", err)
-	}
-	c, on, err := tlsconfig.XDSClientFromEnv(env(map[string]string{
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca",
-	}))
-	if err != nil || !on || c.CertFile != "/c" || c.KeyFile != "/k" || c.CAFile != "/ca" {
-		t.Errorf("xds = %+v %v %v", c, on, err)
-	}
-	if _, _, err := tlsconfig.XDSClientFromEnv(env(map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c"})); err == nil {
-		t.Error("cert without key accepted")
-	}
-}

@@ -104,8 +104,18 @@ func (p *Pass) ReportDetail(obj *manifest.Object, n *yaml.Node, path, detail, fo
 	p.report(obj, n, path, detail, fmt.Sprintf(format, args...))
 }
 
+// ReportSeverity is Report with a severity other than the rule's: a rule
+// that can only say "not checked" reports that as a warning next to its errors.
+func (p *Pass) ReportSeverity(sev Severity, obj *manifest.Object, n *yaml.Node, path, format string, args ...any) {
+	p.reportSev(sev, obj, n, path, "", fmt.Sprintf(format, args...))
+}
+
 func (p *Pass) report(obj *manifest.Object, n *yaml.Node, path, detail, msg string) {
-	f := Finding{Rule: p.rule.ID, Severity: p.rule.Severity, Message: msg, Path: path, Detail: detail}
+	p.reportSev(p.rule.Severity, obj, n, path, detail, msg)
+}
+
+func (p *Pass) reportSev(sev Severity, obj *manifest.Object, n *yaml.Node, path, detail, msg string) {
+	f := Finding{Rule: p.rule.ID, Severity: sev, Message: msg, Path: path, Detail: detail}
 	if obj != nil {
 		f.File = obj.File
 		f.Object = obj.String()
@@ -134,6 +144,9 @@ type Report struct {
 	// Objects is the number of objects checked; Files the distinct input files.
 	Objects int
 	Files   []string
+	// BudgetPolicies is how many budget policies the input holds. A gate
+	// given none checked nothing: the CLI fails unless --allow-empty.
+	BudgetPolicies int
 }
 
 // Count returns the number of findings of severity s.
@@ -169,7 +182,7 @@ func Run(ctx context.Context, objs []*manifest.Object, opts Options) (*Report, e
 		skip[id] = true
 	}
 	ix := NewIndex(objs)
-	rep := &Report{Objects: len(objs)}
+	rep := &Report{Objects: len(objs), BudgetPolicies: len(ix.BudgetPolicies())}
 	files := map[string]bool{}
 	for _, o := range objs {
 		if !files[o.File] {

@@ -12,7 +12,8 @@ import (
 )
 
 // benchManifests is 1,000 objects: 200 tenants, each with a Gateway, an
-// HTTPRoute, a SecurityPolicy (JWT claims to headers), a ClientTrafficPolicy
+// AIGatewayRoute writing the token count (BG013), a SecurityPolicy on the
+// Gateway (JWT claims to headers), a ClientTrafficPolicy
 // and a budget BackendTrafficPolicy of 6 token rules (a Distinct per-user
 // budget with 2 excluded overrides, the overrides, a group and a model cap).
 func benchManifests() []byte {
@@ -36,18 +37,19 @@ spec:
   gatewayClassName: eg
   listeners: [{name: http, protocol: HTTP, port: 80}]
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
+apiVersion: aigateway.envoyproxy.io/v1beta1
+kind: AIGatewayRoute
 metadata: {name: chat, namespace: %[1]s}
 spec:
-  parentRefs: [{name: ai}]
-  rules: [{backendRefs: [{name: llm, port: 8080}]}]
+  parentRefs: [{name: ai, kind: Gateway, group: gateway.networking.k8s.io}]
+  rules: [{backendRefs: [{name: llm}]}]
+  llmRequestCosts: [{metadataKey: llm_input_token, type: InputToken}, {metadataKey: llm_total_token, type: TotalToken}]
 ---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: SecurityPolicy
 metadata: {name: jwt, namespace: %[1]s}
 spec:
-  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: chat}]
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: ai}]
   jwt:
     providers:
       - name: idp

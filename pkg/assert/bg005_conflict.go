@@ -48,7 +48,7 @@ var ruleConflict = &Rule{
 				case w.Created.Equal(pol.Created):
 					order = "same creationTimestamp, first by namespace/name"
 				}
-				p.Report(pol.Obj, t.Node, t.Path, "%s is already targeted by %s: EG accepts %s (%s) and marks %s Accepted=False, reason Conflicted; merge the budgets into one policy",
+				p.Report(pol.Obj, t.Node, t.Path, "%s is already targeted by %s: EG accepts %s (%s) and marks %s Accepted=False, reason Conflicted; merge them into one policy: give budgetgen the other policy as spec.gateways[].basePolicy and it renders one policy with both",
 					t.Gateway, w.Obj, w.Obj, order, pol.Obj)
 			}
 		}

@@ -31,6 +31,16 @@ var ruleVersion = &Rule{
 				if n := manifest.Get(r.Node, "shadowMode"); n != nil && !v.AtLeast(Version{1, 7, 0}) {
 					p.Report(pol.Obj, n, r.Path()+".shadowMode", "Envoy Gateway %s has no shadowMode (added in 1.7): the field is dropped and the rule enforces", v)
 				}
+				if n := manifest.Get(r.Node, "limit", "requests"); n != nil && !v.AtLeast(Version{1, 9, 0}) {
+					if req, ok := manifest.Int(n); ok && req == 0 {
+						what := "a rule with limit.requests: 0"
+						if r.Kind == KillSwitchRule {
+							what = "an engaged kill switch (limit.requests: 0)"
+						}
+						// Not a hazard but a rejection: an error whatever the rule's severity.
+						p.ReportSeverity(Error, pol.Obj, n, r.Path()+".limit.requests", "Envoy Gateway %s's CRD requires limit.requests >= 1 (0 is allowed from 1.9): the API server rejects this policy for %s, and every budget of the Gateway goes with it; upgrade to v1.9.0 or later, or leave the kill switch off", v, what)
+					}
+				}
 				if n := manifest.Get(r.Node, "limit", "fromMetadata"); n != nil && !v.AtLeast(Version{1, 9, 0}) {
 					p.Report(pol.Obj, n, r.Path()+".limit.fromMetadata", "Envoy Gateway %s has no limit.fromMetadata (added in 1.9): the static limit applies", v)
 				}

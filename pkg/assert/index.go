@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
@@ -28,6 +31,13 @@ type Index struct {
 	SecurityPolicies []*manifest.Object
 	ClientPolicies   []*manifest.Object // ClientTrafficPolicies
 	Namespaces       map[string]*manifest.Object
+	// AIGatewayRoutes and GatewayConfigs are Envoy AI Gateway objects (any served version).
+	AIGatewayRoutes []*aigateway.Route
+	GatewayConfigs  []*aigateway.GatewayConfig
+	// SelectorErrors are targetSelectors found invalid while resolving targets.
+	SelectorErrors []SelectorError
+
+	selectors map[*yaml.Node]labels.Selector // compiled selectors (nil: invalid)
 }
 
 // RuleKind says what a global rate-limit rule is for.
@@ -37,7 +47,8 @@ type RuleKind int
 const (
 	// OtherRule is a plain request rate limit.
 	OtherRule RuleKind = iota
-	// TokenRule charges tokens from response metadata: a token budget.
+	// TokenRule charges a cost after the response: a budget (tokens from
+	// metadata, or anything else BG003 reports).
 	TokenRule
 	// KillSwitchRule is a request-count rule with limit 0 on the model header.
 	KillSwitchRule
@@ -152,7 +163,7 @@ type ruleBudget struct {
 
 // NewIndex sorts objs into an Index and classifies every BTP's rules.
 func NewIndex(objs []*manifest.Object) *Index {
-	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}}
+	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}, selectors: map[*yaml.Node]labels.Selector{}}
 	for _, o := range objs {
 		switch {
 		case o.Group() == GroupEG && o.Kind == "BackendTrafficPolicy":
@@ -167,6 +178,10 @@ func NewIndex(objs []*manifest.Object) *Index {
 			ix.Routes = append(ix.Routes, o)
 		case o.Group() == "" && o.Kind == "Namespace":
 			ix.Namespaces[o.Name] = o
+		case o.Group() == aigateway.Group && o.Kind == aigateway.KindRoute:
+			ix.AIGatewayRoutes = append(ix.AIGatewayRoutes, aigateway.ReadRoute(o))
+		case o.Group() == aigateway.Group && o.Kind == aigateway.KindGatewayConfig:
+			ix.GatewayConfigs = append(ix.GatewayConfigs, aigateway.ReadGatewayConfig(o))
 		}
 	}
 	return ix
@@ -209,12 +224,12 @@ func newPolicy(o *manifest.Object) *Policy {
 }
 
 // classify recognises hand-written budget rules (docs/assert.md):
-//   - a token rule charges cost.response from Metadata (any namespace/key:
-//     BG003 then checks they are the expected ones);
+//   - a token rule charges cost.response (from Metadata, any namespace/key,
+//     or from Number: BG003 then reports what is not the token count);
 //   - a kill switch has limit.requests 0, no response cost, and a header
 //     match on the model header (x-ai-eg-model).
 func classify(n *yaml.Node) RuleKind {
-	if manifest.Str(manifest.Get(n, "cost", "response", "from")) == "Metadata" {
+	if manifest.Get(n, "cost", "response") != nil {
 		return TokenRule
 	}
 	if req, ok := manifest.Int(manifest.Get(n, "limit", "requests")); ok && req == 0 && manifest.Get(n, "cost", "response") == nil {
@@ -284,10 +299,24 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 		case "Gateway":
 			add(Target{Gateway: GatewayKey{obj.Namespace, name, manifest.Str(manifest.Get(ref, "sectionName"))}, Node: ref, Path: paths[i]})
 		case "HTTPRoute", "GRPCRoute":
+			found := false
 			for _, rt := range ix.Routes {
 				if rt.Namespace == obj.Namespace && rt.Name == name {
+					found = true
 					for _, gk := range routeParents(rt) {
 						add(Target{Gateway: gk, Node: ref, Path: paths[i], Via: rt.Namespace + "/" + rt.Name})
+					}
+				}
+			}
+			if found || manifest.Str(manifest.Get(ref, "kind")) != "HTTPRoute" {
+				continue
+			}
+			// Envoy AI Gateway generates an HTTPRoute of the same name from
+			// each AIGatewayRoute (its docs attach BackendTrafficPolicies to it).
+			for _, ar := range ix.AIGatewayRoutes {
+				if ar.Obj.Namespace == obj.Namespace && ar.Obj.Name == name {
+					for _, pr := range ar.Parents {
+						add(Target{Gateway: GatewayKey{Namespace: pr.Namespace, Name: pr.Name}, Node: ref, Path: paths[i], Via: ar.Obj.Namespace + "/" + ar.Obj.Name})
 					}
 				}
 			}
@@ -302,13 +331,13 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 		switch manifest.Str(manifest.Get(sel, "kind")) {
 		case "Gateway":
 			for _, gw := range ix.Gateways {
-				if ix.selects(obj, sel, gw) {
+				if ix.selects(obj, sel, path, gw) {
 					add(Target{Gateway: GatewayKey{gw.Namespace, gw.Name, ""}, Node: sel, Path: path})
 				}
 			}
 		case "HTTPRoute", "GRPCRoute":
 			for _, rt := range ix.Routes {
-				if ix.selects(obj, sel, rt) {
+				if ix.selects(obj, sel, path, rt) {
 					for _, gk := range routeParents(rt) {
 						add(Target{Gateway: gk, Node: sel, Path: path, Via: rt.Namespace + "/" + rt.Name})
 					}
@@ -344,8 +373,11 @@ func routeParents(rt *manifest.Object) []GatewayKey {
 }
 
 // selects applies a targetSelector (namespaces, matchLabels, matchExpressions)
-// of policy obj to a candidate target.
-func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, target *manifest.Object) bool {
+// of policy obj to a candidate target, with apimachinery's label selector
+// semantics. A selector apimachinery refuses (an unknown operator, In with no
+// values) selects nothing and is recorded in SelectorErrors, so a rule can
+// report it instead of the policy silently reaching no target.
+func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, path string, target *manifest.Object) bool {
 	switch from := manifest.Str(manifest.Get(sel, "namespaces", "from")); from {
 	case "", "Same":
 		if target.Namespace != obj.Namespace {
@@ -353,65 +385,73 @@ func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, target *manifest.
 		}
 	case "All":
 	case "Selector":
-		ns, ok := ix.Namespaces[target.Namespace]
-		if !ok || !matchSelector(manifest.Get(sel, "namespaces", "selector"), labels(ns)) {
+		nsSel, ok := ix.selector(obj, manifest.Get(sel, "namespaces", "selector"), path+".namespaces.selector")
+		ns, found := ix.Namespaces[target.Namespace]
+		if !ok || !found || !nsSel.Matches(objectLabels(ns)) {
 			return false
 		}
 	default:
+		ix.selectorError(obj, manifest.Get(sel, "namespaces", "from"), path+".namespaces.from", fmt.Errorf("namespaces.from %q is not Same, All or Selector", from))
 		return false
 	}
-	return matchSelector(sel, labels(target))
+	s, ok := ix.selector(obj, sel, path)
+	return ok && s.Matches(objectLabels(target))
 }
 
-func labels(o *manifest.Object) map[string]string {
-	out := map[string]string{}
+// selector compiles the matchLabels/matchExpressions of n once per node.
+func (ix *Index) selector(obj *manifest.Object, n *yaml.Node, path string) (labels.Selector, bool) {
+	if c, ok := ix.selectors[n]; ok {
+		return c, c != nil
+	}
+	var ls metav1.LabelSelector
+	var err error
+	if n != nil {
+		var raw any
+		if err = n.Decode(&raw); err == nil {
+			var j []byte
+			if j, err = json.Marshal(raw); err == nil {
+				// Lenient: a targetSelector also holds group, kind and namespaces.
+				err = json.Unmarshal(j, &ls)
+			}
+		}
+	}
+	var s labels.Selector
+	if err == nil {
+		s, err = metav1.LabelSelectorAsSelector(&ls)
+	}
+	if err != nil {
+		ix.selectorError(obj, n, path, err)
+		ix.selectors[n] = nil
+		return nil, false
+	}
+	ix.selectors[n] = s
+	return s, true
+}
+
+func (ix *Index) selectorError(obj *manifest.Object, n *yaml.Node, path string, err error) {
+	for _, e := range ix.SelectorErrors {
+		if e.Node == n && e.Path == path {
+			return
+		}
+	}
+	ix.SelectorErrors = append(ix.SelectorErrors, SelectorError{Obj: obj, Node: n, Path: path, Err: err})
+}
+
+// SelectorError is a targetSelector that is not a valid label selector.
+type SelectorError struct {
+	Obj  *manifest.Object
+	Node *yaml.Node
+	Path string
+	Err  error
+}
+
+func objectLabels(o *manifest.Object) labels.Set {
+	out := labels.Set{}
 	keys, vals := manifest.Pairs(manifest.Get(o.Node, "metadata", "labels"))
 	for i := range keys {
 		out[keys[i].Value] = manifest.Str(vals[i])
 	}
 	return out
-}
-
-// matchSelector evaluates matchLabels and matchExpressions (ANDed) like a
-// Kubernetes LabelSelector. A selector with neither matches everything.
-func matchSelector(sel *yaml.Node, l map[string]string) bool {
-	keys, vals := manifest.Pairs(manifest.Get(sel, "matchLabels"))
-	for i := range keys {
-		if v, ok := l[keys[i].Value]; !ok || v != manifest.Str(vals[i]) {
-			return false
-		}
-	}
-	for _, e := range manifest.Items(manifest.Get(sel, "matchExpressions")) {
-		key := manifest.Str(manifest.Get(e, "key"))
-		v, has := l[key]
-		in := false
-		for _, want := range manifest.Items(manifest.Get(e, "values")) {
-			if has && v == manifest.Str(want) {
-				in = true
-			}
-		}
-		switch manifest.Str(manifest.Get(e, "operator")) {
-		case "In":
-			if !in {
-				return false
-			}
-		case "NotIn":
-			if in {
-				return false
-			}
-		case "Exists":
-			if !has {
-				return false
-			}
-		case "DoesNotExist":
-			if has {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // BudgetPolicies returns the budget policies.

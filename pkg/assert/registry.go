@@ -17,6 +17,9 @@ var rules = []*Rule{
 	ruleLimits,
 	ruleRouteCoverage,
 	ruleAgentgateway,
+	ruleAICost,
+	ruleOptionalCredential,
+	ruleGatewayScope,
 }
 
 // Rules returns every registered rule in ID order.

@@ -156,7 +156,7 @@ func TestRuleFixtures(t *testing.T) {
 
 func TestSkip(t *testing.T) {
 	fx := loadFixture(t, "testdata/rules/bg001_not_shared.yaml")
-	fx.opts.Skip = []string{"bg001"}
+	fx.opts.Skip = append(fx.opts.Skip, "bg001")
 	rep, err := Run(context.Background(), fx.objs, fx.opts)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,8 @@ type RuleBudget struct {
 
 // RuleBudgets parses the budgetgen.dev/rule-budgets annotation from an
 // object's annotations. It fails when the annotation is missing or malformed,
-// or when its rule indices are not 0, 1, 2, ... in order.
+// or when its rule indices are not increasing (they start after a base
+// policy's own rules, spec.gateways[].basePolicy).
 func RuleBudgets(annotations map[string]string) ([]RuleBudget, error) {
 	raw, ok := annotations[AnnotationRuleBudgets]
 	if !ok {
@@ -48,8 +49,8 @@ func RuleBudgets(annotations map[string]string) ([]RuleBudget, error) {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationRuleBudgets, err)
 	}
 	for i, rb := range rbs {
-		if rb.Rule != i {
-			return nil, fmt.Errorf("annotation %s: entry %d has rule %d, want %d", AnnotationRuleBudgets, i, rb.Rule, i)
+		if rb.Rule < 0 || i > 0 && rb.Rule <= rbs[i-1].Rule {
+			return nil, fmt.Errorf("annotation %s: entry %d has rule %d, want an index above the previous entry's", AnnotationRuleBudgets, i, rb.Rule)
 		}
 		if rb.Budget == "" {
 			return nil, fmt.Errorf("annotation %s: entry %d has no budget", AnnotationRuleBudgets, i)

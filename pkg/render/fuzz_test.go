@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -30,7 +32,7 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			var le *LimitError
 			var ue *UnsupportedError
-			if !errors.As(err, &le) && !errors.As(err, &ue) {
+			if !errors.As(err, &le) && !errors.As(err, &ue) && !hasBasePolicy(bs) {
 				t.Fatalf("render error is not a LimitError or UnsupportedError: %v", err)
 			}
 			return
@@ -72,4 +74,45 @@ func btpAnnotations(t *testing.T, o Object) map[string]string {
 		t.Fatalf("%T has no annotations", o.Object)
 	}
 	return a.GetAnnotations()
+}
+
+func hasBasePolicy(bs *spec.BudgetSet) bool {
+	for _, gw := range bs.Spec.Gateways {
+		if gw.BasePolicy != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzBasePolicy: any base policy file either merges (the budgets after its
+// own global rules, the annotation numbering them from there) or fails with
+// an error; it never panics.
+func FuzzBasePolicy(f *testing.F) {
+	for _, p := range []string{"testdata/base/gateway-team-btp.yaml", "testdata/base/local.yaml", "testdata/base/other-target.yaml"} {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte("apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: x}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		bs, err := spec.LoadFile("testdata/base_policy.yaml", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs.Spec.Gateways[0].Base = &spec.File{Path: "base.yaml", Data: data}
+		res, err := Render(bs)
+		if err != nil {
+			return
+		}
+		btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
+		rbs, err := RuleBudgets(btp.Annotations)
+		if err != nil {
+			t.Fatalf("merged annotation: %v", err)
+		}
+		rules := btp.Spec.RateLimit.Global.Rules
+		if n := len(rules); n != rbs[len(rbs)-1].Rule+1 || rbs[0].Rule != n-RuleCount(bs) {
+			t.Fatalf("annotation %v does not number the last %d of %d rules", rbs, RuleCount(bs), n)
+		}
+	})
 }

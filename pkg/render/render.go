@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -92,6 +93,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{LLMRequestCosts: costs}
+	seenConfig := map[string]bool{}
 	for _, gw := range bs.Spec.Gateways {
 		if gw.IsAgentgateway() {
 			o, err := agentgatewayObject(bs, gw)
@@ -110,18 +112,54 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 			return nil, err
 		}
 		res.Objects = append(res.Objects, o)
-		if bs.Spec.HeaderHygiene.UserOwned || len(bs.Spec.Identities) == 0 {
-			continue
+		if !bs.Spec.HeaderHygiene.UserOwned && len(bs.Spec.Identities) > 0 {
+			ctp := clientTrafficPolicy(bs, gw)
+			o, err = newObject(egv1a1.KindClientTrafficPolicy, ctp.Namespace, ctp.Name, ctp)
+			if err != nil {
+				return nil, err
+			}
+			res.Objects = append(res.Objects, o)
 		}
-		ctp := clientTrafficPolicy(bs, gw)
-		o, err = newObject(egv1a1.KindClientTrafficPolicy, ctp.Namespace, ctp.Name, ctp)
-		if err != nil {
-			return nil, err
+		if gw.GatewayConfig != nil && !seenConfig[gw.Namespace+"/"+gw.GatewayConfig.Name] {
+			seenConfig[gw.Namespace+"/"+gw.GatewayConfig.Name] = true
+			gc := gatewayConfig(bs, gw, costs)
+			o, err = newObject(aigateway.KindGatewayConfig, gc.Metadata.Namespace, gc.Metadata.Name, gc)
+			if err != nil {
+				return nil, err
+			}
+			res.Objects = append(res.Objects, o)
 		}
-		res.Objects = append(res.Objects, o)
 	}
 	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
+}
+
+// gatewayConfig is the Envoy AI Gateway GatewayConfig that makes the AI
+// Gateway filter write the spec's token key on every route of the Gateways
+// referencing it (a route's own llmRequestCosts entry for the key wins).
+// Without it, or the key in each AIGatewayRoute, the budgets count 0 tokens.
+//
+// costs are the CEL entries the spec's large caps and money limits charge
+// (LLMRequestCosts, sorted by key): they go into the same list, so one
+// GatewayConfig makes every rule of the policy count.
+func gatewayConfig(bs *spec.BudgetSet, gw spec.GatewayRef, costs []CostEntry) *aigateway.GatewayConfigObject {
+	list := []aigateway.LLMRequestCost{{MetadataKey: bs.Spec.TokenSource.Key, Type: gw.GatewayConfig.Type}}
+	for _, c := range costs {
+		if c.MetadataKey == bs.Spec.TokenSource.Key {
+			continue // the spec's own key is written by its token type above
+		}
+		list = append(list, aigateway.LLMRequestCost{MetadataKey: c.MetadataKey, Type: c.Type, CEL: c.CEL})
+	}
+	return &aigateway.GatewayConfigObject{
+		APIVersion: aigateway.Group + "/" + aigateway.Version,
+		Kind:       aigateway.KindGatewayConfig,
+		Metadata: aigateway.ObjectMeta{
+			Name:      gw.GatewayConfig.Name,
+			Namespace: gw.Namespace,
+			Labels:    map[string]string{LabelManagedBy: ManagedByValue, LabelBudgetSet: bs.Metadata.Name},
+		},
+		Spec: aigateway.GatewayConfigSpec{GlobalLLMRequestCosts: list},
+	}
 }
 
 // PolicyName is the name of the BackendTrafficPolicy rendered for gw. It is
@@ -241,9 +279,37 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name",
 		}
 	}
+	var base *egv1a1.BackendTrafficPolicy
+	offset := 0
+	if gw.BasePolicy != "" && gw.Base == nil {
+		// Rendering without the base would emit a second Gateway-level policy,
+		// which EG marks Conflicted: fail instead.
+		return nil, fmt.Errorf("gateway %s/%s: base policy %s was not read (load the spec with spec.LoadFile, or call ReadBasePolicies)", gw.Namespace, gw.Name, gw.BasePolicy)
+	}
+	if gw.Base != nil {
+		var err error
+		if base, err = basePolicy(gw); err != nil {
+			return nil, err
+		}
+		if rl := base.Spec.RateLimit; rl != nil && rl.Global != nil {
+			offset = len(rl.Global.Rules)
+		}
+		if n := offset + RuleCountFor(bs, gw); n > MaxRulesPerPolicy {
+			return nil, &LimitError{
+				Limit:  "rate limit rules per BackendTrafficPolicy (base policy rules included)",
+				Object: "BackendTrafficPolicy " + gw.Namespace + "/" + base.Name, Need: n, Max: MaxRulesPerPolicy,
+				Hint: fmt.Sprintf("the base policy %s has %d global rules; drop overrides or base rules", gw.Base.Path, offset),
+			}
+		}
+	}
 	rules, index, err := rules(bs, gw)
 	if err != nil {
 		return nil, err
+	}
+	// EG numbers the rules of a policy by their position among all its
+	// global rules: the budgets come after the base's own.
+	for i := range index {
+		index[i].Rule += offset
 	}
 	ann, err := json.Marshal(index)
 	if err != nil {
@@ -276,6 +342,9 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 				Global: &egv1a1.GlobalRateLimit{Rules: rules},
 			},
 		},
+	}
+	if base != nil {
+		return mergeBase(base, btp, gw), nil
 	}
 	return btp, nil
 }

@@ -22,11 +22,7 @@ var update = flag.Bool("update", false, "rewrite golden files and examples/rende
 
 func load(t testing.TB, path string) *spec.BudgetSet {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs, err := spec.Load(data, filepath.Base(path))
+	bs, err := spec.LoadFile(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +39,9 @@ func validateAll(t *testing.T, res *Result) {
 		if o.Kind == KindAgentgatewayPolicy {
 			validateAgentgateway(t, o)
 			continue
+		}
+		if o.Kind == "GatewayConfig" {
+			continue // Envoy AI Gateway's kind: not in EG's CRDs (TestGatewayConfig checks its shape)
 		}
 		if err := v.Validate(o.Manifest); err != nil {
 			t.Errorf("%s %s/%s does not validate against Envoy Gateway's CRDs: %v", o.Kind, o.Namespace, o.Name, err)
@@ -90,12 +89,20 @@ func TestGolden(t *testing.T) {
 // TestExamplesRendered checks that the committed examples/rendered directory
 // is exactly what render produces from examples/budgets.yaml today.
 func TestExamplesRendered(t *testing.T) {
-	res, err := Render(load(t, "../../examples/budgets.yaml"))
+	for spec, dir := range map[string]string{
+		"../../examples/budgets.yaml":             "../../examples/rendered",
+		"../../examples/base-policy/budgets.yaml": "../../examples/base-policy/rendered",
+	} {
+		t.Run(dir, func(t *testing.T) { checkExampleRendered(t, spec, dir) })
+	}
+}
+
+func checkExampleRendered(t *testing.T, specPath, dir string) {
+	res, err := Render(load(t, specPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	validateAll(t, res)
-	dir := "../../examples/rendered"
 	files := res.Files()
 	if *update {
 		if err := atomicfile.WriteDir(dir, files, atomicfile.Options{RemoveStale: func(_ string, b []byte) bool { return IsGenerated(b) }}); err != nil {
@@ -119,7 +126,7 @@ func TestExamplesRendered(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s/%s differs from the current render (regenerate: go run ./cmd/budgetgen render examples/budgets.yaml -o examples/rendered)", dir, e.Name())
+			t.Errorf("%s/%s differs from the current render (regenerate: go test ./pkg/render -update)", dir, e.Name())
 		}
 	}
 	if len(onDisk) != len(files) {
@@ -132,8 +139,8 @@ func TestRenderRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Objects) != 2 {
-		t.Fatalf("got %d objects, want a BTP and a CTP", len(res.Objects))
+	if len(res.Objects) != 3 || res.Objects[2].Kind != "GatewayConfig" {
+		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig", len(res.Objects))
 	}
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
 	if btp.Spec.RateLimit.Type != nil {
@@ -317,7 +324,8 @@ func TestRuleBudgetsParser(t *testing.T) {
 	for _, bad := range []map[string]string{
 		nil,
 		{AnnotationRuleBudgets: `not json`},
-		{AnnotationRuleBudgets: `[{"rule":1,"budget":"a","kind":"tokens"}]`},
+		{AnnotationRuleBudgets: `[{"rule":2,"budget":"a","kind":"tokens"},{"rule":2,"budget":"b","kind":"tokens"}]`},
+		{AnnotationRuleBudgets: `[{"rule":-1,"budget":"a","kind":"tokens"}]`},
 		{AnnotationRuleBudgets: `[{"rule":0,"budget":"","kind":"tokens"}]`},
 		{AnnotationRuleBudgets: `[{"rule":0,"budget":"a","kind":"requests"}]`},
 	} {
@@ -369,5 +377,60 @@ func BenchmarkRender10kOverridesRenderOnly(b *testing.B) {
 		if _, err := Render(bs); err == nil {
 			b.Fatal("10,000 overrides rendered")
 		}
+	}
+}
+
+// TestBasePolicyErrors: a base policy render cannot merge into is an error
+// naming the base file, the line and the field; nothing is rendered.
+func TestBasePolicyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		base, want string
+	}{
+		{"base/local.yaml", "testdata/base/local.yaml:7: spec.rateLimit.local: a base policy with a local rate limit"},
+		{"base/other-target.yaml", "testdata/base/other-target.yaml:6: spec.targetRefs[0]: targets Gateway public-edge"},
+	} {
+		bs := load(t, "testdata/base_policy.yaml")
+		bs.Spec.Gateways[0].BasePolicy = tc.base
+		if err := bs.ReadBasePolicies("testdata"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Render(bs)
+		var be *BaseError
+		if err == nil || !errors.As(err, &be) || err.Error()[:len(tc.want)] != tc.want {
+			t.Errorf("%s: render = %v, %v; want error starting %q", tc.base, res, err, tc.want)
+		}
+	}
+	// A missing file fails at load, naming the spec's line.
+	bs := load(t, "testdata/base_policy.yaml")
+	bs.Spec.Gateways[0].BasePolicy = "base/nope.yaml"
+	if err := bs.ReadBasePolicies("testdata"); err == nil || !strings.Contains(err.Error(), "base_policy.yaml:11: spec.gateways[0].basePolicy: read base policy") {
+		t.Errorf("missing base: %v", err)
+	}
+}
+
+// TestBasePolicyMerge: the merged policy keeps every field of the base and its
+// rules first, under the base's name; the annotation numbers budget rules by
+// their position among all global rules, as EG's descriptors do.
+func TestBasePolicyMerge(t *testing.T) {
+	res, err := Render(load(t, "testdata/base_policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
+	if btp.Name != "agent-router-traffic" || btp.Spec.Timeout == nil || btp.Spec.Retry == nil || btp.Spec.CircuitBreaker == nil || btp.Labels["team"] != "gateway" {
+		t.Fatalf("base fields lost: %+v", btp.ObjectMeta)
+	}
+	rules := btp.Spec.RateLimit.Global.Rules
+	if len(rules) != 6 || rules[0].ClientSelectors[0].SourceCIDR == nil || rules[2].Cost == nil {
+		t.Fatalf("rules: base first, then budgets: %+v", rules)
+	}
+	rbs, err := RuleBudgets(btp.Annotations)
+	if err != nil || len(rbs) != 4 || rbs[0].Rule != 2 || rbs[3].Rule != 5 || rbs[3].Kind != RuleKindKillSwitch {
+		t.Fatalf("rule budgets %+v, %v", rbs, err)
+	}
+	gc := res.Objects[2]
+	if gc.Kind != "GatewayConfig" || !strings.Contains(string(gc.Manifest), "apiVersion: aigateway.envoyproxy.io/v1beta1") ||
+		!strings.Contains(string(gc.Manifest), "- metadataKey: llm_total_token\n    type: TotalToken\n") {
+		t.Errorf("GatewayConfig:\n%s", gc.Manifest)
 	}
 }

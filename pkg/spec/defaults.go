@@ -9,6 +9,11 @@ func Default(s *BudgetSet) {
 	if s.Spec.TokenSource.Key == "" {
 		s.Spec.TokenSource.Key = DefaultTokenMetadataKey
 	}
+	for i := range s.Spec.Gateways {
+		if gc := s.Spec.Gateways[i].GatewayConfig; gc != nil && gc.Type == "" {
+			gc.Type = DefaultGatewayConfigType
+		}
+	}
 	for i := range s.Spec.Budgets {
 		if s.Spec.Budgets[i].Mode == "" {
 			s.Spec.Budgets[i].Mode = DefaultMode

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -70,7 +71,44 @@ func LoadFile(path string, stdin io.Reader) (*BudgetSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
 	}
-	return Load(data, name)
+	bs, err := Load(data, name)
+	if err != nil {
+		return nil, err
+	}
+	dir := "."
+	if path != "-" {
+		dir = filepath.Dir(path)
+	}
+	if err := bs.ReadBasePolicies(dir); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// ReadBasePolicies reads every spec.gateways[].basePolicy, relative to dir
+// (the spec's directory), into the gateway's Base. A file that cannot be read
+// is an error naming the spec's line.
+func (s *BudgetSet) ReadBasePolicies(dir string) error {
+	var errs ErrorList
+	for i := range s.Spec.Gateways {
+		g := &s.Spec.Gateways[i]
+		if g.BasePolicy == "" {
+			continue
+		}
+		field := fmt.Sprintf("spec.gateways[%d].basePolicy", i)
+		path := filepath.Join(dir, g.BasePolicy)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs.add(s.file, s.Line(field), field, fmt.Sprintf("read base policy: %v", err))
+			continue
+		}
+		g.Base = &File{Path: path, Data: data}
+	}
+	if len(errs) > 0 {
+		errs.sort()
+		return errs
+	}
+	return nil
 }
 
 var yamlLineRE = regexp.MustCompile(`line (\d+):`)

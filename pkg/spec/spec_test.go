@@ -129,6 +129,12 @@ func TestLoadErrors(t *testing.T) {
 		{"missing metadata name", strings.Replace(base, "metadata: {name: ai-budgets}\n", "", 1), "b.yaml:1: metadata.name: is required"},
 		{"bool as string", strings.Replace(base, "apiKeyClientID: true", "apiKeyClientID: yes", 1),
 			`b.yaml:8: spec.identities.x-api-key-client.apiKeyClientID: must be true or false, got "yes"`},
+		{"absolute base policy", strings.Replace(base, "name: agent-router}", "name: agent-router, basePolicy: /etc/btp.yaml}", 1),
+			`b.yaml:5: spec.gateways[0].basePolicy: must be a path relative to the spec file, got "/etc/btp.yaml"`},
+		{"gateway config type", strings.Replace(base, "name: agent-router}", "name: agent-router, gatewayConfig: {name: gc, type: CEL}}", 1),
+			`b.yaml:5: spec.gateways[0].gatewayConfig.type: must be one of TotalToken, InputToken, OutputToken, CachedInputToken, CacheCreationInputToken, ReasoningToken, got "CEL"`},
+		{"gateway config namespace", strings.Replace(base, "name: agent-router}]", "name: agent-router, gatewayConfig: {name: gc}}]\n  tokenSource: {namespace: my.filter}", 1),
+			`b.yaml:5: spec.gateways[0].gatewayConfig: Envoy AI Gateway writes its costs into metadata namespace io.envoy.ai_gateway, but spec.tokenSource.namespace is "my.filter"`},
 		{"list expected", strings.Replace(base, "gateways: [{namespace: ai-gateway, name: agent-router}]", "gateways: agent-router", 1),
 			`b.yaml:5: spec.gateways: must be a list, got "agent-router"`},
 	}

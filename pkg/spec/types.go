@@ -96,6 +96,20 @@ type GatewayRef struct {
 	// BackendTrafficPolicy) or agentgateway (an AgentgatewayPolicy whose global
 	// rate limit calls the ratelimit Service; see docs/agentgateway.md).
 	Kind GatewayKind `json:"kind,omitempty" jsonschema:"enum=envoy,enum=agentgateway"`
+	// BasePolicy is a BackendTrafficPolicy file (path relative to the spec)
+	// the Gateway team owns. Render then emits one policy for the Gateway: the
+	// base policy unchanged, under its own name and namespace, with the budget
+	// rules appended after its own global rules (EG accepts one Gateway-level
+	// BackendTrafficPolicy per Gateway).
+	BasePolicy string `json:"basePolicy,omitempty" jsonschema:"minLength=1"`
+	// GatewayConfig renders an Envoy AI Gateway GatewayConfig writing the
+	// tokenSource key for every route of the Gateway (globalLLMRequestCosts).
+	// The Gateway must reference it with the annotation
+	// aigateway.envoyproxy.io/gateway-config: <name>.
+	GatewayConfig *GatewayConfig `json:"gatewayConfig,omitempty"`
+
+	// Base is the BasePolicy file's content, read by LoadFile (nil without BasePolicy).
+	Base *File `json:"-"`
 }
 
 // GatewayKind is the implementation behind a target Gateway.
@@ -127,6 +141,24 @@ type RateLimitService struct {
 	Name string `json:"name,omitempty"`
 	// Port is the gRPC port. Default: 8081.
 	Port int32 `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+}
+
+// GatewayConfig names the Envoy AI Gateway GatewayConfig render emits.
+type GatewayConfig struct {
+	// Name of the GatewayConfig, in the Gateway's namespace.
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=253"`
+	// Type of the LLM request cost written to tokenSource.key. Default: TotalToken.
+	Type string `json:"type,omitempty" jsonschema:"enum=TotalToken,enum=InputToken,enum=OutputToken,enum=CachedInputToken,enum=CacheCreationInputToken,enum=ReasoningToken"`
+}
+
+// DefaultGatewayConfigType is the cost type of a rendered GatewayConfig.
+const DefaultGatewayConfigType = "TotalToken"
+
+// File is a file read next to the spec.
+type File struct {
+	// Path as opened (the spec's directory joined with the relative path).
+	Path string
+	Data []byte
 }
 
 // TokenSource is where the token count of a response is read from.

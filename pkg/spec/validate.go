@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -57,6 +58,18 @@ func (v *validator) check() {
 		v.dnsLabel(p+".namespace", g.Namespace)
 		v.subdomain(p+".name", g.Name, true)
 		v.subdomain(p+".sectionName", g.SectionName, false)
+		if g.BasePolicy != "" && filepath.IsAbs(g.BasePolicy) {
+			v.fail(p+".basePolicy", "must be a path relative to the spec file, got %q", g.BasePolicy)
+		}
+		if gc := g.GatewayConfig; gc != nil {
+			v.subdomain(p+".gatewayConfig.name", gc.Name, true)
+			if !slices.Contains(gatewayConfigTypes, gc.Type) {
+				v.fail(p+".gatewayConfig.type", "must be one of %s, got %q", strings.Join(gatewayConfigTypes, ", "), gc.Type)
+			}
+			if ns := s.Spec.TokenSource.Namespace; ns != DefaultTokenMetadataNamespace {
+				v.fail(p+".gatewayConfig", "Envoy AI Gateway writes its costs into metadata namespace %s, but spec.tokenSource.namespace is %q", DefaultTokenMetadataNamespace, ns)
+			}
+		}
 		key := g.Namespace + "/" + g.Name
 		if first, dup := seenGW[key]; dup {
 			v.fail(p, "Gateway %s is already listed at spec.gateways[%d]: Envoy Gateway accepts one Gateway-level BackendTrafficPolicy per Gateway, so list it once", key, first)
@@ -260,3 +273,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// gatewayConfigTypes are the Envoy AI Gateway LLMRequestCost types a
+// rendered GatewayConfig may use (CEL needs an expression the spec does not hold).
+var gatewayConfigTypes = []string{"TotalToken", "InputToken", "OutputToken", "CachedInputToken", "CacheCreationInputToken", "ReasoningToken"}

@@ -25,6 +25,8 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -435,17 +437,6 @@ func mustConfig(t *testing.T, y string) *config.Config {
 	return c
 }
 
-func TestOverLimitCacheBounded(t *testing.T) {
-	c := newOverCache(64)
-	now := int64(1000)
-	for i := 0; i < 10000; i++ {
-		c.put([]byte(strings.Repeat("k", i%50)+string(rune(i))), 5, now, now+60, time.Unix(now+60, 0))
-	}
-	if n := c.len(); n > 64 {
-		t.Fatalf("cache holds %d entries, bound is 64", n)
-	}
-}
-
 func TestStoreFailurePolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy  FailurePolicy
@@ -460,7 +451,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			if el := time.Since(start); el > 100*time.Millisecond {
 				t.Fatalf("blocked %v past the 15 ms store deadline", el)
 			}
-			if status.Code(err) != tc.code {
+			if status.Code(server.Status(err)) != tc.code {
 				t.Fatalf("err = %v, want code %s", err, tc.code)
 			}
 			if err != nil {
@@ -509,7 +500,7 @@ func TestInvalidRequests(t *testing.T) {
 		for name, r := range cases {
 			t.Run(name, func(t *testing.T) {
 				_, err := f.e.ShouldRateLimit(context.Background(), r)
-				if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() == "" {
+				if status.Code(server.Status(err)) != codes.InvalidArgument || status.Convert(server.Status(err)).Message() == "" {
 					t.Fatalf("err = %v, want InvalidArgument with a reason", err)
 				}
 			})
@@ -521,7 +512,7 @@ func TestNoConfigIsUnavailable(t *testing.T) {
 	each(t, func(t *testing.T, kind string) {
 		f := newFixture(t, kind, Options{}, testConfig)
 		f.e.SetConfig(nil)
-		if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(err) != codes.Unavailable {
+		if _, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "x"))); status.Code(server.Status(err)) != codes.Unavailable {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -566,7 +557,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 		resp, err := e.ShouldRateLimit(context.Background(), &r)
 		if err != nil {
-			if c := status.Code(err); c != codes.InvalidArgument {
+			if c := status.Code(server.Status(err)); c != codes.InvalidArgument {
 				t.Fatalf("unexpected error code %s: %v", c, err)
 			}
 			return
@@ -701,4 +692,82 @@ func TestConcurrentChargesExact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCounterAtMaximumSaturatesAndDenies: a counter at the store's maximum
+// (MaxInt64) cannot take more hits; with the over-limit cache off it is
+// answered OVER_LIMIT (saturated), never failed open by the store error,
+// and the other descriptors of the request are charged exactly once.
+func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
+	each(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, Options{OverLimitCacheSize: -1}, testConfig)
+		day := f.clk.Now().Unix() / 86400 * 86400
+		full := string(key.Encoder{}.Append(nil, "d", d("user", "full").Entries, nil, 86400, day))
+		exp := time.Unix(day+86400, 0).Add(DefaultGrace)
+		if err := f.st.Store.Charge(context.Background(), []store.Counter{{Key: full, Hits: math.MaxInt64, ExpireAt: exp}}, make([]uint64, 1)); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			check(t, f.call(t, req("d", 0, d("user", "full"))), OVER, want{OVER, 0})
+			check(t, f.call(t, req("d", 0, d("user", "full"), d("user", "other"))), OVER, want{OVER, 0}, want{OK, uint32(2 - i)})
+		}
+		if got := f.total(full); got != math.MaxInt64 {
+			t.Fatalf("saturated counter = %d, want MaxInt64", got)
+		}
+		other := string(key.Encoder{}.Append(nil, "d", d("user", "other").Entries, nil, 86400, day))
+		if got := f.total(other); got != 3 {
+			t.Fatalf("the other descriptor's counter = %d, want 3 (charged once per request)", got)
+		}
+		if got := testutil.ToFloat64(f.e.o.Metrics.FailurePolicy.WithLabelValues("allow")); got != 0 {
+			t.Fatalf("%v requests answered by the failure policy, want 0", got)
+		}
+	})
+}
+
+// recObserver records what the observer seam is told.
+type recObserver struct {
+	mu       sync.Mutex
+	descs    []string
+	requests []string
+}
+
+func (r *recObserver) Descriptor(_ context.Context, d *observe.Descriptor) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	it := d.Item
+	r.descs = append(r.descs, fmt.Sprintf("%s hits=%d total=%d over=%v cached=%v failed=%v", it.Limit.Rule, it.Hits, it.Total, it.Over, it.Cached, d.StoreFailed))
+}
+
+func (r *recObserver) Request(_ context.Context, q *observe.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, q.Class+"/"+q.FailurePolicy)
+}
+
+// TestObserversToldEachOutcome: an extra observer gets each limited
+// descriptor's outcome (never unlimited or unmatched ones) and each
+// request's verdict, including invalid requests and store failures.
+func TestObserversToldEachOutcome(t *testing.T) {
+	ob := &recObserver{}
+	f := newFixture(t, "memory", Options{Observers: []observe.Observer{ob}}, testConfig)
+	for i := 0; i < 5; i++ {
+		f.call(t, req("d", 0, d("user", "o"), d("free", "x"), d("none", "y")))
+	}
+	_, _ = f.e.ShouldRateLimit(context.Background(), req("", 0, d("user", "o")))
+	f.st.block = true
+	f.call(t, req("d", 0, d("user", "p")))
+	want := []string{
+		"d.user hits=1 total=1 over=false cached=false failed=false",
+		"d.user hits=1 total=2 over=false cached=false failed=false",
+		"d.user hits=1 total=3 over=false cached=false failed=false",
+		"d.user hits=1 total=4 over=true cached=false failed=false",
+		"d.user hits=1 total=0 over=true cached=true failed=false",
+		"d.user hits=1 total=0 over=false cached=false failed=true",
+	}
+	if fmt.Sprint(ob.descs) != fmt.Sprint(want) {
+		t.Fatalf("descriptors:\n got  %q\n want %q", ob.descs, want)
+	}
+	if got := fmt.Sprint(ob.requests); got != "[ok/ ok/ ok/ over_limit/ over_limit/ invalid_argument/ ok/allow]" {
+		t.Fatalf("requests: %s", got)
+	}
 }

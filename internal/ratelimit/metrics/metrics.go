@@ -29,6 +29,9 @@ type Metrics struct {
 	OverLimitCache  *prometheus.CounterVec // result: hit|miss|insert|full
 	DeferredCharges prometheus.Counter
 	GlobalShadow    prometheus.Counter
+	// UnsentHits are hits that were in no store call, by outcome: deferred
+	// (handed to the store's outage buffer), dropped, caller_gone, refused.
+	UnsentHits *prometheus.CounterVec
 
 	// Pre-resolved children for the hot path.
 	RequestsOK, RequestsOverLimit, CacheHits prometheus.Counter
@@ -83,6 +86,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "ratelimit_global_shadow_mode_total",
 			Help: "Requests answered OK only because SHADOW_MODE is on.",
 		}),
+		UnsentHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_unsent_hits_total",
+			Help: "Hits that were in no store call, by outcome: deferred (their deadline passed before the call started; handed to the store's outage buffer), dropped (the store cannot defer), caller_gone (the caller cancelled first), refused (the store refused them even alone).",
+		}, []string{"outcome"}),
 	}
 	m.RequestsOK = m.Requests.WithLabelValues("ok")
 	m.RequestsOverLimit = m.Requests.WithLabelValues("over_limit")
@@ -90,7 +97,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.ChargeLatency = m.StoreLatency.WithLabelValues("charge")
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.TokensCharged, m.Requests, m.StoreErrors, m.StoreLatency,
-			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow)
+			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow, m.UnsentHits)
 	}
 	return m
 }

@@ -27,7 +27,7 @@ func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]b
 	}
 	resp, err := s.d.ShouldRateLimit(ctx, &r)
 	if err != nil {
-		return nil, err
+		return nil, Status(err)
 	}
 	return marshalResponse(dst, resp)
 }

@@ -26,10 +26,12 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
+	"github.com/budgetgen/budgetgen/internal/tlsconfig"
 )
 
 // ErrUsage marks settings errors (exit code 2 in main).
@@ -64,11 +66,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	st, ledgerSink, desc, err := openStore(s, log)
+	st, ledgerMem, desc, err := openStore(s, log)
 	if err != nil {
 		return err
 	}
-	registerStoreMetrics(reg, st)
+	storemetrics.Register(reg, st)
 	defer func() {
 		if err := st.Close(); err != nil {
 			log.Warn("close store", "err", err)
@@ -76,7 +78,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}()
 	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
 	if ms, ok := st.(*memory.Store); ok && s.MemorySnapshotPath != "" {
-		stop, err := startSnapshots(s, ms, ledgerSink, log, startup)
+		stop, err := startSnapshots(s, ms, ledgerMem, log, startup)
 		if err != nil {
 			return err
 		}
@@ -92,7 +94,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	startup.Warn("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
-	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays, Location: windows.Location()}, ledgerSink, nil)
+	// Its flushes go through the store (store.HashWriter): the valkey store's
+	// in-flight bound and stall guard cover them.
+	hw, ok := st.(store.HashWriter)
+	if !ok {
+		return fmt.Errorf("counter store %T cannot hold the ledger", st)
+	}
+	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays, Location: windows.Location()}, ledger.NewStoreSink(hw), nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -128,7 +136,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
-		Ledger: ledgerReader(ledgerSink),
+		Ledger: ledgerReader(ledgerMem),
 	})
 	if err != nil {
 		return err
@@ -239,20 +247,20 @@ const ledgerFlushInterval = 5 * time.Second
 
 // ledgerReader is the ledger the debug port serves: the embedded store's,
 // which only this process holds (a Valkey ledger is read from Valkey).
-func ledgerReader(sink ledger.Sink) ledger.Reader {
-	if m, ok := sink.(*ledger.Memory); ok {
-		return m
+func ledgerReader(m *ledger.Memory) ledger.Reader {
+	if m == nil {
+		return nil // a nil *ledger.Memory must not become a non-nil Reader
 	}
-	return nil
+	return m
 }
 
 // startSnapshots restores the embedded store's snapshot and starts writing it
 // every MEMORY_SNAPSHOT_INTERVAL; stop ends that and writes the shutdown
 // snapshot. A snapshot that cannot be read is a start-up error naming the
 // file (never a silent empty start: that is the budget lost).
-func startSnapshots(s settings.Settings, ms *memory.Store, sink ledger.Sink, log, startup *slog.Logger) (stop func(), err error) {
+func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, log, startup *slog.Logger) (stop func(), err error) {
 	sn := &memory.Snapshotter{Path: s.MemorySnapshotPath, Store: ms, Interval: s.MemorySnapshotInterval, Logger: log}
-	if lm, ok := sink.(*ledger.Memory); ok {
+	if lm != nil {
 		sn.Ledger = lm
 	}
 	rs, err := sn.Restore()
@@ -273,7 +281,9 @@ func startSnapshots(s settings.Settings, ms *memory.Store, sink ledger.Sink, log
 	}, nil
 }
 
-func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink, string, error) {
+// openStore opens the counter store; with the embedded store it also
+// returns the in-process ledger it holds.
+func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memory, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
 		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: s.MemoryFullPolicy}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
@@ -294,17 +304,13 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
 		Idempotent: s.ValkeyIdempotentCharges, IdempotencyWindow: s.ValkeyIdempotencyWindow,
 	}
-	addrs := strings.Split(s.RedisURL, ",")
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
-	}
-	switch strings.ToLower(s.RedisType) {
-	case "cluster":
-		o.Mode, o.Addresses = valkey.Cluster, addrs
-	case "sentinel":
-		o.Mode, o.MasterSet, o.Addresses = valkey.Sentinel, addrs[0], addrs[1:]
+	switch s.Redis.Type {
+	case settings.RedisCluster:
+		o.Mode, o.Addresses = valkey.Cluster, s.Redis.Addresses
+	case settings.RedisSentinel:
+		o.Mode, o.MasterSet, o.Addresses = valkey.Sentinel, s.Redis.MasterSet, s.Redis.Addresses
 	default:
-		o.Mode, o.Addresses = valkey.Standalone, addrs[:1]
+		o.Mode, o.Addresses = valkey.Standalone, s.Redis.Addresses
 	}
 	if s.RedisTLS {
 		tc, err := redisTLS(s)
@@ -321,19 +327,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, ledger.Sink,
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return st, lazyValkeySink{st}, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
-}
-
-// lazyValkeySink is the ledger's Valkey sink on the store's client, which
-// exists only once the store is connected.
-type lazyValkeySink struct{ st *valkey.Store }
-
-func (l lazyValkeySink) Apply(ctx context.Context, b ledger.Batch) error {
-	c := l.st.Client()
-	if c == nil {
-		return fmt.Errorf("%w: not connected to valkey yet", store.ErrUnavailable)
-	}
-	return ledger.NewValkeySink(c).Apply(ctx, b)
+	return st, nil, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
 }
 
 // secret returns value, or the content of file (one trailing newline
@@ -357,26 +351,12 @@ func secret(value, file, setting string) (string, error) {
 // redisTLS builds the client TLS config from REDIS_TLS_* files, as the
 // reference does: optional client pair, optional CA (system roots
 // otherwise), and hostname verification that can be skipped while the chain
-// is still verified.
+// is still verified. Files are loaded by internal/tlsconfig (errors name
+// the file).
 func redisTLS(s settings.Settings) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.RedisTLSClientCert != "" || s.RedisTLSClientKey != "" {
-		pair, err := tls.LoadX509KeyPair(s.RedisTLSClientCert, s.RedisTLSClientKey)
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_TLS_CLIENT_CERT/KEY: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
-	if s.RedisTLSCACert != "" {
-		pem, err := os.ReadFile(s.RedisTLSCACert)
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_TLS_CACERT: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("REDIS_TLS_CACERT %s: no certificate found", s.RedisTLSCACert)
-		}
-		tc.RootCAs = pool
+	tc, err := tlsconfig.Client(tlsconfig.ClientOptions{CertFile: s.RedisTLSClientCert, KeyFile: s.RedisTLSClientKey, CAFile: s.RedisTLSCACert})
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY, REDIS_TLS_CACERT: %w", err)
 	}
 	if s.RedisTLSSkipHostnameVerification {
 		roots := tc.RootCAs

@@ -182,6 +182,9 @@ type Settings struct {
 	// many days after it ends.
 	LedgerRetentionDays int
 
+	// Redis is RedisURL and RedisType parsed (by Load, once; see ParseRedis).
+	Redis RedisTarget
+
 	// Unsupported lists reference settings that are set but have no effect
 	// here, one human-readable line each (values never included), sorted.
 	Unsupported []string
@@ -269,7 +272,8 @@ var unsupported = []struct {
 }
 
 // Load reads getenv, then args (flags win), validates and returns the
-// settings. usage receives flag errors and -help output.
+// settings. usage receives flag errors and -help output. Every setting is
+// named once, in table (table.go): environment variables, flag, doc.
 func Load(args []string, getenv func(string) string, usage io.Writer) (Settings, error) {
 	s := Defaults()
 	var errs []error
@@ -277,181 +281,45 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 		v := getenv(name)
 		return v, v != ""
 	}
-	str := func(dst *string, name string) {
-		if v, ok := env(name); ok {
-			*dst = v
-		}
-	}
-	integer := func(dst *int, name string) {
-		if v, ok := env(name); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not an integer: %q", name, v))
-				return
+	r := raw{keyFormat: s.KeyFormat.String(), policy: s.FailurePolicy.String(), fullPolicy: s.MemoryFullPolicy.String(), jitter: int(s.Grace / time.Second)}
+	settings := table(&s, &r)
+	for _, st := range settings {
+		for _, name := range st.env {
+			if v, ok := env(name); ok {
+				if err := st.v.Set(v); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %v: %q", name, err, v))
+				}
 			}
-			*dst = n
 		}
 	}
-	boolean := func(dst *bool, name string) {
-		if v, ok := env(name); ok {
-			b, err := strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not a boolean: %q", name, v))
-				return
-			}
-			*dst = b
-		}
-	}
-	duration := func(dst *time.Duration, name string) {
-		if v, ok := env(name); ok {
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not a duration: %q", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	str(&s.Host, "HOST")
-	integer(&s.Port, "PORT")
-	str(&s.GRPCHost, "GRPC_HOST")
-	integer(&s.GRPCPort, "GRPC_PORT")
-	str(&s.DebugHost, "DEBUG_HOST")
-	integer(&s.DebugPort, "DEBUG_PORT")
-	duration(&s.GRPCMaxConnectionAge, "GRPC_MAX_CONNECTION_AGE")
-	duration(&s.GRPCMaxConnectionAgeGrace, "GRPC_MAX_CONNECTION_AGE_GRACE")
-	boolean(&s.GRPCServerUseTLS, "GRPC_SERVER_USE_TLS")
-	str(&s.GRPCServerTLSCert, "GRPC_SERVER_TLS_CERT")
-	str(&s.GRPCServerTLSKey, "GRPC_SERVER_TLS_KEY")
-	str(&s.GRPCClientTLSCACert, "GRPC_CLIENT_TLS_CACERT")
-	str(&s.GRPCClientTLSCACert, "GRPC_SERVER_TLS_CA_CERT") // the name Envoy Gateway sets; wins over the reference's
-	str(&s.GRPCClientTLSSAN, "GRPC_CLIENT_TLS_SAN")
-	boolean(&s.UsePrometheus, "USE_PROMETHEUS")
-	str(&s.PrometheusAddr, "PROMETHEUS_ADDR")
-	str(&s.PrometheusPath, "PROMETHEUS_PATH")
-	str(&s.LogLevel, "LOG_LEVEL")
-	str(&s.LogFormat, "LOG_FORMAT")
-	str(&s.ConfigType, "CONFIG_TYPE")
-	str(&s.RuntimeRoot, "RUNTIME_ROOT")
-	str(&s.BudgetMapPath, "BUDGET_MAP_PATH")
-	str(&s.ConfigDir, "CONFIG_DIR")
-	str(&s.RuntimeSubdirectory, "RUNTIME_SUBDIRECTORY")
-	str(&s.RuntimeAppDirectory, "RUNTIME_APPDIRECTORY")
-	boolean(&s.RuntimeIgnoreDotFiles, "RUNTIME_IGNOREDOTFILES")
-	boolean(&s.RuntimeWatchRoot, "RUNTIME_WATCH_ROOT")
-	duration(&s.ConfigPollInterval, "CONFIG_POLL_INTERVAL")
-	str(&s.XDSServerURL, "CONFIG_GRPC_XDS_SERVER_URL")
-	str(&s.XDSNodeID, "CONFIG_GRPC_XDS_NODE_ID")
-	boolean(&s.XDSServerUseTLS, "CONFIG_GRPC_XDS_SERVER_USE_TLS")
-	str(&s.XDSClientTLSCert, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
-	str(&s.XDSClientTLSKey, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")
-	str(&s.XDSServerTLSCACert, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")
-	str(&s.XDSServerTLSSAN, "CONFIG_GRPC_XDS_SERVER_TLS_SAN")
-	boolean(&s.ForceStartWithoutInitialConfig, "FORCE_START_WITHOUT_INITIAL_CONFIG")
-	boolean(&s.HealthyWithAtLeastOneConfigLoaded, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
-	str(&s.RedisSocketType, "REDIS_SOCKET_TYPE")
-	str(&s.RedisURL, "REDIS_URL")
-	str(&s.RedisType, "REDIS_TYPE")
-	str(&s.RedisAuth, "REDIS_AUTH")
-	str(&s.RedisSentinelAuth, "REDIS_SENTINEL_AUTH")
-	str(&s.RedisAuthFile, "REDIS_AUTH_FILE")
-	str(&s.RedisSentinelAuthFile, "REDIS_SENTINEL_AUTH_FILE")
-	boolean(&s.RedisTLS, "REDIS_TLS")
-	str(&s.RedisTLSClientCert, "REDIS_TLS_CLIENT_CERT")
-	str(&s.RedisTLSClientKey, "REDIS_TLS_CLIENT_KEY")
-	str(&s.RedisTLSCACert, "REDIS_TLS_CACERT")
-	boolean(&s.RedisTLSSkipHostnameVerification, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
-	duration(&s.RedisTimeout, "REDIS_TIMEOUT")
-	duration(&s.ValkeyMaxFlushDelay, "VALKEY_MAX_FLUSH_DELAY")
-	integer(&s.ValkeyPipelineMultiplex, "VALKEY_PIPELINE_MULTIPLEX")
-	boolean(&s.ValkeyIdempotentCharges, "VALKEY_IDEMPOTENT_CHARGES")
-	duration(&s.ValkeyIdempotencyWindow, "VALKEY_IDEMPOTENCY_WINDOW")
-	integer(&s.GRPCStreamWorkers, "GRPC_STREAM_WORKERS")
-	integer(&s.StoreBatchWorkers, "STORE_BATCH_WORKERS")
-	integer(&s.GCPercent, "GC_PERCENT")
-	str(&s.CacheKeyPrefix, "CACHE_KEY_PREFIX")
-	keyFormat := s.KeyFormat.String()
-	str(&keyFormat, "KEY_FORMAT")
-	if v, ok := env("NEAR_LIMIT_RATIO"); ok {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 32)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: not a number: %q", v))
-		} else {
-			s.NearLimitRatio = float32(f)
-		}
-	}
-	boolean(&s.ShadowMode, "SHADOW_MODE")
-	policy := s.FailurePolicy.String()
-	str(&policy, "FAILURE_POLICY")
-	duration(&s.StoreTimeout, "STORE_TIMEOUT")
-	jitter := int(s.Grace / time.Second)
-	integer(&jitter, "EXPIRATION_JITTER_MAX_SECONDS")
-	integer(&s.OverLimitCacheSize, "OVER_LIMIT_CACHE_SIZE")
-	integer(&s.MemoryMaxCounters, "MEMORY_MAX_COUNTERS")
-	fullPolicy := s.MemoryFullPolicy.String()
-	str(&fullPolicy, "MEMORY_FULL_POLICY")
-	str(&s.MemorySnapshotPath, "MEMORY_SNAPSHOT_PATH")
-	duration(&s.MemorySnapshotInterval, "MEMORY_SNAPSHOT_INTERVAL")
-	integer(&s.LedgerRetentionDays, "LEDGER_RETENTION_DAYS")
-	windowMode := ""
-	str(&windowMode, "WINDOW_MODE")
-	str(&s.ResetTimeZone, "RESET_TIME_ZONE")
-	calendarMonth, calendarMonthSet := env("USE_CALENDAR_MONTH_RATE_LIMIT")
-
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	fs.StringVar(&s.ConfigDir, "config-dir", s.ConfigDir, "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; CONFIG_DIR); with CONFIG_TYPE=GRPC_XDS_SOTW its files (agentgateway's domains) are served next to the xDS config")
-	fs.StringVar(&s.BudgetMapPath, "budget-map", s.BudgetMapPath, "budget map `FILE` from budgetgen render --budget-map: count each budget's principal once across Gateways (BUDGET_MAP_PATH; hot-reloaded)")
-	fs.BoolVar(&s.RuntimeIgnoreDotFiles, "ignore-dotfiles", s.RuntimeIgnoreDotFiles, "skip config files and directories starting with '.' (RUNTIME_IGNOREDOTFILES)")
-	fs.StringVar(&s.Host, "host", s.Host, "HTTP listen host (HOST)")
-	fs.IntVar(&s.Port, "port", s.Port, "HTTP port for /healthcheck and /json (PORT)")
-	fs.StringVar(&s.GRPCHost, "grpc-host", s.GRPCHost, "gRPC listen host (GRPC_HOST)")
-	fs.IntVar(&s.GRPCPort, "grpc-port", s.GRPCPort, "gRPC port (GRPC_PORT)")
-	fs.StringVar(&s.DebugHost, "debug-host", s.DebugHost, "debug listen host (DEBUG_HOST)")
-	fs.IntVar(&s.DebugPort, "debug-port", s.DebugPort, "debug port: /rlconfig, pprof, /metrics (DEBUG_PORT)")
-	fs.BoolVar(&s.UsePrometheus, "use-prometheus", s.UsePrometheus, "serve metrics on --prometheus-addr (USE_PROMETHEUS)")
-	fs.StringVar(&s.PrometheusAddr, "prometheus-addr", s.PrometheusAddr, "Prometheus listen address (PROMETHEUS_ADDR)")
-	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (LOG_LEVEL)")
-	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "text or json (LOG_FORMAT)")
-	fs.StringVar(&s.RedisURL, "redis-url", s.RedisURL, "Valkey address host:port (REDIS_URL); empty uses the embedded memory store")
-	fs.StringVar(&s.RedisType, "redis-type", s.RedisType, "single, cluster or sentinel (REDIS_TYPE)")
-	fs.StringVar(&s.RedisSocketType, "redis-socket-type", s.RedisSocketType, "tcp (REDIS_SOCKET_TYPE)")
-	fs.BoolVar(&s.RedisTLS, "redis-tls", s.RedisTLS, "TLS to Valkey (REDIS_TLS)")
-	fs.StringVar(&s.CacheKeyPrefix, "cache-key-prefix", s.CacheKeyPrefix, "prefix of every counter key (CACHE_KEY_PREFIX)")
-	fs.StringVar(&keyFormat, "key-format", keyFormat, "counter key format: "+strings.Join(key.FormatNames, " or ")+" (KEY_FORMAT); envoy is byte-identical to envoyproxy/ratelimit")
-	fs.Func("near-limit-ratio", "near-limit ratio (NEAR_LIMIT_RATIO)", func(v string) error {
-		f, err := strconv.ParseFloat(v, 32)
-		s.NearLimitRatio = float32(f)
-		return err
-	})
-	fs.BoolVar(&s.ShadowMode, "shadow-mode", s.ShadowMode, "answer OK even when over limit (SHADOW_MODE)")
-	fs.StringVar(&policy, "failure-policy", policy, "on store errors: "+strings.Join(engine.FailurePolicyNames, ", ")+" (FAILURE_POLICY)")
-	fs.DurationVar(&s.StoreTimeout, "store-timeout", s.StoreTimeout, "per-call store deadline (STORE_TIMEOUT)")
-	fs.IntVar(&s.OverLimitCacheSize, "over-limit-cache-size", s.OverLimitCacheSize, "entries in the local over-limit cache, -1 disables (OVER_LIMIT_CACHE_SIZE)")
-	fs.DurationVar(&s.ValkeyMaxFlushDelay, "valkey-max-flush-delay", s.ValkeyMaxFlushDelay, "auto-pipeline flush delay (VALKEY_MAX_FLUSH_DELAY)")
-	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", s.GRPCStreamWorkers, "reusable gRPC stream goroutines, 0 = one per call (GRPC_STREAM_WORKERS)")
-	fs.IntVar(&s.LedgerRetentionDays, "ledger-retention-days", s.LedgerRetentionDays, "days each day of shadow measurements is kept after it ends, within [8, 92] (LEDGER_RETENTION_DAYS)")
-	fs.StringVar(&windowMode, "window-mode", windowMode, "counter windows: "+strings.Join(window.ModeNames, " or ")+" (WINDOW_MODE; default calendar)")
-	fs.StringVar(&s.ResetTimeZone, "reset-time-zone", s.ResetTimeZone, "IANA time zone of calendar day/week/month/year windows (RESET_TIME_ZONE; default UTC)")
-	fs.DurationVar(&s.ConfigPollInterval, "config-poll-interval", s.ConfigPollInterval, "how often the config directory is re-read (CONFIG_POLL_INTERVAL)")
+	for _, st := range settings {
+		if st.flag != "" {
+			fs.Var(st.v, st.flag, st.help())
+		}
+	}
+	// The reference's alias of WINDOW_MODE: whether it is set matters, so it
+	// is read apart from the table (parseWindowMode).
+	calendarMonth, calendarMonthSet := env("USE_CALENDAR_MONTH_RATE_LIMIT")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
-	s.Grace = time.Duration(jitter) * time.Second
+	s.Grace = time.Duration(r.jitter) * time.Second
 	var err error
-	if s.KeyFormat, err = key.ParseFormat(strings.ToLower(keyFormat)); err != nil {
+	if s.KeyFormat, err = key.ParseFormat(strings.ToLower(r.keyFormat)); err != nil {
 		errs = append(errs, fmt.Errorf("KEY_FORMAT: %w", err))
 	}
-	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(policy)); err != nil {
+	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(r.policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
 	}
-	if err := s.parseWindowMode(windowMode, calendarMonth, calendarMonthSet); err != nil {
+	if err := s.parseWindowMode(r.windowMode, calendarMonth, calendarMonthSet); err != nil {
 		errs = append(errs, err)
 	}
-	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(fullPolicy))); err != nil {
+	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(r.fullPolicy))); err != nil {
 		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
 	}
 	for _, u := range unsupported {
@@ -469,6 +337,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	}
 	sort.Strings(s.Unsupported)
 	errs = append(errs, s.Validate())
+	if s.RedisURL != "" {
+		s.Redis, _ = ParseRedis(s.RedisURL, s.RedisType) // its errors are Validate's
+	}
 	return s, errors.Join(errs...)
 }
 
@@ -580,35 +451,11 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("CONFIG_TYPE: %q is not FILE or GRPC_XDS_SOTW", s.ConfigType))
 	}
 	if s.RedisURL != "" {
-		// Credentials never ride in REDIS_URL: the addresses are logged at
-		// start and appear in connection errors, and this message must not
-		// echo them either.
-		for i, a := range strings.Split(s.RedisURL, ",") {
-			if strings.Contains(a, "@") {
-				errs = append(errs, fmt.Errorf("REDIS_URL: entry %d holds credentials (user:password@host); give host:port and set the password with REDIS_AUTH or REDIS_AUTH_FILE", i+1))
-			}
-		}
 		if strings.ToLower(s.RedisSocketType) != "tcp" {
 			errs = append(errs, fmt.Errorf("REDIS_SOCKET_TYPE: %q is not supported (set tcp; REDIS_URL is set)", s.RedisSocketType))
 		}
-		switch strings.ToLower(s.RedisType) {
-		case "single", "cluster":
-		case "sentinel":
-			if len(strings.Split(s.RedisURL, ",")) < 2 {
-				errs = append(errs, errors.New("REDIS_URL: sentinel wants <master name>,<sentinel1>,...,<sentinelN>"))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("REDIS_TYPE: %q is not single, cluster or sentinel", s.RedisType))
-		}
-		if strings.ToLower(s.RedisType) != "sentinel" {
-			for _, a := range strings.Split(s.RedisURL, ",") {
-				if strings.Contains(a, "@") {
-					continue // reported above, without the value
-				}
-				if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
-					errs = append(errs, fmt.Errorf("REDIS_URL: %q is not host:port", a))
-				}
-			}
+		if _, err := ParseRedis(s.RedisURL, s.RedisType); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -271,7 +271,9 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 			}
 		}
 		if sum > math.MaxInt64 {
-			return fmt.Errorf("%w: counter %d would overflow", store.ErrMalformedReply, i)
+			// Refused whole, like a call at the counter bound: the other
+			// counters may be charged on their own.
+			return fmt.Errorf("%w (%w): counter %d would overflow", store.ErrOverflow, store.ErrRefused, i)
 		}
 		if !live && !dup {
 			reserve++

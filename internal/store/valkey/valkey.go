@@ -995,6 +995,9 @@ func malformed(msg string) bool {
 // not a counter is ErrMalformedReply, anything else ErrUnavailable.
 func wrapErr(err error) error {
 	if ve, ok := valkey.IsValkeyErr(err); ok {
+		if strings.Contains(ve.Error(), "overflow") {
+			return fmt.Errorf("%w: %s", store.ErrOverflow, ve.Error())
+		}
 		if malformed(ve.Error()) {
 			return fmt.Errorf("%w: %s", store.ErrMalformedReply, ve.Error())
 		}

@@ -1,4 +1,4 @@
-package engine
+package charge
 
 import (
 	"context"
@@ -37,8 +37,11 @@ func TestQueuedPastDeadlineStillCharged(t *testing.T) {
 	mem := memory.New(memory.Options{})
 	defer mem.Close()
 	g := &gateStore{Store: mem, entered: make(chan struct{}), release: make(chan struct{})}
-	var d deadlines
-	b := newBatcher(g, &d, 20*time.Millisecond, 1)
+	c, err := New(Options{Store: g, StoreTimeout: 20 * time.Millisecond, BatchWorkers: -1, OverLimitCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBatcher(c, 1)
 	exp := time.Now().Add(time.Hour)
 
 	first := make(chan error, 1)

@@ -1,7 +1,8 @@
-package engine
+package charge
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,5 +24,16 @@ func TestOverCachePendingSaturates(t *testing.T) {
 	out := c.drain(0, nil)
 	if len(out) != 1 || out[0].Hits != math.MaxInt64 {
 		t.Fatalf("drained %+v, want one counter with Hits = MaxInt64", out)
+	}
+}
+
+func TestOverLimitCacheBounded(t *testing.T) {
+	c := newOverCache(64)
+	now := int64(1000)
+	for i := 0; i < 10000; i++ {
+		c.put([]byte(strings.Repeat("k", i%50)+string(rune(i))), 5, now, now+60, time.Unix(now+60, 0))
+	}
+	if n := c.len(); n > 64 {
+		t.Fatalf("cache holds %d entries, bound is 64", n)
 	}
 }

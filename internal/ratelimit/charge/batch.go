@@ -1,4 +1,4 @@
-package engine
+package charge
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/store"
-	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // batcher coalesces the store calls of concurrent requests: requests queue
@@ -21,7 +20,7 @@ import (
 // its earliest request. Counters of one request stay together and in order,
 // so a store call still holds all descriptors of each request it carries.
 type batcher struct {
-	st        store.Store
+	c         *Charger
 	deadlines *deadlines
 	timeout   time.Duration
 
@@ -41,8 +40,8 @@ type pending struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
 
-func newBatcher(st store.Store, d *deadlines, timeout time.Duration, workers int) *batcher {
-	b := &batcher{st: st, deadlines: d, timeout: timeout}
+func newBatcher(c *Charger, workers int) *batcher {
+	b := &batcher{c: c, deadlines: &c.deadlines, timeout: c.o.StoreTimeout}
 	b.cond = sync.NewCond(&b.mu)
 	for i := 0; i < workers; i++ {
 		b.workers.Add(1)
@@ -66,7 +65,7 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: engine closed", store.ErrUnavailable)
+		return fmt.Errorf("%w: charger closed", store.ErrUnavailable)
 	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
@@ -141,20 +140,27 @@ func (b *batcher) flusher() {
 			}
 			totals = totals[:len(counters)]
 			ctx := b.deadlines.after(now, earliest.Sub(now))
-			err := b.st.Charge(ctx, counters, totals)
-			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, memory.ErrFull) {
-				// The memory store refuses a call whole, untouched, when it
-				// needs a new counter at its bound; one new principal in a
-				// batch must not refuse the others (a cardinality flood would
-				// otherwise fail existing principals open). Charge each
-				// request on its own.
+			err := b.c.send(ctx, counters, totals)
+			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, store.ErrRefused) {
+				// The store refused the call whole, untouched (the memory
+				// store does when it needs a new counter at its bound); one
+				// new principal in a batch must not refuse the others (a
+				// cardinality flood would otherwise fail existing principals
+				// open). Charge each request on its own.
 				for _, p := range live {
-					p.done <- b.st.Charge(ctx, p.counters, p.totals)
+					err := b.c.send(ctx, p.counters, p.totals)
+					b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
+					p.done <- err
 				}
 				live = live[:0]
 				for i := range orphans {
-					_ = b.st.Charge(ctx, orphans[i:i+1], totals[:1])
+					// Answered by the failure policy long ago: a refusal is
+					// reported, not silent.
+					b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], totals[:1]), false)
 				}
+			} else {
+				b.c.refused(counters[:len(counters)-len(orphans)], err, true)
+				b.c.refused(counters[len(counters)-len(orphans):], err, false)
 			}
 			off := 0
 			for _, p := range live {

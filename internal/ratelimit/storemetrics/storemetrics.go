@@ -1,4 +1,8 @@
-package service
+// Package storemetrics exports a counter store's own bookkeeping (outage
+// buffer, lost, expired, canceled and ambiguous hits, capacity) as Prometheus
+// metrics read at scrape time, so every outcome class of a charge can be
+// checked from outside (docs/architecture.md, Accounting).
+package storemetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,9 +12,9 @@ import (
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 )
 
-// registerStoreMetrics exports the store's own counters (outage buffer,
-// lost and ambiguous hits, capacity) read at scrape time.
-func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
+// Register exports st's counters on reg (a store of another type exports
+// nothing).
+func Register(reg prometheus.Registerer, st store.Store) {
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 	}
@@ -37,6 +41,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
 		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because their day ended first.", func() float64 { return float64(s.Stats().LedgerExpired) })
 		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
+		counter("ratelimit_valkey_canceled_hits_total", "Hits of calls whose context was done when they reached the store: not sent, not charged.", func() float64 { return float64(s.Stats().Canceled) })
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })

@@ -1,0 +1,399 @@
+// Package charge turns a request's planned items (internal/ratelimit/decide)
+// into store calls: the over-limit cache answers counters already known over
+// their limit (their hits are charged in background batches), the batcher
+// coalesces concurrent requests' calls, every call has a deadline, and hits
+// that certainly never reached the store are handed to it for later
+// (store.Deferrer) instead of being dropped. It depends only on store.Store;
+// the failure policy itself is decide.Answer's, applied to the error Charge
+// returns.
+package charge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// Defaults for Options.
+const (
+	// DefaultStoreTimeout is below Envoy Gateway's 20 ms RLS timeout, so the
+	// failure policy answers before Envoy gives up.
+	DefaultStoreTimeout = 15 * time.Millisecond
+	// DefaultGrace is added to the window end for the counter's absolute
+	// expiry (the reference's EXPIRATION_JITTER_MAX_SECONDS default is 300 s).
+	DefaultGrace = 5 * time.Minute
+	// DefaultOverLimitCacheSize bounds the local over-limit cache (entries).
+	DefaultOverLimitCacheSize = 100_000
+	// DefaultFlushInterval is how often deferred over-limit hits are charged.
+	DefaultFlushInterval = 100 * time.Millisecond
+	// DefaultBatchWorkers coalesce store calls (see Options.BatchWorkers).
+	DefaultBatchWorkers = 4
+)
+
+// Classes of hits that were in no store call (Events.Unsent).
+const (
+	// UnsentDeferred: their deadline passed before their store call started;
+	// handed to the store's store.Deferrer (the outage buffer).
+	UnsentDeferred = "deferred"
+	// UnsentDropped: as UnsentDeferred, but the store cannot take them later.
+	UnsentDropped = "dropped"
+	// UnsentCallerGone: the caller's context was done before the call.
+	UnsentCallerGone = "caller_gone"
+	// UnsentRefused: the store refused them (store.ErrRefused) even alone.
+	UnsentRefused = "refused"
+	// UnsentSaturated: their counter is at the store's maximum; the store
+	// refused them and the item is answered over its limit.
+	UnsentSaturated = "saturated"
+)
+
+// Events receives the charger's bookkeeping (metrics). Methods are called on
+// the request path: keep them cheap.
+type Events interface {
+	// CacheHit: the over-limit cache answered an item.
+	CacheHit()
+	// CacheFull: an over-limit total could not be remembered.
+	CacheFull()
+	// Charged: one request's store call ended (batched or not).
+	Charged(took time.Duration, err error)
+	// Flushed: a background charge of cached over-limit hits ended.
+	Flushed(hits uint64, took time.Duration, err error)
+	// Unsent: hits that were in no store call, by class (Unsent* constants).
+	Unsent(class string, hits uint64)
+}
+
+// Options configure a Charger. Zero values mean the defaults.
+type Options struct {
+	// Store holds the counters. Required.
+	Store store.Store
+	// Now is the clock for the over-limit cache. Default time.Now.
+	Now func() time.Time
+	// StoreTimeout is the per-call store deadline, default DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// Grace is added to the window end for counter expiry, default DefaultGrace.
+	Grace time.Duration
+	// OverLimitCacheSize bounds the over-limit cache; default
+	// DefaultOverLimitCacheSize, negative disables it.
+	OverLimitCacheSize int
+	// FlushInterval for cached over-limit hits, default DefaultFlushInterval.
+	FlushInterval time.Duration
+	// BatchWorkers is the number of goroutines that coalesce concurrent
+	// requests' store calls (each sends one store.Charge per batch); default
+	// DefaultBatchWorkers, negative sends one store call per request from
+	// the request's goroutine.
+	BatchWorkers int
+	// Events, optional.
+	Events Events
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+}
+
+// Charger is safe for concurrent use. Close stops its goroutines.
+type Charger struct {
+	o         Options
+	st        store.Store
+	deferrer  store.Deferrer // nil when the store cannot take hits later
+	ev        Events
+	cache     *overCache
+	deadlines deadlines
+	batch     *batcher // nil when BatchWorkers < 0
+	stop      chan struct{}
+	done      chan struct{}
+	closing   sync.Once
+}
+
+// New validates options and starts the batcher and the cache's flusher.
+func New(o Options) (*Charger, error) {
+	if o.Store == nil {
+		return nil, errors.New("charge: a store is required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = DefaultStoreTimeout
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.OverLimitCacheSize == 0 {
+		o.OverLimitCacheSize = DefaultOverLimitCacheSize
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.BatchWorkers == 0 {
+		o.BatchWorkers = DefaultBatchWorkers
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Charger{o: o, st: o.Store, ev: o.Events, cache: newOverCache(o.OverLimitCacheSize),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	c.deferrer, _ = o.Store.(store.Deferrer)
+	if c.ev == nil {
+		c.ev = noEvents{}
+	}
+	if o.BatchWorkers > 0 {
+		c.batch = newBatcher(c, o.BatchWorkers)
+	}
+	if c.cache != nil {
+		go c.flusher()
+	} else {
+		close(c.done)
+	}
+	return c, nil
+}
+
+type noEvents struct{}
+
+func (noEvents) CacheHit()                            {}
+func (noEvents) CacheFull()                           {}
+func (noEvents) Charged(time.Duration, error)         {}
+func (noEvents) Flushed(uint64, time.Duration, error) {}
+func (noEvents) Unsent(string, uint64)                {}
+
+// Scratch holds a request's counters and totals between calls (one per
+// goroutine, reused).
+type Scratch struct {
+	counters []store.Counter
+	totals   []uint64
+}
+
+// Annotator is told about each limited item as it is charged (the ledger's
+// usage, which rides in the same round trip); i is the item's index.
+type Annotator interface {
+	// Counter may add to item i's counter before it is sent.
+	Counter(i int, it *decide.Item, c *store.Counter)
+	// Cached: the over-limit cache answered item i; its hits are charged
+	// later, in a background batch.
+	Cached(i int, it *decide.Item)
+}
+
+// Charge charges a planned request: items the over-limit cache knows are
+// marked Cached (their hits charged later), the others get a Slot in the
+// returned totals, all in one store call. It returns the store's error, if
+// any (wrapping store.ErrUnavailable on a deadline); the totals are then
+// meaningless and decide.Answer applies the failure policy. ann may be nil.
+func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time, s *Scratch, ann Annotator) ([]uint64, error) {
+	unix := now.Unix()
+	counters := s.counters[:0]
+	for i := range items {
+		it := &items[i]
+		l := it.Limit
+		if l == nil {
+			continue
+		}
+		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits) {
+			it.Cached = true
+			c.ev.CacheHit()
+			if ann != nil {
+				ann.Cached(i, it)
+			}
+			continue
+		}
+		it.Slot = len(counters)
+		counters = append(counters, store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it)})
+		if ann != nil {
+			ann.Counter(i, it, &counters[len(counters)-1])
+		}
+	}
+	defer func() {
+		clear(counters) // drop key strings so the pool does not pin them
+		s.counters = counters[:0]
+	}()
+	if len(counters) == 0 {
+		return nil, nil
+	}
+	if cap(s.totals) < len(counters) {
+		s.totals = make([]uint64, 0, 2*len(counters))
+	}
+	totals := s.totals[:len(counters)]
+	s.totals = totals
+	start := time.Now()
+	var err error
+	if cerr := ctx.Err(); cerr != nil {
+		c.ev.Unsent(UnsentCallerGone, sumHits(counters))
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, cerr) // the caller is gone
+	} else if c.batch != nil {
+		err = c.batch.charge(ctx, start, counters, totals)
+	} else {
+		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, totals)
+		c.refused(counters, err, true)
+	}
+	if err != nil && errors.Is(err, store.ErrOverflow) {
+		err = c.saturate(counters, totals, err)
+	}
+	if err != nil && errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable) {
+		// A bounded store refused a new counter and asks to enforce: deny,
+		// whatever the failure policy.
+		err = fmt.Errorf("%w: %w", decide.ErrDenied, err)
+	}
+	c.ev.Charged(time.Since(start), err)
+	if err != nil {
+		return nil, err
+	}
+	if c.cache != nil {
+		for i := range items {
+			it := &items[i]
+			if it.Limit == nil || it.Cached {
+				continue
+			}
+			if total := totals[it.Slot]; total > uint64(it.Limit.RequestsPerUnit) {
+				if !c.cache.put(it.Key, total, unix, it.WindowEnd, counters[it.Slot].ExpireAt) {
+					c.ev.CacheFull()
+				}
+			}
+		}
+	}
+	return totals, nil
+}
+
+// saturate answers a call that failed because a counter is at the store's
+// maximum: that counter's total is MaxInt64 (over any limit: denied, never
+// failed open); the others get their real totals. A store that refused the
+// call whole (store.ErrRefused) applied nothing, so the other counters are
+// charged again on their own; otherwise they were applied and are read.
+func (c *Charger) saturate(counters []store.Counter, totals []uint64, callErr error) error {
+	read := make([]store.Counter, len(counters))
+	for i, k := range counters {
+		read[i] = store.Counter{Key: k.Key, ExpireAt: k.ExpireAt}
+	}
+	if err := c.st.Charge(c.deadlines.after(time.Now(), c.o.StoreTimeout), read, totals); err != nil {
+		return callErr
+	}
+	refused := errors.Is(callErr, store.ErrRefused)
+	var again []store.Counter
+	var at []int
+	for i, k := range counters {
+		if k.Hits > 0 && totals[i] > math.MaxInt64-k.Hits {
+			totals[i] = math.MaxInt64
+			if refused {
+				c.ev.Unsent(UnsentSaturated, k.Hits) // a store that refused did not count them
+			}
+			continue
+		}
+		if refused && k.Hits > 0 {
+			again = append(again, k)
+			at = append(at, i)
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]uint64, len(again))
+		if err := c.send(c.deadlines.after(time.Now(), c.o.StoreTimeout), again, sub); err != nil {
+			return err
+		}
+		for j, i := range at {
+			totals[i] = sub[j]
+		}
+	}
+	return nil
+}
+
+func (c *Charger) expireAt(it *decide.Item) time.Time {
+	return time.Unix(it.WindowEnd, 0).Add(c.o.Grace)
+}
+
+// send is every store call of the request path: a call whose deadline
+// passed before it started certainly sends nothing, so its hits go to the
+// store's Deferrer (the outage buffer) rather than being lost.
+func (c *Charger) send(ctx context.Context, counters []store.Counter, totals []uint64) error {
+	if err := ctx.Err(); err != nil {
+		c.unsent(counters)
+		return fmt.Errorf("%w: deadline passed before the store call: %w", store.ErrUnavailable, err)
+	}
+	return c.st.Charge(ctx, counters, totals)
+}
+
+// refused counts the hits of a call the store refused (store.ErrRefused):
+// they are in no counter. A waiting request's overflow is not counted here:
+// saturate answers it and charges its other counters.
+func (c *Charger) refused(counters []store.Counter, err error, waiting bool) {
+	if err == nil || !errors.Is(err, store.ErrRefused) || (waiting && errors.Is(err, store.ErrOverflow)) {
+		return
+	}
+	if n := sumHits(counters); n > 0 {
+		c.ev.Unsent(UnsentRefused, n)
+	}
+}
+
+// unsent hands hits that were in no store call to the store's Deferrer.
+func (c *Charger) unsent(counters []store.Counter) {
+	hits := sumHits(counters)
+	if hits == 0 {
+		return
+	}
+	if c.deferrer == nil {
+		c.ev.Unsent(UnsentDropped, hits)
+		c.o.Logger.Warn("charge: store call past its deadline and the store cannot defer: hits dropped", "hits", hits)
+		return
+	}
+	c.deferrer.Defer(counters)
+	c.ev.Unsent(UnsentDeferred, hits)
+}
+
+func sumHits(counters []store.Counter) uint64 {
+	var n uint64
+	for _, k := range counters {
+		n += k.Hits
+	}
+	return n
+}
+
+// Close charges pending over-limit hits and stops the goroutines. It does
+// not close the store.
+func (c *Charger) Close() error {
+	c.closing.Do(func() {
+		close(c.stop)
+		<-c.done
+		if c.batch != nil {
+			c.batch.close()
+		}
+	})
+	return nil
+}
+
+func (c *Charger) flusher() {
+	defer close(c.done)
+	t := time.NewTicker(c.o.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			c.Flush()
+			return
+		case <-t.C:
+			c.Flush()
+		}
+	}
+}
+
+// Flush charges cached over-limit hits now (tests and shutdown).
+func (c *Charger) Flush() {
+	if c.cache == nil {
+		return
+	}
+	counters := c.cache.drain(c.o.Now().Unix(), nil)
+	for len(counters) > 0 {
+		n := min(len(counters), 512)
+		batch := counters[:n]
+		counters = counters[n:]
+		totals := make([]uint64, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*c.o.StoreTimeout)
+		start := time.Now()
+		err := c.st.Charge(ctx, batch, totals)
+		cancel()
+		c.ev.Flushed(sumHits(batch), time.Since(start), err)
+		if err != nil {
+			// The store accounts for what it did not apply (its outage
+			// buffer and loss counters).
+			c.o.Logger.Warn("deferred over-limit charge failed", "counters", n, "err", err)
+		}
+	}
+}

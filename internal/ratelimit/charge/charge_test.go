@@ -1,0 +1,148 @@
+package charge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/memory"
+)
+
+// events records Unsent classes.
+type events struct {
+	noEvents
+	mu     sync.Mutex
+	unsent map[string]uint64
+}
+
+func (e *events) Unsent(class string, hits uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unsent == nil {
+		e.unsent = map[string]uint64{}
+	}
+	e.unsent[class] += hits
+}
+
+func (e *events) get(class string) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.unsent[class]
+}
+
+// deferStore is a store.Deferrer that records what it was handed.
+type deferStore struct {
+	store.Store
+	mu       sync.Mutex
+	deferred []store.Counter
+	// refuseUntilDone makes Charge wait for ctx and then refuse the call
+	// whole, as the memory store does at its bound.
+	refuseUntilDone bool
+}
+
+func (d *deferStore) Defer(cs []store.Counter) {
+	d.mu.Lock()
+	d.deferred = append(d.deferred, cs...)
+	d.mu.Unlock()
+}
+
+func (d *deferStore) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+	if d.refuseUntilDone {
+		<-ctx.Done()
+		return fmt.Errorf("%w: full", store.ErrRefused)
+	}
+	return d.Store.Charge(ctx, cs, totals)
+}
+
+func (d *deferStore) deferredHits() (n uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.deferred {
+		n += c.Hits
+	}
+	return n
+}
+
+// TestDeadlineBeforeCallDefersHits: a store call whose deadline passed before
+// it started sent nothing; its hits go to the store's Deferrer and are
+// counted, never dropped silently.
+func TestDeadlineBeforeCallDefersHits(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	ds := &deferStore{Store: mem}
+	ev := &events{}
+	c, err := New(Options{Store: ds, BatchWorkers: -1, OverLimitCacheSize: -1, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	exp := time.Now().Add(time.Hour)
+	err = c.send(ctx, []store.Counter{{Key: "a", Hits: 5, ExpireAt: exp}, {Key: "b", Hits: 0, ExpireAt: exp}}, make([]uint64, 2))
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if got := ds.deferredHits(); got != 5 {
+		t.Fatalf("deferred %d hits, want 5", got)
+	}
+	if got := ev.get(UnsentDeferred); got != 5 {
+		t.Fatalf("unsent deferred = %d, want 5", got)
+	}
+	// A store that cannot defer: counted as dropped.
+	c2, err := New(Options{Store: mem, BatchWorkers: -1, OverLimitCacheSize: -1, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	nd := struct{ store.Store }{mem} // hides memory's Defer
+	c2.st, c2.deferrer = nd, nil
+	_ = c2.send(ctx, []store.Counter{{Key: "a", Hits: 3, ExpireAt: exp}}, make([]uint64, 1))
+	if got := ev.get(UnsentDropped); got != 3 {
+		t.Fatalf("unsent dropped = %d, want 3", got)
+	}
+}
+
+// TestRefusedBatchPastDeadlineDefers: a batch refused whole after its
+// deadline passed is split per request; those calls start past the deadline,
+// so every request's hits are deferred, exactly once.
+func TestRefusedBatchPastDeadlineDefers(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	ds := &deferStore{Store: mem, refuseUntilDone: true}
+	ev := &events{}
+	c, err := New(Options{Store: ds, BatchWorkers: 1, OverLimitCacheSize: -1, Events: ev, StoreTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Hold the only flusher so the requests below share one batch.
+	hold := make(chan struct{})
+	c.batch.mu.Lock()
+	go func() { <-hold; c.batch.mu.Unlock() }()
+	exp := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			cs := []store.Counter{{Key: fmt.Sprint("k", i), Hits: uint64(i + 1), ExpireAt: exp}}
+			if err := c.batch.charge(context.Background(), time.Now(), cs, make([]uint64, 1)); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("request %d: err = %v", i, err)
+			}
+		}(i)
+	}
+	time.Sleep(5 * time.Millisecond) // let them queue (not a correctness bound)
+	close(hold)
+	wg.Wait()
+	c.batch.close()
+	// 1+2+3+4 hits: each either deferred once, or (queued past its deadline
+	// before the flusher ran) sent as an orphan, refused and counted.
+	if got := ds.deferredHits() + ev.get(UnsentRefused); got != 10 {
+		t.Fatalf("deferred %d + refused %d hits, want 10 in all", ds.deferredHits(), ev.get(UnsentRefused))
+	}
+}

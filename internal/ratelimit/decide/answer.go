@@ -1,0 +1,174 @@
+package decide
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// FailurePolicy is what a request gets when the store fails or misses its
+// deadline.
+type FailurePolicy uint8
+
+const (
+	// FailAllow answers OK (Envoy Gateway's default is fail-open too).
+	FailAllow FailurePolicy = iota
+	// FailDeny answers OVER_LIMIT for every descriptor that has a limit.
+	FailDeny
+	// FailError returns a *StoreError (gRPC Unavailable); Envoy then
+	// applies its own failure_mode_deny.
+	FailError
+)
+
+// FailurePolicyNames are the names of the failure policies (FAILURE_POLICY,
+// --failure-policy).
+var FailurePolicyNames = []string{"allow", "deny", "error"}
+
+func (p FailurePolicy) String() string {
+	if int(p) < len(FailurePolicyNames) {
+		return FailurePolicyNames[p]
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", p)
+}
+
+// ParseFailurePolicy parses allow, deny or error; "" is allow.
+func ParseFailurePolicy(s string) (FailurePolicy, error) {
+	switch s {
+	case "", "allow":
+		return FailAllow, nil
+	case "deny":
+		return FailDeny, nil
+	case "error":
+		return FailError, nil
+	}
+	return FailAllow, fmt.Errorf("unknown failure policy %q (want allow, deny or error)", s)
+}
+
+// DefaultNearLimitRatio is the reference's NEAR_LIMIT_RATIO.
+const DefaultNearLimitRatio = 0.8
+
+// Policy is how Answer turns totals into a response.
+type Policy struct {
+	// Failure applies when the store call failed.
+	Failure FailurePolicy
+	// ShadowMode is the global SHADOW_MODE: an OVER_LIMIT overall code
+	// becomes OK (descriptor statuses keep OVER_LIMIT).
+	ShadowMode bool
+	// NearLimitRatio marks an OK item Near above this share of its limit;
+	// 0 means DefaultNearLimitRatio.
+	NearLimitRatio float32
+}
+
+// Verdict is the request-level outcome of Answer, for observers.
+type Verdict struct {
+	// Over: the overall code is OVER_LIMIT.
+	Over bool
+	// GlobalShadowed: OVER_LIMIT turned OK by the global shadow mode.
+	GlobalShadowed bool
+}
+
+// oneResponse holds a single-descriptor response and its parts, so the
+// common answer costs one allocation.
+type oneResponse struct {
+	resp rlpb.RateLimitResponse
+	st   [1]rlpb.RateLimitResponse_DescriptorStatus
+	p    [1]*rlpb.RateLimitResponse_DescriptorStatus
+	d    [1]durationpb.Duration
+}
+
+// Answer builds the response from the charged items: totals are the store
+// call's (indexed by Item.Slot), storeErr its error (nil if it succeeded or
+// no call was needed), now the request's instant in Unix seconds. It sets
+// each item's Total, Over and Near. Under FailError a store error is
+// returned as *StoreError and no response. A store error wrapping ErrDenied
+// denies every limited item whatever the policy.
+func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) (*rlpb.RateLimitResponse, Verdict, error) {
+	denied := storeErr != nil && errors.Is(storeErr, ErrDenied)
+	if storeErr != nil && p.Failure == FailError && !denied {
+		return nil, Verdict{}, &StoreError{Err: storeErr}
+	}
+	nearF := p.NearLimitRatio
+	if nearF == 0 {
+		nearF = DefaultNearLimitRatio
+	}
+	n := len(items)
+	var (
+		resp     *rlpb.RateLimitResponse
+		statuses []rlpb.RateLimitResponse_DescriptorStatus
+		ptrs     []*rlpb.RateLimitResponse_DescriptorStatus
+		durs     []durationpb.Duration
+	)
+	if n == 1 {
+		one := new(oneResponse)
+		resp, statuses, ptrs, durs = &one.resp, one.st[:], one.p[:], one.d[:]
+	} else {
+		resp = &rlpb.RateLimitResponse{}
+		statuses = make([]rlpb.RateLimitResponse_DescriptorStatus, n)
+		ptrs = make([]*rlpb.RateLimitResponse_DescriptorStatus, n)
+	}
+	resp.OverallCode = rlpb.RateLimitResponse_OK
+	for i := range items {
+		it := &items[i]
+		st := &statuses[i]
+		ptrs[i] = st
+		st.Code = rlpb.RateLimitResponse_OK
+		it.Total, it.Over, it.Near = 0, false, false
+		if it.Unlimited {
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		l := it.Limit
+		if l == nil {
+			continue
+		}
+		if durs == nil {
+			durs = make([]durationpb.Duration, n)
+		}
+		durs[i].Seconds = it.WindowEnd - now
+		st.DurationUntilReset = &durs[i]
+		st.CurrentLimit = l.Proto
+		limit := uint64(l.RequestsPerUnit)
+		switch {
+		case it.Cached:
+			it.Over = true
+		case storeErr != nil:
+			it.Over = p.Failure == FailDeny || denied
+			if !it.Over {
+				st.LimitRemaining = l.RequestsPerUnit
+			}
+		default:
+			it.Total = totals[it.Slot]
+			if it.Total > limit {
+				it.Over = true
+			} else {
+				st.LimitRemaining = uint32(limit - it.Total)
+				it.Near = it.Total > uint64(math.Floor(float64(float32(limit)*nearF)))
+			}
+		}
+		if it.Over && !l.ShadowMode {
+			st.Code = rlpb.RateLimitResponse_OVER_LIMIT
+			if l.QuotaMode {
+				// The reference's quota mode: report the violation but answer OK
+				// (without duration_until_reset, as it rebuilds the status).
+				st.Code = rlpb.RateLimitResponse_OK
+				st.DurationUntilReset = nil
+			} else {
+				resp.OverallCode = rlpb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+	}
+	resp.Statuses = ptrs
+	var v Verdict
+	if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
+		if p.ShadowMode {
+			resp.OverallCode = rlpb.RateLimitResponse_OK
+			v.GlobalShadowed = true
+		} else {
+			v.Over = true
+		}
+	}
+	return resp, v, nil
+}

@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
+	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+// slowProxy forwards TCP to a backend, holding every chunk sent towards
+// it for delay: a slow link, where calls miss their deadline and queue up
+// but nothing is torn down.
+func slowProxy(t *testing.T, backend string, delay *atomic.Int64) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", backend)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, b)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { // towards Valkey, delayed
+				defer wg.Done()
+				defer b.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						time.Sleep(time.Duration(delay.Load()))
+						if _, werr := b.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_, _ = io.Copy(c, b)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestExactAccountingBehindSlowLink: with Valkey behind a slow link, many
+// calls miss their 15 ms deadline (many wait for one of 4 slots past it,
+// so they are never sent and go to the outage buffer).
+// Once the link is fast again and the outage buffer has drained, every hit
+// charged is either in Valkey or in exactly one reported class: charged =
+// stored + lost + expired + canceled + unsent (dropped, caller_gone,
+// refused), with ambiguous hits (sent, unanswered) the only slack.
+func TestExactAccountingBehindSlowLink(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	var delay atomic.Int64
+	proxy := slowProxy(t, srv.Addr, &delay)
+	vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{proxy}, ReplayInterval: 20 * time.Millisecond, MaxInFlight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vs.Close()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	storemetrics.Register(reg, vs)
+	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.SetConfig(mustConfig(t, `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+`))
+	// Warm the connections, then slow the link.
+	if _, err := e.ShouldRateLimit(context.Background(), req("d", 0, withHits(d("user", "warm"), 0))); err != nil {
+		t.Fatal(err)
+	}
+	delay.Store(int64(40 * time.Millisecond))
+	var attempted atomic.Uint64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 60; i++ {
+				h := uint64(1 + (g+i)%5)
+				attempted.Add(h)
+				dd := d("user", fmt.Sprint("p", (g*7+i)%40))
+				dd.HitsAddend = wrapperspb.UInt64(h)
+				if _, err := e.ShouldRateLimit(context.Background(), req("d", 0, dd)); err != nil {
+					t.Error(err)
+					return
+				}
+				if testutil.ToFloat64(m.StoreErrors.WithLabelValues("charge", "timeout"))+testutil.ToFloat64(m.StoreErrors.WithLabelValues("charge", "unavailable")) > 0 {
+					failed.Add(1)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	delay.Store(0)
+	// Drain: nothing in flight, nothing buffered, for a while.
+	quiet := 0
+	for end := time.Now().Add(20 * time.Second); quiet < 10; time.Sleep(20 * time.Millisecond) {
+		st := vs.Stats()
+		if st.InFlight == 0 && st.BufferKeys == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if time.Now().After(end) {
+			t.Fatalf("store did not drain: %+v", st)
+		}
+	}
+	var stored uint64
+	for p := 0; p < 40; p++ {
+		k := string(e.planner.Keys.Append(nil, "d", d("user", fmt.Sprint("p", p)).Entries, nil, 86400, time.Now().Unix()/86400*86400))
+		v, err := srv.Do("GET", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != "(nil)" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s = %q", k, v)
+			}
+			stored += n
+		}
+	}
+	// Read from the exported metrics, as a monitoring system would.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric := func(name string, labels ...string) uint64 {
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, mt := range f.GetMetric() {
+				ok := true
+				for i := 0; i+1 < len(labels); i += 2 {
+					found := false
+					for _, lp := range mt.GetLabel() {
+						found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+					}
+					ok = ok && found
+				}
+				if ok {
+					return uint64(mt.GetCounter().GetValue())
+				}
+			}
+		}
+		return 0
+	}
+	unsent := func(c string) uint64 { return metric("ratelimit_unsent_hits_total", "outcome", c) }
+	lost, expired, canceled := metric("ratelimit_valkey_lost_hits_total"), metric("ratelimit_valkey_expired_hits_total"), metric("ratelimit_valkey_canceled_hits_total")
+	ambiguous, buffered, replayed := metric("ratelimit_valkey_ambiguous_hits_total"), metric("ratelimit_valkey_buffered_hits_total"), metric("ratelimit_valkey_replayed_hits_total")
+	reported := lost + expired + canceled + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
+	t.Logf("attempted %d, stored %d, reported %d (lost %d expired %d canceled %d), ambiguous %d, buffered %d replayed %d, applied on error %d, deferred %d",
+		attempted.Load(), stored, reported, lost, expired, canceled, ambiguous, buffered, replayed, metric("ratelimit_valkey_applied_on_error_hits_total"), unsent(charge.UnsentDeferred))
+	if st := vs.Stats(); st.Buffered != buffered || st.Lost != lost || st.Canceled != canceled {
+		t.Fatalf("exported metrics disagree with the store's stats %+v", st)
+	}
+	if failed.Load() == 0 || buffered == 0 || replayed == 0 {
+		t.Fatalf("no call missed its deadline or was buffered (failed %d, buffered %d, replayed %d): the link was not slow enough to test anything", failed.Load(), buffered, replayed)
+	}
+	if got := stored + reported; got > attempted.Load() || got+ambiguous < attempted.Load() {
+		t.Fatalf("stored %d + reported %d = %d, ambiguous %d; attempted %d: hits lost without a class or counted twice",
+			stored, reported, got, ambiguous, attempted.Load())
+	}
+}

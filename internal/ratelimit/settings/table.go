@@ -1,0 +1,185 @@
+package settings
+
+import (
+	"errors"
+	"flag"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
+)
+
+// setting binds one value to its environment variables, its flag and its
+// doc, once. Environment variables are read in order (a later one that is
+// set wins); the flag, when given, wins over all of them.
+type setting struct {
+	env  []string
+	flag string // "" when the setting has no flag
+	doc  string
+	v    flag.Value
+}
+
+// raw holds settings parsed into Settings fields only after Load has read
+// them all (their text form is what env and flags set).
+type raw struct {
+	keyFormat, policy, fullPolicy, windowMode string
+	jitter                                    int
+}
+
+// table is every setting of the service. Defaults are s's current values.
+func table(s *Settings, r *raw) []setting {
+	e := func(names ...string) []string { return names }
+	return []setting{
+		{e("HOST"), "host", "HTTP listen host", str(&s.Host)},
+		{e("PORT"), "port", "HTTP port for /healthcheck and /json", integer(&s.Port)},
+		{e("GRPC_HOST"), "grpc-host", "gRPC listen host", str(&s.GRPCHost)},
+		{e("GRPC_PORT"), "grpc-port", "gRPC port", integer(&s.GRPCPort)},
+		{e("DEBUG_HOST"), "debug-host", "debug listen host", str(&s.DebugHost)},
+		{e("DEBUG_PORT"), "debug-port", "debug port: /rlconfig, pprof, /metrics", integer(&s.DebugPort)},
+		{e("GRPC_MAX_CONNECTION_AGE"), "", "gRPC connections are closed after this age", duration(&s.GRPCMaxConnectionAge)},
+		{e("GRPC_MAX_CONNECTION_AGE_GRACE"), "", "grace period for calls on a connection past its age", duration(&s.GRPCMaxConnectionAgeGrace)},
+		{e("GRPC_SERVER_USE_TLS"), "", "serve gRPC over TLS", boolean(&s.GRPCServerUseTLS)},
+		{e("GRPC_SERVER_TLS_CERT"), "", "gRPC server certificate file", str(&s.GRPCServerTLSCert)},
+		{e("GRPC_SERVER_TLS_KEY"), "", "gRPC server key file", str(&s.GRPCServerTLSKey)},
+		// GRPC_SERVER_TLS_CA_CERT is the name Envoy Gateway sets; it wins over the reference's.
+		{e("GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT"), "", "CA client certificates must chain to (mTLS)", str(&s.GRPCClientTLSCACert)},
+		{e("GRPC_CLIENT_TLS_SAN"), "", "SAN required in client certificates", str(&s.GRPCClientTLSSAN)},
+		{e("USE_PROMETHEUS"), "use-prometheus", "serve metrics on --prometheus-addr", boolean(&s.UsePrometheus)},
+		{e("PROMETHEUS_ADDR"), "prometheus-addr", "Prometheus listen address", str(&s.PrometheusAddr)},
+		{e("PROMETHEUS_PATH"), "", "Prometheus metrics path", str(&s.PrometheusPath)},
+		{e("LOG_LEVEL"), "log-level", "debug, info, warn or error", str(&s.LogLevel)},
+		{e("LOG_FORMAT"), "log-format", "text or json", str(&s.LogFormat)},
+		{e("CONFIG_TYPE"), "", "FILE or GRPC_XDS_SOTW", str(&s.ConfigType)},
+		{e("CONFIG_DIR"), "config-dir", "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY); with CONFIG_TYPE=GRPC_XDS_SOTW its files (agentgateway's domains) are served next to the xDS config", str(&s.ConfigDir)},
+		{e("BUDGET_MAP_PATH"), "budget-map", "budget map file from budgetgen render --budget-map: count each budget's principal once across Gateways (hot-reloaded)", str(&s.BudgetMapPath)},
+		{e("RUNTIME_ROOT"), "", "runtime root directory", str(&s.RuntimeRoot)},
+		{e("RUNTIME_SUBDIRECTORY"), "", "runtime subdirectory", str(&s.RuntimeSubdirectory)},
+		{e("RUNTIME_APPDIRECTORY"), "", "runtime application directory", str(&s.RuntimeAppDirectory)},
+		{e("RUNTIME_IGNOREDOTFILES"), "ignore-dotfiles", "skip config files and directories starting with '.'", boolean(&s.RuntimeIgnoreDotFiles)},
+		{e("RUNTIME_WATCH_ROOT"), "", "watch the runtime root (polling sees both layouts the same way)", boolean(&s.RuntimeWatchRoot)},
+		{e("CONFIG_POLL_INTERVAL"), "config-poll-interval", "how often the config directory is re-read", duration(&s.ConfigPollInterval)},
+		{e("CONFIG_GRPC_XDS_SERVER_URL"), "", "xDS server address", str(&s.XDSServerURL)},
+		{e("CONFIG_GRPC_XDS_NODE_ID"), "", "xDS node id", str(&s.XDSNodeID)},
+		{e("CONFIG_GRPC_XDS_SERVER_USE_TLS"), "", "TLS to the xDS server", boolean(&s.XDSServerUseTLS)},
+		{e("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), "", "xDS client certificate file", str(&s.XDSClientTLSCert)},
+		{e("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "", "xDS client key file", str(&s.XDSClientTLSKey)},
+		{e("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "", "CA the xDS server's certificate must chain to", str(&s.XDSServerTLSCACert)},
+		{e("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "", "SAN required in the xDS server's certificate", str(&s.XDSServerTLSSAN)},
+		{e("FORCE_START_WITHOUT_INITIAL_CONFIG"), "", "start even if the first config load fails", boolean(&s.ForceStartWithoutInitialConfig)},
+		{e("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"), "", "health fails until a config is loaded", boolean(&s.HealthyWithAtLeastOneConfigLoaded)},
+		{e("REDIS_SOCKET_TYPE"), "redis-socket-type", "tcp", str(&s.RedisSocketType)},
+		{e("REDIS_URL"), "redis-url", "Valkey address host:port; empty uses the embedded memory store", str(&s.RedisURL)},
+		{e("REDIS_TYPE"), "redis-type", "single, cluster or sentinel", str(&s.RedisType)},
+		{e("REDIS_AUTH"), "", "Valkey password or user:password (never logged)", str(&s.RedisAuth)},
+		{e("REDIS_SENTINEL_AUTH"), "", "sentinel password or user:password (never logged)", str(&s.RedisSentinelAuth)},
+		{e("REDIS_AUTH_FILE"), "", "file holding REDIS_AUTH", str(&s.RedisAuthFile)},
+		{e("REDIS_SENTINEL_AUTH_FILE"), "", "file holding REDIS_SENTINEL_AUTH", str(&s.RedisSentinelAuthFile)},
+		{e("REDIS_TLS"), "redis-tls", "TLS to Valkey", boolean(&s.RedisTLS)},
+		{e("REDIS_TLS_CLIENT_CERT"), "", "client certificate file for Valkey", str(&s.RedisTLSClientCert)},
+		{e("REDIS_TLS_CLIENT_KEY"), "", "client key file for Valkey", str(&s.RedisTLSClientKey)},
+		{e("REDIS_TLS_CACERT"), "", "CA Valkey's certificate must chain to (system roots otherwise)", str(&s.RedisTLSCACert)},
+		{e("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), "", "verify Valkey's chain but not its host name", boolean(&s.RedisTLSSkipHostnameVerification)},
+		{e("REDIS_TIMEOUT"), "", "Valkey dial timeout", duration(&s.RedisTimeout)},
+		{e("VALKEY_MAX_FLUSH_DELAY"), "valkey-max-flush-delay", "auto-pipeline flush delay", duration(&s.ValkeyMaxFlushDelay)},
+		{e("VALKEY_IDEMPOTENT_CHARGES"), "", "charge through one script per call that records its id, so ambiguous charges are replayed exactly once (costs Valkey CPU)", boolean(&s.ValkeyIdempotentCharges)},
+		{e("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
+		{e("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
+		{e("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
+		{e("STORE_BATCH_WORKERS"), "", "goroutines coalescing store calls, negative = one call per request", integer(&s.StoreBatchWorkers)},
+		{e("GC_PERCENT"), "", "GOGC when GOGC is unset", integer(&s.GCPercent)},
+		{e("CACHE_KEY_PREFIX"), "cache-key-prefix", "prefix of every counter key", str(&s.CacheKeyPrefix)},
+		{e("KEY_FORMAT"), "key-format", "counter key format: " + strings.Join(key.FormatNames, " or ") + "; envoy is byte-identical to envoyproxy/ratelimit", str(&r.keyFormat)},
+		{e("NEAR_LIMIT_RATIO"), "near-limit-ratio", "near-limit ratio", ratio(&s.NearLimitRatio)},
+		{e("SHADOW_MODE"), "shadow-mode", "answer OK even when over limit", boolean(&s.ShadowMode)},
+		{e("FAILURE_POLICY"), "failure-policy", "on store errors: " + strings.Join(engine.FailurePolicyNames, ", "), str(&r.policy)},
+		{e("STORE_TIMEOUT"), "store-timeout", "per-call store deadline", duration(&s.StoreTimeout)},
+		{e("EXPIRATION_JITTER_MAX_SECONDS"), "", "seconds a counter outlives its window", integer(&r.jitter)},
+		{e("OVER_LIMIT_CACHE_SIZE"), "over-limit-cache-size", "entries in the local over-limit cache, -1 disables", integer(&s.OverLimitCacheSize)},
+		{e("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
+		{e("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
+		{e("MEMORY_SNAPSHOT_PATH"), "", "file the embedded store's counters and ledger are snapshotted to and restored from; empty = none", str(&s.MemorySnapshotPath)},
+		{e("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
+		{e("WINDOW_MODE"), "window-mode", "counter windows: " + strings.Join(window.ModeNames, " or ") + "; default calendar (USE_CALENDAR_MONTH_RATE_LIMIT is the reference's alias)", str(&r.windowMode)},
+		{e("RESET_TIME_ZONE"), "reset-time-zone", "IANA time zone of calendar day/week/month/year windows; default UTC", str(&s.ResetTimeZone)},
+		{e("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
+	}
+}
+
+// help is a setting's flag usage: its doc and the environment variables.
+func (st setting) help() string {
+	if len(st.env) == 0 {
+		return st.doc
+	}
+	return st.doc + " (" + strings.Join(st.env, ", ") + ")"
+}
+
+// Values: flag.Value over a Settings field. Errors say what was expected;
+// the caller names the setting and quotes the input.
+
+type strValue struct{ p *string }
+
+func str(p *string) flag.Value        { return strValue{p} }
+func (v strValue) Set(s string) error { *v.p = s; return nil }
+func (v strValue) String() string     { return deref(v.p) }
+func deref[T any](p *T) (z T) {
+	if p != nil {
+		z = *p
+	}
+	return z
+}
+
+type intValue struct{ p *int }
+
+func integer(p *int) flag.Value { return intValue{p} }
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v.p = n
+	return nil
+}
+func (v intValue) String() string { return strconv.Itoa(deref(v.p)) }
+
+type boolValue struct{ p *bool }
+
+func boolean(p *bool) flag.Value { return boolValue{p} }
+func (v boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("not a boolean")
+	}
+	*v.p = b
+	return nil
+}
+func (v boolValue) String() string   { return strconv.FormatBool(deref(v.p)) }
+func (v boolValue) IsBoolFlag() bool { return true }
+
+type durationValue struct{ p *time.Duration }
+
+func duration(p *time.Duration) flag.Value { return durationValue{p} }
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("not a duration")
+	}
+	*v.p = d
+	return nil
+}
+func (v durationValue) String() string { return deref(v.p).String() }
+
+type ratioValue struct{ p *float32 }
+
+func ratio(p *float32) flag.Value { return ratioValue{p} }
+func (v ratioValue) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 32)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v.p = float32(f)
+	return nil
+}
+func (v ratioValue) String() string { return strconv.FormatFloat(float64(deref(v.p)), 'g', -1, 32) }

@@ -1,0 +1,61 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// WriteHashes implements store.HashWriter: the ledger's flush in one DoMulti
+// (HINCRBY per field, then EXPIREAT per hash), under the same in-flight
+// bound and stall guard as charges: it is not sent into a stall, and it waits
+// for a slot no longer than ctx allows.
+func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if len(w.Incr)+len(w.Expire) == 0 {
+		return nil
+	}
+	if !s.ready.Load() {
+		// Connecting in the background (ConnectInBackground): the Recorder
+		// keeps the batch and sends it at its next flush.
+		return fmt.Errorf("%w: not connected to valkey yet: ledger write not sent", store.ErrUnavailable)
+	}
+	if since, stalled := s.stalled(); stalled {
+		return fmt.Errorf("%w: valkey has answered nothing for %v: ledger write not sent", store.ErrUnavailable, since.Round(time.Millisecond))
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: no free slot for the ledger write: %w", store.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.sem }()
+	cmds := make(valkey.Commands, 0, len(w.Incr)+len(w.Expire))
+	for _, h := range w.Incr {
+		if h.N > 1<<63-1 {
+			return fmt.Errorf("ledger write: increment %d of %s above the counter range", h.N, h.Key)
+		}
+		cmds = append(cmds, s.b.Hincrby().Key(h.Key).Field(h.Field).Increment(int64(h.N)).Build())
+	}
+	for _, e := range w.Expire {
+		cmds = append(cmds, s.b.Expireat().Key(e.Key).Timestamp(e.At.Unix()).Build())
+	}
+	if s.unansweredSince.Load() == 0 {
+		s.unansweredSince.CompareAndSwap(0, s.mono())
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	if answered(res) {
+		s.unansweredSince.Store(0)
+	}
+	for i, r := range res {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("ledger write (%d of %d commands): %w", i+1, len(cmds), wrapErr(err))
+		}
+	}
+	return nil
+}
