@@ -42,10 +42,11 @@ func TestCommittedRenderIsCurrent(t *testing.T) {
 	}
 	// The gate passes on the committed render (BG020 on the AgentgatewayPolicy,
 	// drift against the spec), with the platform's Gateway objects of the
-	// gitops example for the identity checks of the Envoy Gateway side.
+	// gitops example for the identity checks of the Envoy Gateway side (BG013
+	// skipped: this spec renders no GatewayConfig for those routes).
 	stdout.Reset()
 	stderr.Reset()
-	if code := cli.Run(t.Context(), []string{"assert", "--spec", "budgets.yaml", "rendered", "../gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 {
+	if code := cli.Run(t.Context(), []string{"assert", "--skip", "BG013", "--spec", "budgets.yaml", "rendered", "../gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 {
 		t.Errorf("assert exit %d:\n%s%s", code, stdout.String(), stderr.String())
 	}
 }
