@@ -25,6 +25,7 @@ type renderOptions struct {
 	specPath string // "-" reads stdin
 	outDir   string // "" writes a YAML stream to stdout
 	rlsDir   string // --ratelimit-config: "" writes no rate limit service config
+	mapPath  string // --budget-map: "" writes no budget map
 }
 
 func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) {
@@ -42,7 +43,7 @@ func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) 
 }
 
 func newRenderCmd(e *env) *cobra.Command {
-	var outDir, rlsDir string
+	var outDir, rlsDir, mapPath string
 	cmd := &cobra.Command{
 		Use:   "render [SPEC|-]",
 		Short: "Render a BudgetSet spec into Envoy Gateway policies",
@@ -73,12 +74,14 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 				return err
 			}
 			o.rlsDir = rlsDir
+			o.mapPath = mapPath
 			return runRender(cmd.Context(), e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&outDir, "output-dir", "o", "", "write one file per object and a kustomization.yaml into `DIR` instead of stdout")
 	_ = cmd.MarkFlagDirname("output-dir")
 	addRateLimitConfigFlag(cmd, &rlsDir)
+	addBudgetMapFlag(cmd, &mapPath)
 	return cmd
 }
 
@@ -101,6 +104,10 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	if err != nil {
 		return failure(err)
 	}
+	mapFile, err := budgetMapFile(bs, o.mapPath)
+	if err != nil {
+		return failure(err)
+	}
 	noteCostEntries(e, res)
 	// Both outputs are staged (every byte in temporary files next to its
 	// target) before either is put in place: a failed write of one leaves
@@ -114,7 +121,12 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 			rls.Abort()
 			return failure(fmt.Errorf("write stdout: %w", err))
 		}
-		return commitRateLimitConfig(rls)
+		if err := commitRateLimitConfig(rls); err != nil {
+			return err
+		}
+		// The budget map is its own atomic file, written last: a service that
+		// reads it finds the rules it names already rendered.
+		return writeBudgetMap(o.mapPath, mapFile)
 	}
 	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
 		rls.Abort()
@@ -135,7 +147,12 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		rls.Abort()
 		return failure(err)
 	}
-	return commitRateLimitConfig(rls)
+	if err := commitRateLimitConfig(rls); err != nil {
+		return err
+	}
+	// The budget map is its own atomic file, written last: a service that
+	// reads it finds the rules it names already rendered.
+	return writeBudgetMap(o.mapPath, mapFile)
 }
 
 // loadSpecFile is spec.LoadFile with reads that end when ctx does (a FIFO

@@ -34,6 +34,7 @@ func rateLimitConfigFiles(res *render.Result, dir string) (map[string][]byte, er
 	if err != nil {
 		return nil, fmt.Errorf("derive rate limit service config: %w", err)
 	}
+	cfgs = append(cfgs, res.AgentgatewayConfigs...)
 	files, err := rlsconfig.Files(cfgs)
 	if err != nil {
 		return nil, fmt.Errorf("derive rate limit service config: %w", err)

@@ -40,6 +40,7 @@ func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
 		}
 		m.Budgets[ref.Name] = bi
 	}
+	addBuckets(&m, bs)
 	return m, nil
 }
 

@@ -16,6 +16,7 @@ var rules = []*Rule{
 	ruleVersion,
 	ruleLimits,
 	ruleRouteCoverage,
+	ruleAgentgateway,
 	ruleAICost,
 	ruleOptionalCredential,
 	ruleGatewayScope,

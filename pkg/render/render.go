@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -56,6 +57,10 @@ type Object struct {
 // Gateway (spec order) its BackendTrafficPolicy then its ClientTrafficPolicy.
 type Result struct {
 	Objects []Object
+	// AgentgatewayConfigs is the rate limit service config of every
+	// agentgateway Gateway's domain (AgentgatewayConfigs): agentgateway sends
+	// descriptors only, so its caps live in the service's files.
+	AgentgatewayConfigs []*rlsconfv3.RateLimitConfig
 	// LLMRequestCosts are the Envoy AI Gateway cost entries the rules charge
 	// (caps past uint32, cost limits), sorted by key; empty for plain token
 	// caps. List them in the GatewayConfig's globalLLMRequestCosts (or every
@@ -90,6 +95,14 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	res := &Result{LLMRequestCosts: costs}
 	seenConfig := map[string]bool{}
 	for _, gw := range bs.Spec.Gateways {
+		if gw.IsAgentgateway() {
+			o, err := agentgatewayObject(bs, gw)
+			if err != nil {
+				return nil, err
+			}
+			res.Objects = append(res.Objects, o)
+			continue
+		}
 		btp, err := backendTrafficPolicy(bs, gw)
 		if err != nil {
 			return nil, err
@@ -117,6 +130,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 			res.Objects = append(res.Objects, o)
 		}
 	}
+	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
 }
 
@@ -210,8 +224,11 @@ func checkLimits(bs *spec.BudgetSet) error {
 			Hint: "declare fewer identity headers, or set spec.headerHygiene.userOwned and strip them in your own policy",
 		}
 	}
-	if n := RuleCount(bs); n > MaxRulesPerPolicy {
-		gw := bs.Spec.Gateways[0]
+	for _, gw := range bs.Spec.Gateways {
+		n := RuleCountFor(bs, gw)
+		if gw.IsAgentgateway() || n <= MaxRulesPerPolicy {
+			continue
+		}
 		return &LimitError{
 			Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
 			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy,
@@ -277,7 +294,7 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 		if rl := base.Spec.RateLimit; rl != nil && rl.Global != nil {
 			offset = len(rl.Global.Rules)
 		}
-		if n := offset + RuleCount(bs); n > MaxRulesPerPolicy {
+		if n := offset + RuleCountFor(bs, gw); n > MaxRulesPerPolicy {
 			return nil, &LimitError{
 				Limit:  "rate limit rules per BackendTrafficPolicy (base policy rules included)",
 				Object: "BackendTrafficPolicy " + gw.Namespace + "/" + base.Name, Need: n, Max: MaxRulesPerPolicy,
@@ -285,7 +302,7 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 			}
 		}
 	}
-	rules, index, err := rules(bs)
+	rules, index, err := rules(bs, gw)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +435,7 @@ func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitS
 	return sel
 }
 
-func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
+func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
 	var (
 		out   []egv1a1.RateLimitRule
 		index []RuleBudget
@@ -445,6 +462,9 @@ func rules(bs *spec.BudgetSet) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
 	}
 	for i := range bs.Spec.Budgets {
 		b := &bs.Spec.Budgets[i]
+		if !bs.HasBudget(b, gw) {
+			continue
+		}
 		path := fmt.Sprintf("spec.budgets[%d]", i)
 		switch b.Kind() {
 		case spec.KindGroup:

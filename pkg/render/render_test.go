@@ -36,6 +36,10 @@ func validateAll(t *testing.T, res *Result) {
 		t.Fatal(err)
 	}
 	for _, o := range res.Objects {
+		if o.Kind == KindAgentgatewayPolicy {
+			validateAgentgateway(t, o)
+			continue
+		}
 		if o.Kind == "GatewayConfig" {
 			continue // Envoy AI Gateway's kind: not in EG's CRDs (TestGatewayConfig checks its shape)
 		}

@@ -18,7 +18,11 @@ func Default(s *BudgetSet) {
 		if s.Spec.Budgets[i].Mode == "" {
 			s.Spec.Budgets[i].Mode = DefaultMode
 		}
+		if s.Spec.Budgets[i].Bucket == "" {
+			s.Spec.Budgets[i].Bucket = BucketShared
+		}
 	}
+	defaultGateways(s)
 	if p := s.Spec.Pricing; p != nil && p.Currency == "" {
 		p.Currency = DefaultCurrency
 	}
@@ -28,6 +32,9 @@ func Default(s *BudgetSet) {
 		}
 		if f.Mode == "" {
 			f.Mode = DefaultMode
+		}
+		if f.Bucket == "" {
+			f.Bucket = BucketShared
 		}
 	}
 }

@@ -84,7 +84,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown top field", strings.Replace(base, "kind: BudgetSet", "kind: BudgetSet\nkinds: x", 1),
 			"b.yaml:3: kinds: unknown field (known: apiVersion, kind, metadata, spec)"},
 		{"unknown budget field", budget("      tokensPerDy: 5\n"),
-			"b.yaml:13: spec.budgets[0].tokensPerDy: unknown field (known: name, perPrincipal, group, tokensPerDay, limits, mode, shadowSince, enforcedSince, promotionReason, overrides)"},
+			"b.yaml:13: spec.budgets[0].tokensPerDy: unknown field (known: name, perPrincipal, group, tokensPerDay, limits, mode, shadowSince, enforcedSince, promotionReason, overrides, gateways, bucket)"},
 		{"wrong apiVersion", strings.Replace(base, "v1alpha1", "v1", 1), `b.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v1"`},
 		{"duplicate name", budget("    - name: per-run\n      perPrincipal: x-ar-run\n      tokensPerDay: 1\n"),
 			`b.yaml:13: spec.budgets[1].name: duplicate budget name "per-run" (first at spec.budgets[0])`},

@@ -79,6 +79,9 @@ type Spec struct {
 	Budgets []Budget `json:"budgets,omitempty"`
 	// Frontier is the spend cap on frontier models, addressable as budget "frontier".
 	Frontier *Frontier `json:"frontier,omitempty"`
+	// RateLimitService is where agentgateway Gateways send their rate limit
+	// checks. Default: envoy-gateway-system/envoy-ratelimit:8081.
+	RateLimitService RateLimitService `json:"rateLimitService,omitempty"`
 	// Pricing prices models for cost limits ({cost: 500, per: month}).
 	Pricing *Pricing `json:"pricing,omitempty"`
 }
@@ -89,6 +92,10 @@ type GatewayRef struct {
 	Name      string `json:"name" jsonschema:"minLength=1,maxLength=253"`
 	// SectionName optionally narrows the policy to one listener.
 	SectionName string `json:"sectionName,omitempty" jsonschema:"maxLength=253"`
+	// Kind is the gateway implementation: envoy (default, Envoy Gateway: a
+	// BackendTrafficPolicy) or agentgateway (an AgentgatewayPolicy whose global
+	// rate limit calls the ratelimit Service; see docs/agentgateway.md).
+	Kind GatewayKind `json:"kind,omitempty" jsonschema:"enum=envoy,enum=agentgateway"`
 	// BasePolicy is a BackendTrafficPolicy file (path relative to the spec)
 	// the Gateway team owns. Render then emits one policy for the Gateway: the
 	// base policy unchanged, under its own name and namespace, with the budget
@@ -103,6 +110,37 @@ type GatewayRef struct {
 
 	// Base is the BasePolicy file's content, read by LoadFile (nil without BasePolicy).
 	Base *File `json:"-"`
+}
+
+// GatewayKind is the implementation behind a target Gateway.
+type GatewayKind string
+
+// Gateway kinds.
+const (
+	GatewayEnvoy        GatewayKind = "envoy"
+	GatewayAgentgateway GatewayKind = "agentgateway"
+)
+
+// Bucket says whether a budget's Gateways share its counters.
+type Bucket string
+
+// Buckets.
+const (
+	// BucketShared (default): one counter per principal across every Gateway
+	// of the budget, when the service runs with the rendered budget map.
+	BucketShared Bucket = "shared"
+	// BucketPerGateway: each Gateway counts its own traffic against the full cap.
+	BucketPerGateway Bucket = "perGateway"
+)
+
+// RateLimitService is the Service agentgateway's global rate limit calls.
+type RateLimitService struct {
+	// Namespace of the Service. Default: envoy-gateway-system.
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the Service. Default: envoy-ratelimit (the one Envoy Gateway creates).
+	Name string `json:"name,omitempty"`
+	// Port is the gRPC port. Default: 8081.
+	Port int32 `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
 }
 
 // GatewayConfig names the Envoy AI Gateway GatewayConfig render emits.
@@ -178,6 +216,12 @@ type Budget struct {
 	Rollout
 	// Overrides give named principals their own cap; per-principal budgets only.
 	Overrides []Override `json:"overrides,omitempty"`
+	// Gateways places the budget on some of spec.gateways only, each named
+	// "<namespace>/<name>" or by a name listed once. Default: every Gateway.
+	Gateways []string `json:"gateways,omitempty"`
+	// Bucket: shared (default, one counter per principal across the budget's
+	// Gateways) or perGateway (each Gateway its own counter).
+	Bucket Bucket `json:"bucket,omitempty" jsonschema:"enum=shared,enum=perGateway"`
 }
 
 // Group selects the requests sharing one bucket.
@@ -211,6 +255,9 @@ type Frontier struct {
 	// KillSwitch denies every frontier-model request (a request-count rule with
 	// requests: 0, always enforced), whatever the mode.
 	KillSwitch bool `json:"killSwitch,omitempty"`
+	// Bucket: shared (default) or perGateway, as for budgets. The frontier cap
+	// applies to Envoy Gateway Gateways only (it matches the model header).
+	Bucket Bucket `json:"bucket,omitempty" jsonschema:"enum=shared,enum=perGateway"`
 }
 
 // BudgetKind tells the kinds of budget apart.

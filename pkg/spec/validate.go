@@ -114,6 +114,7 @@ func (v *validator) check() {
 	if f := s.Spec.Frontier; f != nil {
 		v.frontier(f)
 	}
+	v.placement()
 	if pr := s.Spec.Pricing; pr != nil {
 		v.pricing(pr)
 	}

@@ -48,7 +48,35 @@ type RateLimit struct {
 	Replaces        []string
 	// Proto is the response's current_limit; shared, never mutate it.
 	Proto *rlpb.RateLimitResponse_RateLimit
+	// Path lists the config levels leading to the limit, from the domain's
+	// top level (an empty Value is a bare key); nil for request overrides.
+	Path []PathEntry
+	// Scope, when set (a budget map names the limit's rule), replaces the
+	// domain and descriptor in the counter key by the budget's bucket and the
+	// principal, so every Gateway's rule of one budget shares one counter.
+	Scope *Scope
 }
+
+// PathEntry is one level of a limit's config path.
+type PathEntry struct {
+	Key, Value string
+}
+
+// Scope is the counter scope of a budget's limit: counters key on (Bucket,
+// principal, window) instead of (domain, descriptor, window).
+type Scope struct {
+	// Bucket names the budget's counter (budgetmap Entry.Bucket).
+	Bucket string
+	// Principal, when Fixed, is the one principal the rule counts (an
+	// override's own rule, whose descriptor does not carry the value);
+	// otherwise the principal is the request values matched by a bare key.
+	Principal string
+	Fixed     bool
+}
+
+// ScopeFunc resolves the scope of a limit from its domain and config path;
+// nil means the limit keeps its own counter.
+type ScopeFunc func(domain string, path []PathEntry) *Scope
 
 type node struct {
 	children map[string]*node
@@ -65,6 +93,11 @@ type Config struct {
 	limits  []*RateLimit
 	// Sources names the files or resources the config came from, sorted.
 	sources []string
+	// docs and names are what the config was built from, so it can be merged
+	// with another source's config or rebuilt with new scopes.
+	docs  []*Document
+	names []string
+	scope ScopeFunc
 	// notApplied says, per place, which keys the reference gives a meaning
 	// that this service accepts but does not apply.
 	notApplied []string

@@ -374,7 +374,12 @@ func (p *parser) replaces(v *yaml.Node, path string) ([]string, error) {
 // no duplicate descriptor or domain, replaces not naming itself, share_threshold
 // only on wildcards. names[i] names docs[i] in errors.
 func Build(docs []*Document, names []string) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
+	return BuildScoped(docs, names, nil)
+}
+
+// BuildScoped is Build with every limit's Scope resolved by scope (nil: none).
+func BuildScoped(docs []*Document, names []string, scope ScopeFunc) (*Config, error) {
+	c := &Config{domains: map[string]*node{}, docs: docs, names: names, scope: scope}
 	for i, doc := range docs {
 		name := names[i]
 		if doc.Domain == "" {
@@ -384,7 +389,7 @@ func Build(docs []*Document, names []string) (*Config, error) {
 			return nil, &Error{File: name, Field: "domain", Msg: fmt.Sprintf("duplicate domain '%s' in config file", doc.Domain)}
 		}
 		root := &node{children: map[string]*node{}}
-		if err := c.load(name, doc.Domain, root, doc.Domain+".", "descriptors", doc.Descriptors); err != nil {
+		if err := c.load(name, doc.Domain, root, doc.Domain+".", "descriptors", nil, doc.Descriptors); err != nil {
 			return nil, err
 		}
 		c.domains[doc.Domain] = root
@@ -393,7 +398,7 @@ func Build(docs []*Document, names []string) (*Config, error) {
 	return c, nil
 }
 
-func (c *Config) load(file, domain string, parent *node, parentKey, path string, ds []Descriptor) error {
+func (c *Config) load(file, domain string, parent *node, parentKey, path string, cfgPath []PathEntry, ds []Descriptor) error {
 	for i, d := range ds {
 		field := fmt.Sprintf("%s[%d]", path, i)
 		errAt := func(sub, msg string) error {
@@ -427,6 +432,7 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 			return errAt("", fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey))
 		}
 		n := &node{children: map[string]*node{}, shareThreshold: d.ShareThreshold}
+		here := append(cfgPath[:len(cfgPath):len(cfgPath)], PathEntry{Key: d.Key, Value: d.Value})
 		if d.RateLimit != nil {
 			rl := d.RateLimit
 			v, ok := rlpb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(rl.Unit)]
@@ -456,6 +462,10 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 				QuotaMode: d.QuotaMode, DetailedMetric: d.DetailedMetric, Name: rl.Name,
 				Replaces: append([]string(nil), rl.Replaces...),
 				Proto:    &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: u, Name: rl.Name},
+				Path:     here,
+			}
+			if c.scope != nil {
+				lim.Scope = c.scope(domain, here)
 			}
 			c.limits = append(c.limits, lim)
 			n.limit = lim
@@ -469,7 +479,7 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 		if strings.HasSuffix(finalKey, "*") {
 			parent.wildcards = append(parent.wildcards, finalKey)
 		}
-		if err := c.load(file, domain, n, fullKey+".", field+".descriptors", d.Descriptors); err != nil {
+		if err := c.load(file, domain, n, fullKey+".", field+".descriptors", here, d.Descriptors); err != nil {
 			return err
 		}
 		parent.children[finalKey] = n

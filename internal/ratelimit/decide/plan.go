@@ -137,7 +137,12 @@ func (p Planner) Plan(cfg *config.Config, req *rlpb.RateLimitRequest, now time.T
 		it.keyStart = len(keys)
 		// The key names the window by its start and length, so a calendar
 		// window that equals an epoch one (a UTC day) keeps the same counter.
-		keys = p.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, it.WindowEnd-it.WindowStart, it.WindowStart)
+		if sc := l.Scope; sc != nil {
+			// A budget map names this rule: one counter per (bucket, principal, window).
+			keys = p.Keys.AppendBudget(keys, sc.Bucket, sc.Principal, sc.Fixed, req.Descriptors[i].Entries, it.Free, it.WindowEnd-it.WindowStart, it.WindowStart)
+		} else {
+			keys = p.Keys.Append(keys, req.Domain, req.Descriptors[i].Entries, it.share, it.WindowEnd-it.WindowStart, it.WindowStart)
+		}
 		it.keyEnd = len(keys)
 	}
 	// Slice keys only once the buffer stopped growing.

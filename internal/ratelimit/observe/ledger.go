@@ -35,7 +35,7 @@ func (o *Ledger) Annotate(d *Descriptor, c *store.Counter) {
 	if o.Recorder == nil || it.Hits == 0 || it.Limit.Unit != dayUnit {
 		return
 	}
-	r, p := d.Names.Of(d.Domain, it.Limit.Rule, d.Entries, it.Free)
+	r, p := d.Names.OfLimit(d.Domain, it.Limit, d.Entries, it.Free)
 	u := o.Recorder.Usage(r, p, d.Now, it.Hits)
 	c.Ledger = store.HashIncr{Key: u.Key, Field: u.Field}
 }
@@ -47,7 +47,7 @@ func (o *Ledger) Cached(d *Descriptor) {
 	if o.Recorder == nil || it.Hits == 0 || it.Limit.Unit != dayUnit {
 		return
 	}
-	r, p := d.Names.Of(d.Domain, it.Limit.Rule, d.Entries, it.Free)
+	r, p := d.Names.OfLimit(d.Domain, it.Limit, d.Entries, it.Free)
 	o.Recorder.Defer(o.Recorder.Usage(r, p, d.Now, it.Hits))
 }
 
@@ -65,11 +65,11 @@ func (o *Ledger) Descriptor(ctx context.Context, d *Descriptor) {
 		return
 	}
 	if it.Over && it.Hits == 0 && o.Recorder != nil {
-		r, _ := d.Names.Of(d.Domain, l.Rule, d.Entries, it.Free)
+		r, _ := d.Names.OfLimit(d.Domain, l, d.Entries, it.Free)
 		o.Recorder.Denied(r, d.Now, l.ShadowMode || d.GlobalShadow)
 	}
 	if !it.Cached && it.Hits > 0 && o.Thresholds != nil {
-		r, p := d.Names.Of(d.Domain, l.Rule, d.Entries, it.Free)
+		r, p := d.Names.OfLimit(d.Domain, l, d.Entries, it.Free)
 		o.Thresholds.Observe(ctx, thresholds.Charge{
 			Domain: r.Domain, Rule: r.Rule, Principal: ledger.PrincipalName(p),
 			Limit: uint64(l.RequestsPerUnit), Hits: it.Hits, Total: it.Total, Shadow: l.ShadowMode,

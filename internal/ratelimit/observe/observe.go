@@ -90,6 +90,17 @@ func (n *Names) Of(domain, configRule string, entries []*rlcommon.RateLimitDescr
 	return n.rule, n.principal
 }
 
+// OfLimit is Of for the limit l: a limit the budget map scoped is named by
+// its bucket (and an override's fixed principal), so the ledger and the
+// threshold events follow the budget's counter.
+func (n *Names) OfLimit(domain string, l *config.RateLimit, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64) (ledger.RuleID, string) {
+	r, p := n.Of(domain, l.Rule, entries, free)
+	if sc := l.Scope; sc != nil {
+		return ledger.FromScope(sc.Bucket, sc.Principal, sc.Fixed, p)
+	}
+	return r, p
+}
+
 // Multi tells several observers, in order.
 type Multi []Observer
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,7 +193,20 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}
 	watchDone := make(chan struct{})
+	var background sync.WaitGroup
 	configFrom := s.DirOptions().Dir()
+	if s.BudgetMapPath != "" {
+		// Before the first config, so no counter is ever keyed without it.
+		if err := startBudgetMap(sctx, s, applier, &background); err != nil {
+			return err
+		}
+	}
+	if s.ConfigType == "GRPC_XDS_SOTW" && s.ConfigDir != "" {
+		// agentgateway's domains come from files, merged with EG's xDS config.
+		if err := startExtraFiles(sctx, s, applier, &background); err != nil {
+			return err
+		}
+	}
 	if s.ConfigType == "GRPC_XDS_SOTW" {
 		xc, err := newXDSClient(s, applier, log)
 		if err != nil {
@@ -220,6 +234,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	err = srv.Serve(sctx, 5*time.Second)
 	cancel()
 	<-watchDone
+	background.Wait()
 	log.Warn("stopped", "err", err)
 	return err
 }

@@ -76,6 +76,10 @@ type Settings struct {
 	RuntimeIgnoreDotFiles bool
 	RuntimeWatchRoot      bool
 	ConfigDir             string
+	// BudgetMapPath (BUDGET_MAP_PATH, --budget-map), when set, is the budget
+	// map budgetgen render wrote: the limits it names count a budget's
+	// principal in one counter across Gateways. Polled like the config files.
+	BudgetMapPath string
 	// ConfigPollInterval (CONFIG_POLL_INTERVAL, 1s) between directory reads.
 	ConfigPollInterval time.Duration
 	// xDS (GRPC_XDS_SOTW): CONFIG_GRPC_XDS_SERVER_URL (localhost:18000),

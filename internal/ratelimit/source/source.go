@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -31,8 +32,12 @@ type Source interface {
 	Run(ctx context.Context, a *Applier) error
 }
 
-// Applier installs configs into a Sink, keeping the last good one, and
-// reports every attempt. Safe for concurrent use.
+// Applier installs configs into a Sink, keeping the last good one of each
+// source, and reports every attempt. Several sources (xDS from Envoy Gateway,
+// files holding agentgateway's domains) are merged into the one config the
+// Sink gets: each is validated on its own, and a rejected update of one never
+// drops the other's config. A budget map (SetBudgetMap) scopes the limits it
+// names. Safe for concurrent use.
 type Applier struct {
 	Sink    Sink
 	Metrics *metrics.Metrics // optional
@@ -42,15 +47,23 @@ type Applier struct {
 
 	mu     sync.Mutex
 	loaded bool
+	parts  map[string]*config.Config
+	scope  config.ScopeFunc
 }
 
-// Apply installs c when err is nil; otherwise logs and counts the rejection
-// and keeps the current config. It returns err unchanged.
-func (a *Applier) Apply(source string, c *config.Config, err error) error {
-	log := a.Logger
-	if log == nil {
-		log = slog.Default()
+func (a *Applier) logger() *slog.Logger {
+	if a.Logger == nil {
+		return slog.Default()
 	}
+	return a.Logger
+}
+
+// Apply installs c as source's config when err is nil; otherwise logs and
+// counts the rejection and keeps the current config. It returns err
+// unchanged, or the merge error when c cannot join the other sources'
+// configs (the same domain in two sources), in which case c is rejected too.
+func (a *Applier) Apply(source string, c *config.Config, err error) error {
+	log := a.logger()
 	if err == nil && c == nil {
 		err = fmt.Errorf("%s: no config", source)
 	}
@@ -59,17 +72,83 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
 	}
-	a.Metrics.ConfigLoaded(source, nil, len(c.Limits()))
-	a.Sink.SetConfig(c)
 	a.mu.Lock()
+	merged, err := a.mergeLocked(source, c)
+	if err != nil {
+		a.mu.Unlock()
+		err = fmt.Errorf("%s: merge with the other config sources: %w", source, err)
+		a.Metrics.ConfigLoaded(source, err, 0)
+		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
+		return err
+	}
+	if a.parts == nil {
+		a.parts = map[string]*config.Config{}
+	}
+	a.parts[source] = c
+	a.Sink.SetConfig(merged)
 	a.loaded = true
 	a.mu.Unlock()
-	log.Info("config loaded", "source", source, "domains", len(c.Domains()), "rules", len(c.Limits()), "files", c.Sources())
+	a.Metrics.ConfigLoaded(source, nil, len(c.Limits()))
+	log.Info("config loaded", "source", source, "domains", len(merged.Domains()), "rules", len(merged.Limits()), "files", merged.Sources(), "budget_scoped", merged.Scoped())
 	for _, n := range c.NotApplied() {
 		log.Warn("config key not applied", "source", source, "detail", n)
 	}
 	if a.OnLoaded != nil {
-		a.OnLoaded(c)
+		a.OnLoaded(merged)
+	}
+	return nil
+}
+
+// mergeLocked builds the config the Sink gets when source's part becomes c
+// (nil: keep the current parts). With one part and no budget map it is that
+// part itself, exactly as before sources could be merged.
+func (a *Applier) mergeLocked(source string, c *config.Config) (*config.Config, error) {
+	names := make([]string, 0, len(a.parts)+1)
+	for n := range a.parts {
+		if n != source {
+			names = append(names, n)
+		}
+	}
+	if c != nil {
+		names = append(names, source)
+	}
+	sort.Strings(names)
+	parts := make([]*config.Config, 0, len(names))
+	for _, n := range names {
+		if n == source && c != nil {
+			parts = append(parts, c)
+		} else {
+			parts = append(parts, a.parts[n])
+		}
+	}
+	if len(parts) == 1 && a.scope == nil {
+		return parts[0], nil
+	}
+	return config.Merge(a.scope, parts...)
+}
+
+// SetBudgetMap scopes the limits a budget map names (nil: none) and
+// reinstalls the merged config. It fails, changing nothing, when the current
+// configs cannot be rebuilt with it.
+func (a *Applier) SetBudgetMap(scope config.ScopeFunc) error {
+	a.mu.Lock()
+	prev := a.scope
+	a.scope = scope
+	if len(a.parts) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	merged, err := a.mergeLocked("", nil)
+	if err != nil {
+		a.scope = prev
+		a.mu.Unlock()
+		return err
+	}
+	a.Sink.SetConfig(merged)
+	a.mu.Unlock()
+	a.logger().Info("budget map applied", "domains", len(merged.Domains()), "rules", len(merged.Limits()), "budget_scoped", merged.Scoped())
+	if a.OnLoaded != nil {
+		a.OnLoaded(merged)
 	}
 	return nil
 }

@@ -1,0 +1,70 @@
+package agentgateway
+
+import "testing"
+
+func budgetLimit() *GlobalRateLimit {
+	return &GlobalRateLimit{Domain: "ns/p", Descriptors: []Descriptor{
+		{Unit: UnitTokens, Entries: []Entry{{Name: "budget", Expression: `"per-run"`}, {Name: "principal", Expression: `string(jwt["run_id"])`}}},
+		{Unit: UnitRequests, Entries: []Entry{{Name: "x", Expression: `"y"`}}},
+	}}
+}
+
+// The request shape of remoteratelimit.rs: check with the estimate (0 when
+// not tokenized), amend with (response input - estimate) + output.
+func TestRequestsShape(t *testing.T) {
+	check, amend, err := Requests(budgetLimit(), LLMRequest{Claims: map[string]any{"run_id": "r1"}, InputTokens: 300, OutputTokens: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if check.Domain != "ns/p" || check.HitsAddend != 0 || len(check.Descriptors) != 1 {
+		t.Fatalf("check = %v", check)
+	}
+	d := check.Descriptors[0]
+	if d.HitsAddend.GetValue() != 0 || d.HitsAddend == nil || d.Entries[0].Value != "per-run" || d.Entries[1].Key != "principal" || d.Entries[1].Value != "r1" {
+		t.Errorf("check descriptor = %v", d)
+	}
+	if amend.Descriptors[0].HitsAddend.GetValue() != 500 {
+		t.Errorf("amend = %v, want 500 tokens", amend)
+	}
+	check, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: map[string]any{"run_id": "r1"}, EstimatedInputTokens: 320, InputTokens: 300, OutputTokens: 200})
+	if check.Descriptors[0].HitsAddend.GetValue() != 320 || amend.Descriptors[0].HitsAddend.GetValue() != 180 {
+		t.Errorf("tokenized: check %v amend %v, want 320 then 180", check, amend)
+	}
+	_, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: map[string]any{"run_id": "r1"}, EstimatedInputTokens: 900, InputTokens: 300, OutputTokens: 200})
+	if amend != nil {
+		t.Errorf("negative amend sent: %v", amend)
+	}
+	// No verified JWT, or a claim that is missing: no call at all.
+	for _, claims := range []map[string]any{nil, {"sub": "x"}} {
+		if check, _, err := Requests(budgetLimit(), LLMRequest{Claims: claims, InputTokens: 1}); check != nil || err != nil {
+			t.Errorf("claims %v: check %v err %v, want no call", claims, check, err)
+		}
+	}
+}
+
+func TestVariables(t *testing.T) {
+	for expr, want := range map[string]string{
+		`string(jwt["sub"])`:                 "jwt",
+		`request.headers["x-user"]`:          "request",
+		`has(jwt.sub) ? jwt.sub : apiKey.id`: "apiKey,jwt",
+		`"literal"`:                          "",
+	} {
+		vars, err := Variables(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for i, v := range vars {
+			if i > 0 {
+				got += ","
+			}
+			got += v
+		}
+		if got != want {
+			t.Errorf("Variables(%s) = %s, want %s", expr, got, want)
+		}
+	}
+	if _, err := Variables(`jwt[`); err == nil {
+		t.Error("a broken expression parsed")
+	}
+}

@@ -1,0 +1,109 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+)
+
+// budgetMapSource labels budget map loads in logs and metrics.
+const budgetMapSource = "budget_map"
+
+// ScopeFromMap returns the scope function of a validated budget map: a limit
+// whose domain and config path the map names as a token budget is counted in
+// the entry's bucket; kill switch rules and unnamed limits keep their own
+// counters.
+func ScopeFromMap(m *budgetmap.Map) config.ScopeFunc {
+	ix := budgetmap.NewIndex(m)
+	return func(domain string, path []config.PathEntry) *config.Scope {
+		p := make([]budgetmap.DescriptorEntry, len(path))
+		for i, e := range path {
+			p[i] = budgetmap.DescriptorEntry{Key: e.Key, Value: e.Value}
+		}
+		e := ix.Lookup(domain, p)
+		if e == nil || e.Kind != budgetmap.KindTokens {
+			return nil
+		}
+		return &config.Scope{Bucket: e.Bucket, Principal: e.OverridePrincipal, Fixed: e.OverridePrincipal != ""}
+	}
+}
+
+// BudgetMapFile watches a budget map file by polling, like Files, and applies
+// every changed, valid version to an Applier. A missing or invalid file is
+// logged and counted, and the last good map stays in force.
+type BudgetMapFile struct {
+	Path string
+	// Interval between polls, default DefaultPollInterval.
+	Interval time.Duration
+
+	last [32]byte
+	seen bool
+}
+
+// Load reads the file and applies it if it changed since the last call.
+func (b *BudgetMapFile) Load(a *Applier) error {
+	data, err := readBounded(b.Path)
+	var sum [32]byte
+	if err != nil {
+		sum = sha256.Sum256([]byte("error:" + err.Error()))
+	} else {
+		sum = sha256.Sum256(data)
+	}
+	if b.seen && sum == b.last {
+		return err
+	}
+	b.last, b.seen = sum, true
+	var m *budgetmap.Map
+	if err == nil {
+		m, err = budgetmap.Load(data, b.Path)
+	}
+	if err == nil {
+		err = a.SetBudgetMap(ScopeFromMap(m))
+	}
+	if err != nil {
+		err = fmt.Errorf("budget map: %w", err)
+		a.Metrics.ConfigLoaded(budgetMapSource, err, 0)
+		a.logger().Error("budget map rejected; keeping the last good one", "err", err)
+		return err
+	}
+	a.Metrics.ConfigLoaded(budgetMapSource, nil, len(m.Entries))
+	a.logger().Info("budget map loaded", "path", b.Path, "entries", len(m.Entries), "budget_set", m.BudgetSet)
+	return nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, budgetmap.MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	return data, nil // Load rejects an oversized file with its name
+}
+
+// Run polls until ctx is done.
+func (b *BudgetMapFile) Run(ctx context.Context, a *Applier) error {
+	iv := b.Interval
+	if iv <= 0 {
+		iv = DefaultPollInterval
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			_ = b.Load(a)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package assert
+
+import (
+	"fmt"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
+	"github.com/budgetgen/budgetgen/internal/manifest"
+)
+
+// ruleAgentgateway checks the budgets enforced by agentgateway's
+// AgentgatewayPolicy (agentgateway.dev): its global rate limit must say how it
+// fails (the CRD defaults to FailClosed: a rate limit outage would answer 500
+// to every request), count token budgets in Tokens, take every descriptor
+// value from the verified JWT (jwt.* in CEL) rather than from anything the
+// client sends, attach one rate limit policy per target, keep the schema
+// rules of the CRD, and, with --spec, name only budgets of the spec. Caps
+// and shadow/enforce live in the rate limit service's config for the
+// policy's domain (budgetgen render --ratelimit-config), not in the policy.
+var ruleAgentgateway = &Rule{
+	ID:       "BG020",
+	Name:     "agentgateway",
+	Doc:      "AgentgatewayPolicy global rate limits: explicit failureMode, unit Tokens for token budgets, principals only from the verified JWT, one policy per target, valid against the CRD's schema rules, budgets known to the spec",
+	Severity: Error,
+	Check: func(p *Pass) error {
+		targets := map[string]*manifest.Object{}
+		for _, o := range p.Index.Objects {
+			if o.Kind != agentgateway.KindPolicy || o.Group() != agentgateway.Group {
+				continue
+			}
+			global := manifest.Get(o.Node, "spec", "traffic", "rateLimit", "global")
+			if global == nil {
+				continue
+			}
+			checkAgentgatewayPolicy(p, o, global, targets)
+		}
+		return nil
+	},
+}
+
+const agwGlobalPath = "spec.traffic.rateLimit.global"
+
+func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, targets map[string]*manifest.Object) {
+	// The modelled types carry JSON tags (the Kubernetes convention).
+	var pol agentgateway.Policy
+	raw, err := yaml.Marshal(o.Node)
+	if err == nil {
+		err = sigsyaml.Unmarshal(raw, &pol)
+	}
+	if err != nil || pol.Spec.Traffic == nil || pol.Spec.Traffic.RateLimit == nil || pol.Spec.Traffic.RateLimit.Global == nil {
+		p.Report(o, global, agwGlobalPath, "the global rate limit does not decode (%v): it cannot be checked", err)
+		return
+	}
+	for _, fe := range agentgateway.Validate(&pol) {
+		p.Report(o, NodeAt(o.Node, fe.Path), fe.Path, "%s (AgentgatewayPolicy CRD schema)", fe.Msg)
+	}
+	for i, ref := range pol.Spec.TargetRefs {
+		id := fmt.Sprintf("%s/%s/%s/%s#%s", o.Namespace, ref.Group, ref.Kind, ref.Name, ref.SectionName)
+		if first, dup := targets[id]; dup {
+			path := fmt.Sprintf("spec.targetRefs[%d]", i)
+			p.Report(o, NodeAt(o.Node, path), path, "%s %s is already the target of the global rate limit of %s: agentgateway merges policies per target, so keep one rate limit policy per target", ref.Kind, ref.Name, first)
+			continue
+		}
+		targets[id] = o
+	}
+	g := pol.Spec.Traffic.RateLimit.Global
+	if g.FailureMode == "" {
+		p.Report(o, global, agwGlobalPath+".failureMode", "failureMode is not set, and the CRD defaults to FailClosed (a 500 for every request while the rate limit service is unreachable): set FailOpen (budgetgen's choice) or FailClosed explicitly")
+	}
+	for i, d := range g.Descriptors {
+		dp := fmt.Sprintf("%s.descriptors[%d]", agwGlobalPath, i)
+		budget := ""
+		for _, e := range d.Entries {
+			if e.Name == "budget" {
+				budget = e.Expression
+			}
+		}
+		if budget != "" && d.Unit != agentgateway.UnitTokens {
+			p.Report(o, NodeAt(o.Node, dp), dp+".unit", "descriptor of token budget %s counts %s: set unit: Tokens, or each request counts 1 instead of its tokens", budget, unitOrDefault(d.Unit))
+		}
+		for j, e := range d.Entries {
+			ep := fmt.Sprintf("%s.entries[%d].expression", dp, j)
+			vars, err := agentgateway.Variables(e.Expression)
+			if err != nil {
+				continue // reported by the schema check
+			}
+			if bad := slices.DeleteFunc(vars, func(v string) bool { return v == "jwt" }); len(bad) > 0 {
+				p.Report(o, NodeAt(o.Node, ep), ep, "descriptor entry %q reads %v: a principal must come from the verified JWT (jwt[...]) only, never from what the client sends", e.Name, bad)
+			}
+		}
+		if budget != "" && p.Options.Spec != nil && p.Options.Spec.Budgets != nil {
+			name, ok := celLiteral(budget)
+			if ok && !p.Options.Spec.Budgets[name] {
+				p.Report(o, NodeAt(o.Node, dp), dp, "descriptor names budget %q, which is not in the spec: render again", name)
+			}
+		}
+	}
+}
+
+func unitOrDefault(u string) string {
+	if u == "" {
+		return agentgateway.UnitRequests + " (the default)"
+	}
+	return u
+}
+
+// celLiteral returns the value of a CEL string literal expression.
+func celLiteral(expr string) (string, bool) {
+	var s string
+	if err := yaml.Unmarshal([]byte(expr), &s); err != nil || len(expr) < 2 || expr[0] != '"' {
+		return "", false
+	}
+	return s, true
+}

@@ -1,0 +1,187 @@
+package budgetmap_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func renderMap(t testing.TB, path string) []byte {
+	t.Helper()
+	bs, err := spec.LoadFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := budgetmap.Encode(render.BudgetMap(bs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestRenderedMapGoldenAndRoundTrip(t *testing.T) {
+	got := renderMap(t, "testdata/mixed-spec.yaml")
+	if again := renderMap(t, "testdata/mixed-spec.yaml"); !bytes.Equal(got, again) {
+		t.Fatal("two renders of one spec differ")
+	}
+	const golden = "testdata/mixed-map.golden.yaml"
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("budget map differs from %s (go test ./pkg/budgetmap -update):\n%s", golden, got)
+	}
+	m, err := budgetmap.Load(got, "map.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re, err := budgetmap.Encode(m)
+	if err != nil || !bytes.Equal(re, got) {
+		t.Fatalf("load+encode is not the identity (err %v)", err)
+	}
+	// The same budget on two kinds of Gateway shares one bucket name only
+	// when its Gateways are listed together; here each budget has one home.
+	buckets := map[string]string{}
+	for _, e := range m.Entries {
+		if b, ok := buckets[e.Bucket]; ok && b != e.Budget {
+			t.Errorf("bucket %s holds budgets %s and %s", e.Bucket, b, e.Budget)
+		}
+		buckets[e.Bucket] = e.Budget
+	}
+}
+
+func TestSharedAndPerGatewayBuckets(t *testing.T) {
+	doc := `apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetSet
+metadata: {name: s}
+spec:
+  gateways: [{namespace: a, name: gw1}, {namespace: b, name: gw2}]
+  identities: {x-key: {apiKeyClientID: true}}
+  budgets:
+    - {name: shared, perPrincipal: x-key, tokensPerDay: 10}
+    - {name: split, perPrincipal: x-key, tokensPerDay: 10, bucket: perGateway}
+`
+	bs, err := spec.Load([]byte(doc), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, e := range render.BudgetMap(bs).Entries {
+		got[e.Budget] = append(got[e.Budget], e.Bucket)
+	}
+	want := map[string][]string{
+		"shared": {"s/shared", "s/shared"},
+		"split":  {"s/split@a/gw1", "s/split@b/gw2"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("buckets = %v, want %v", got, want)
+	}
+}
+
+const valid = `apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetMap
+budgetSet: s
+entries:
+  - domain: a/s-gw1
+    descriptor: [{key: a/s-gw1/rule/0, value: a/s-gw1/rule/0}]
+    gateway: {kind: envoy, namespace: a, name: gw1}
+    budget: per-key
+    bucket: s/per-key
+    kind: tokens
+    principal: {header: x-key}
+    tokensPerDay: 10
+    window: day
+    mode: shadow
+`
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct{ name, from, to, want string }{
+		{"unknown field", "    window: day\n", "    windw: day\n", "m.yaml:13: field windw not found in type budgetmap.Entry"},
+		{"wrong type", "tokensPerDay: 10", "tokensPerDay: ten", "m.yaml:12: cannot unmarshal !!str `ten` into int64"},
+		{"version", "budgetgen.dev/v1alpha1", "budgetgen.dev/v2", `m.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v2"`},
+		{"bad kind", "kind: tokens", "kind: coins", `m.yaml:10: entries[0].kind: must be tokens or killswitch, got "coins"`},
+		{"zero cap", "tokensPerDay: 10", "tokensPerDay: 0", "m.yaml:12: entries[0].tokensPerDay: must be > 0 for a token budget"},
+		{"window", "window: day", `window: ""`, "m.yaml:13: entries[0].window: is required (day, or the window of the rule's limit)"},
+		{"no descriptor", "    descriptor: [{key: a/s-gw1/rule/0, value: a/s-gw1/rule/0}]\n", "", "m.yaml:5: entries[0].descriptor: needs at least one level"},
+		{"two principals", "principal: {header: x-key}", "principal: {header: x-key, expression: jwt.sub}", "m.yaml:11: entries[0].principal: set header or expression, not both"},
+		{"gateway kind", "kind: envoy", "kind: nginx", `m.yaml:7: entries[0].gateway.kind: must be envoy or agentgateway, got "nginx"`},
+		{"two documents", "mode: shadow\n", "mode: shadow\n---\na: 1\n", "m.yaml:15: more than one YAML document; a budget map is one document"},
+		{"empty", valid, "", "m.yaml: empty file: want a BudgetMap document"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := strings.Replace(valid, tc.from, tc.to, 1)
+			m, err := budgetmap.Load([]byte(doc), "m.yaml")
+			if err == nil || m != nil {
+				t.Fatalf("Load = %v, %v; want an error", m, err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+			var e *budgetmap.Error
+			if !errors.As(err, &e) {
+				t.Errorf("error %T is no *budgetmap.Error", err)
+			}
+		})
+	}
+}
+
+func TestLoadRejectsDuplicatesAndSharedBucketOfTwoBudgets(t *testing.T) {
+	second := strings.SplitN(valid, "entries:\n", 2)[1]
+	doc := valid + strings.Replace(second, "budget: per-key", "budget: other", 1)
+	_, err := budgetmap.Load([]byte(doc), "m.yaml")
+	want := "m.yaml:16: entries[1].descriptor: domain a/s-gw1 and this descriptor are already mapped by entries[0]\n" +
+		`m.yaml:19: entries[1].bucket: bucket "s/per-key" already belongs to budget "per-key": one bucket counts one budget`
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n got %v\nwant %s", err, want)
+	}
+}
+
+func TestIndexLongestPrefix(t *testing.T) {
+	m, err := budgetmap.Load(renderMap(t, "testdata/mixed-spec.yaml"), "m.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := budgetmap.NewIndex(m)
+	d := func(kv ...string) []budgetmap.DescriptorEntry {
+		var out []budgetmap.DescriptorEntry
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, budgetmap.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	const agw = "agents/ai-budgets-agent-gw"
+	if e := ix.Lookup(agw, d("budget", "per-run", "principal", "")); e == nil || e.OverridePrincipal != "" || e.TokensPerDay != 5000000 {
+		t.Errorf("default per-run rule -> %+v", e)
+	}
+	if e := ix.Lookup(agw, d("budget", "per-run", "principal", "run-big")); e == nil || e.OverridePrincipal != "run-big" {
+		t.Errorf("override rule -> %+v", e)
+	}
+	const eg = "ai-gateway/ai-budgets-agent-router"
+	rule1 := eg + "/rule/1"
+	if e := ix.Lookup(eg, d(rule1, rule1, "rule-1-match-0", "rule-1-match-0")); e == nil || e.OverridePrincipal != "acme-batch" {
+		t.Errorf("EG override rule (prefix match) -> %+v", e)
+	}
+	if e := ix.Lookup(eg, d("budget", "per-run", "principal", "")); e != nil {
+		t.Errorf("agentgateway path in the EG domain matched %+v", e)
+	}
+	if e := ix.Lookup(agw, d("budget", "nope", "principal", "")); e != nil {
+		t.Errorf("unknown budget matched %+v", e)
+	}
+}

@@ -1,0 +1,285 @@
+package budgetmap
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileSize bounds what Load reads: a map has a few entries per budget and
+// Gateway, far below this.
+const MaxFileSize = 4 << 20
+
+// Error is a problem in a map file, with its position (Line 0 when none).
+type Error struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	if e.Field != "" {
+		b.WriteString(": " + e.Field)
+	}
+	b.WriteString(": " + e.Msg)
+	return b.String()
+}
+
+// ErrorList is every problem found in one file, in line order.
+type ErrorList []*Error
+
+func (l ErrorList) Error() string {
+	parts := make([]string, len(l))
+	for i, e := range l {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Unwrap exposes the individual errors to errors.As.
+func (l ErrorList) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
+
+// LoadFile reads and validates a map file.
+func LoadFile(path string) (*Map, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read budget map %s: %w", path, err)
+	}
+	return Load(data, path)
+}
+
+var yamlLineRE = regexp.MustCompile(`line (\d+): `)
+
+// Load decodes and validates one map document. Unknown fields, wrong types,
+// more than one document and every semantic problem are reported with
+// file:line: field.
+func Load(data []byte, file string) (*Map, error) {
+	if len(data) > MaxFileSize {
+		return nil, &Error{File: file, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
+	}
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: file, Msg: "empty file: want a BudgetMap document"}
+		}
+		return nil, yamlError(file, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, &Error{File: file, Line: extra.Line, Msg: "more than one YAML document; a budget map is one document"}
+	}
+	var m Map
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(&m); err != nil {
+		return nil, yamlError(file, err)
+	}
+	if errs := validate(&m, positions(&root), file); len(errs) > 0 {
+		return nil, errs
+	}
+	return &m, nil
+}
+
+func yamlError(file string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n  ")
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i] // the first problem; the rest repeat the pattern
+	}
+	line := 0
+	if m := yamlLineRE.FindStringSubmatchIndex(msg); m != nil {
+		line, _ = strconv.Atoi(msg[m[2]:m[3]])
+		msg = msg[:m[0]] + msg[m[1]:]
+	}
+	return &Error{File: file, Line: line, Msg: strings.TrimSpace(msg)}
+}
+
+// positions maps field paths (entries[2].bucket) to lines.
+func positions(root *yaml.Node) map[string]int {
+	pos := map[string]int{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if path != "" {
+			if _, ok := pos[path]; !ok {
+				pos[path] = n.Line
+			}
+		}
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				pos[p] = n.Content[i].Line
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	walk(root, "")
+	return pos
+}
+
+type checker struct {
+	file string
+	pos  map[string]int
+	errs ErrorList
+}
+
+// line finds the line of path or of its nearest parent that has one.
+func (c *checker) line(path string) int {
+	for p := path; p != ""; {
+		if l, ok := c.pos[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
+}
+
+func (c *checker) fail(path, format string, args ...any) {
+	c.errs = append(c.errs, &Error{File: c.file, Line: c.line(path), Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func validate(m *Map, pos map[string]int, file string) ErrorList {
+	c := &checker{file: file, pos: pos}
+	if m.APIVersion != APIVersion {
+		c.fail("apiVersion", "must be %s, got %q", APIVersion, m.APIVersion)
+	}
+	if m.Kind != Kind {
+		c.fail("kind", "must be %s, got %q", Kind, m.Kind)
+	}
+	if m.BudgetSet == "" {
+		c.fail("budgetSet", "is required")
+	}
+	seen := map[string]int{}
+	bucketBudget := map[string]string{}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		p := fmt.Sprintf("entries[%d]", i)
+		if e.Domain == "" {
+			c.fail(p+".domain", "is required")
+		}
+		if len(e.Descriptor) == 0 {
+			c.fail(p+".descriptor", "needs at least one level")
+		}
+		for j, d := range e.Descriptor {
+			if d.Key == "" {
+				c.fail(fmt.Sprintf("%s.descriptor[%d].key", p, j), "is required")
+			}
+		}
+		id := identity(e)
+		if first, dup := seen[id]; dup {
+			c.fail(p+".descriptor", "domain %s and this descriptor are already mapped by entries[%d]", e.Domain, first)
+		} else {
+			seen[id] = i
+		}
+		if e.Gateway.Kind != GatewayEnvoy && e.Gateway.Kind != GatewayAgentgateway {
+			c.fail(p+".gateway.kind", "must be %s or %s, got %q", GatewayEnvoy, GatewayAgentgateway, e.Gateway.Kind)
+		}
+		if e.Gateway.Namespace == "" || e.Gateway.Name == "" {
+			c.fail(p+".gateway", "namespace and name are required")
+		}
+		if e.Budget == "" {
+			c.fail(p+".budget", "is required")
+		}
+		switch {
+		case e.Bucket == "":
+			c.fail(p+".bucket", "is required")
+		case bucketBudget[e.Bucket] == "":
+			bucketBudget[e.Bucket] = e.Budget
+		case bucketBudget[e.Bucket] != e.Budget:
+			c.fail(p+".bucket", "bucket %q already belongs to budget %q: one bucket counts one budget", e.Bucket, bucketBudget[e.Bucket])
+		}
+		if e.Kind != KindTokens && e.Kind != KindKillSwitch {
+			c.fail(p+".kind", "must be %s or %s, got %q", KindTokens, KindKillSwitch, e.Kind)
+		}
+		if e.Principal.Header != "" && e.Principal.Expression != "" {
+			c.fail(p+".principal", "set header or expression, not both")
+		}
+		if e.TokensPerDay < 0 || e.TokensPerDay > 1<<32-1 {
+			c.fail(p+".tokensPerDay", "must be 0..4294967295, got %d", e.TokensPerDay)
+		}
+		if e.Kind == KindTokens && e.TokensPerDay == 0 {
+			c.fail(p+".tokensPerDay", "must be > 0 for a token budget")
+		}
+		if e.Window == "" {
+			c.fail(p+".window", "is required (%s, or the window of the rule's limit)", WindowDay)
+		}
+		if e.Mode != ModeShadow && e.Mode != ModeEnforce {
+			c.fail(p+".mode", "must be %s or %s, got %q", ModeShadow, ModeEnforce, e.Mode)
+		}
+	}
+	slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
+	return c.errs
+}
+
+// identity is an unambiguous string for (domain, descriptor path).
+func identity(e *Entry) string {
+	var b strings.Builder
+	b.WriteString(strconv.Quote(e.Domain))
+	for _, d := range e.Descriptor {
+		b.WriteString(" " + strconv.Quote(d.Key) + "=" + strconv.Quote(d.Value))
+	}
+	return b.String()
+}
+
+// Header starts every map file render writes.
+const Header = "# Code generated by budgetgen render. DO NOT EDIT.\n# The budget map: which rate limit rule is which budget (ratelimit --budget-map, BUDGET_MAP_PATH).\n"
+
+// Encode returns the map as YAML, entries sorted: the same map always gives
+// the same bytes.
+func Encode(m *Map) ([]byte, error) {
+	c := *m
+	c.Entries = slices.Clone(m.Entries)
+	c.Sort()
+	var b bytes.Buffer
+	b.WriteString(Header)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&c); err != nil {
+		return nil, fmt.Errorf("encode budget map: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode budget map: %w", err)
+	}
+	return b.Bytes(), nil
+}

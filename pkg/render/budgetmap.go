@@ -1,0 +1,132 @@
+package render
+
+import (
+	"strconv"
+
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+	"github.com/budgetgen/budgetgen/pkg/spec"
+)
+
+// BudgetMap lists, for every rule rendered from bs on every Gateway, which
+// budget it implements and the bucket its counters belong to: the same data
+// as the rule-budgets annotation, plus the domain and descriptor the rate
+// limit service sees, so the service can count a budget's principal once
+// across Gateways. Entries are sorted; the map is a pure function of bs.
+func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
+	m := &budgetmap.Map{APIVersion: budgetmap.APIVersion, Kind: budgetmap.Kind, BudgetSet: bs.Metadata.Name}
+	for _, gw := range bs.Spec.Gateways {
+		gref := budgetmap.Gateway{Kind: string(gw.Kind), Namespace: gw.Namespace, Name: gw.Name}
+		if gref.Kind == "" {
+			gref.Kind = budgetmap.GatewayEnvoy
+		}
+		if gw.IsAgentgateway() {
+			m.Entries = append(m.Entries, agentgatewayEntries(bs, gw, gref)...)
+			continue
+		}
+		domain := gw.Namespace + "/" + PolicyName(bs, gw)
+		ruleList, index, err := rules(bs, gw)
+		if err != nil {
+			continue // Render reports it; a map is only written after a render succeeded
+		}
+		for _, rb := range index {
+			id := RuleDescriptor(domain, rb.Rule)
+			e := budgetmap.Entry{
+				Domain:            domain,
+				Descriptor:        []budgetmap.DescriptorEntry{{Key: id, Value: id}},
+				Gateway:           gref,
+				Budget:            rb.Budget,
+				Kind:              budgetmap.KindTokens,
+				OverridePrincipal: rb.Principal,
+				Window:            budgetmap.WindowDay,
+			}
+			if rb.Window != "" {
+				e.Window = rb.Window
+			}
+			bucket := spec.BucketShared
+			if rb.Budget == spec.FrontierName {
+				f := bs.Spec.Frontier
+				bucket, e.TokensPerDay, e.Mode = f.Bucket, f.TokensPerDay, string(f.Mode)
+				if rb.Kind == RuleKindKillSwitch {
+					e.Kind, e.TokensPerDay, e.Mode = budgetmap.KindKillSwitch, 0, budgetmap.ModeEnforce
+				}
+			} else if ref, err := bs.Budget(rb.Budget); err == nil && ref.Budget != nil {
+				b := ref.Budget
+				bucket, e.Mode = b.Bucket, string(b.Mode)
+				// The rule's own cap: its window's limit (an override's included).
+				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
+				if b.Kind() == spec.KindPerPrincipal {
+					e.Principal.Header = b.PerPrincipal
+				}
+			}
+			if e.Kind == budgetmap.KindTokens {
+				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
+			}
+			e.Bucket = bucketName(bs, rb.Budget, bucket, gw)
+			if e.Kind == budgetmap.KindKillSwitch {
+				e.Bucket += "#killswitch"
+			}
+			m.Entries = append(m.Entries, e)
+		}
+	}
+	m.Sort()
+	return m
+}
+
+// RuleDescriptor is the generic_key Envoy Gateway gives rule i of a policy
+// whose domain is <ns>/<policy>: <ns>/<policy>/rule/<i>.
+func RuleDescriptor(domain string, i int) string {
+	return domain + "/rule/" + strconv.Itoa(i)
+}
+
+func bucketName(bs *spec.BudgetSet, budget string, bucket spec.Bucket, gw spec.GatewayRef) string {
+	if bucket == spec.BucketPerGateway {
+		return budgetmap.BucketName(bs.Metadata.Name, budget, gw.ID())
+	}
+	return budgetmap.BucketName(bs.Metadata.Name, budget, "")
+}
+
+func agentgatewayEntries(bs *spec.BudgetSet, gw spec.GatewayRef, gref budgetmap.Gateway) []budgetmap.Entry {
+	domain := AgentgatewayDomain(bs, gw)
+	var out []budgetmap.Entry
+	for _, b := range agentgatewayBudgets(bs, gw) {
+		base := budgetmap.Entry{
+			Domain: domain, Gateway: gref, Budget: b.Name, Bucket: bucketName(bs, b.Name, b.Bucket, gw),
+			Kind: budgetmap.KindTokens, TokensPerDay: b.TokensPerDay, Window: budgetmap.WindowDay, Mode: string(b.Mode),
+		}
+		top := budgetmap.DescriptorEntry{Key: AgwEntryBudget, Value: b.Name}
+		if b.Kind() == spec.KindGroup {
+			e := base
+			e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryGroup, Value: b.Group.Equals}}
+			out = append(out, e)
+			continue
+		}
+		expr := ClaimExpression(bs.Spec.Identities[b.PerPrincipal].JWTClaim)
+		e := base
+		e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryPrincipal}}
+		e.Principal.Expression = expr
+		out = append(out, e)
+		for _, o := range b.SortedOverrides() {
+			e := base
+			e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryPrincipal, Value: o.Principal}}
+			e.Principal.Expression = expr
+			e.OverridePrincipal = o.Principal
+			e.TokensPerDay = o.TokensPerDay
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// RuleCountFor is how many rate limit rules the policy of an Envoy Gateway
+// Gateway holds: the rules of the budgets placed on it (one per window, every
+// override its own), the frontier cap and its kill switch. 0 for agentgateway.
+func RuleCountFor(bs *spec.BudgetSet, gw spec.GatewayRef) int {
+	if gw.IsAgentgateway() {
+		return 0
+	}
+	_, index, err := rules(bs, gw)
+	if err != nil {
+		return RuleCount(bs) // the upper bound; render reports the error itself
+	}
+	return len(index)
+}
