@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }() // scratch space: a leftover temp dir is not worth failing the run
 		o.workDir = d
 	}
 	if o.valkeyAddr == "" {
@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var err error
 	if o.refBin == "" && o.only != "ours" {
-		fmt.Fprintln(stderr, "building the reference (cached after the first time)...")
+		_, _ = fmt.Fprintln(stderr, "building the reference (cached after the first time)...") // progress note only
 		if o.refBin, err = reftest.Binary(ctx); err != nil {
 			return err
 		}
@@ -120,8 +120,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeConfig(root, o); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "rlbench: client=%s workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
-		o.client, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU())
+	if _, err := fmt.Fprintf(stdout, "rlbench: client=%s workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
+		o.client, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU()); err != nil {
+		return err
+	}
 	var results = map[string][]result{}
 	var targets []string
 	if o.only != "ours" {
@@ -149,9 +151,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%s round %d: %w", name, r+1, err)
 			}
 			results[name] = append(results[name], res)
-			fmt.Fprintf(stdout, "round %d %-12s %s\n", r+1, name, res)
+			if _, err := fmt.Fprintf(stdout, "round %d %-12s %s\n", r+1, name, res); err != nil {
+				return err
+			}
 		}
 	}
-	report(stdout, results)
-	return nil
+	return report(stdout, results)
+
 }

@@ -62,7 +62,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only used to pick a free port
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -105,11 +105,11 @@ func startService(ctx context.Context, bin, name, valkey, root, prefix, keyForma
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		f.Close()
+		_ = f.Close() // the log file of a process that did not start
 		return nil, "", "", nil, err
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(done) }()
 	stop := func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -127,7 +127,7 @@ func startService(ctx context.Context, bin, name, valkey, root, prefix, keyForma
 		default:
 		}
 		if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthcheck"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // health probe: only the status matters
 			if resp.StatusCode == 200 {
 				return cmd, "127.0.0.1:" + strconv.Itoa(ports[1]), "127.0.0.1:" + strconv.Itoa(ports[2]), stop, nil
 			}
@@ -195,7 +195,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 			if err != nil {
 				return result{}, err
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }() // load client of this round, dropped at its end
 			clients = append(clients, rlpb.NewRateLimitServiceClient(c))
 			continue
 		}
@@ -277,7 +277,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 						// calls cut off by the end of the phase are not errors.
 						if pctx.Err() == nil && time.Until(phaseEnd) > 100*time.Millisecond {
 							if errs.Add(1) == 1 {
-								fmt.Fprintf(logw, "%s: first error: %v\n", name, err)
+								_, _ = fmt.Fprintf(logw, "%s: first error: %v\n", name, err) // diagnostic; the error count is the result
 							}
 						} else {
 							count.Add(-1) // cut off by the end of the phase
@@ -336,7 +336,7 @@ func runRound(ctx context.Context, o options, name string, round int, root strin
 	return phase(o.duration, o.maxRequests, true)
 }
 
-func report(w io.Writer, results map[string][]result) {
+func report(w io.Writer, results map[string][]result) error {
 	agg := func(rs []result) (rps float64, p50, p99, p999, cpu time.Duration) {
 		if len(rs) == 0 {
 			return
@@ -357,7 +357,9 @@ func report(w io.Writer, results map[string][]result) {
 		}
 		return float64(reqs) / el.Seconds(), med(p50s), med(p99s), med(p999s), cpuTotal / time.Duration(max(reqs, 1))
 	}
-	fmt.Fprintln(w, "\nsummary (req/s over all rounds; latency = median of rounds):")
+	if _, err := fmt.Fprintln(w, "\nsummary (req/s over all rounds; latency = median of rounds):"); err != nil {
+		return err
+	}
 	type row struct {
 		name           string
 		rps            float64
@@ -370,32 +372,37 @@ func report(w io.Writer, results map[string][]result) {
 			r := row{name: name}
 			r.rps, r.p50, r.p99, r.p999, r.cpu = agg(rs)
 			rows = append(rows, r)
-			fmt.Fprintf(w, "  %-12s %9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus\n", name, r.rps,
-				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond), float64(r.cpu.Nanoseconds())/1000)
+			if _, err := fmt.Fprintf(w, "  %-12s %9.0f req/s  p50 %7s  p99 %7s  p99.9 %7s  cpu/call %6.1fus\n", name, r.rps,
+				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.p999.Round(time.Microsecond), float64(r.cpu.Nanoseconds())/1000); err != nil {
+				return err
+			}
 		}
 	}
 	if len(rows) >= 2 && rows[0].name == "reference" {
 		ref := rows[0]
 		for _, ours := range rows[1:] {
-			fmt.Fprintf(w, "  ratio %s/reference: throughput %.2fx, p99 %.2fx, cpu/call %.2fx\n", ours.name,
-				ours.rps/ref.rps, float64(ours.p99)/float64(ref.p99), float64(ours.cpu)/float64(ref.cpu))
+			if _, err := fmt.Fprintf(w, "  ratio %s/reference: throughput %.2fx, p99 %.2fx, cpu/call %.2fx\n", ours.name,
+				ours.rps/ref.rps, float64(ours.p99)/float64(ref.p99), float64(ours.cpu)/float64(ref.cpu)); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // fetchProfile saves a CPU profile of our service taken during the measured phase.
 func fetchProfile(debugAddr string, d time.Duration, path string, logw io.Writer) {
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())))
 	if err != nil {
-		fmt.Fprintln(logw, "profile:", err)
+		_, _ = fmt.Fprintln(logw, "profile:", err) // a profile is best-effort
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // fully read by io.Copy
 	f, err := os.Create(path)
 	if err != nil {
-		fmt.Fprintln(logw, "profile:", err)
+		_, _ = fmt.Fprintln(logw, "profile:", err) // a profile is best-effort
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // best-effort profile, like the io.Copy below
 	_, _ = io.Copy(f, resp.Body)
 }

@@ -19,7 +19,7 @@ func startValkey(ctx context.Context, dir string) (string, int, func(), error) {
 		return "", 0, nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	_ = l.Close() // only used to pick a free port
 	cmd := exec.CommandContext(ctx, "valkey-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = nil, nil

@@ -69,7 +69,7 @@ func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
 		werr = cerr
 	}
 	if werr != nil {
-		os.Remove(name)
+		_ = os.Remove(name) // cleanup of a failed temp file; werr is the error to report
 		return "", werr
 	}
 	return name, nil
@@ -92,11 +92,11 @@ func WriteFile(path string, data []byte, opts Options) error {
 	if opts.NoOverwrite {
 		// link fails if path exists, atomically.
 		err = os.Link(tmp, path)
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the link (or its failure) is what counts; stale temps are swept
 	} else {
 		err = os.Rename(tmp, path)
 		if err != nil {
-			os.Remove(tmp)
+			_ = os.Remove(tmp) // cleanup after a failed rename; err is reported
 		}
 	}
 	if err != nil {
@@ -224,11 +224,11 @@ func (st *Staged) Abort() {
 		return
 	}
 	for name, t := range st.temps {
-		os.Remove(t)
+		_ = os.Remove(t) // abort is best-effort cleanup; stale temps are swept
 		delete(st.temps, name)
 	}
 	if st.created {
-		os.Remove(st.dir) // only succeeds when empty
+		_ = os.Remove(st.dir) // only succeeds when empty
 		st.created = false
 	}
 }
@@ -237,8 +237,8 @@ func (st *Staged) Abort() {
 // platform or filesystem supports syncing a directory.
 func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+		_ = d.Sync()  // see above: not every filesystem syncs a directory
+		_ = d.Close() // read-only directory handle
 	}
 }
 
@@ -266,7 +266,7 @@ func CleanStale(dir string, opts Options) {
 			continue
 		}
 		if time.Since(info.ModTime()) > age || writerGone(name) {
-			os.Remove(filepath.Join(dir, name))
+			_ = os.Remove(filepath.Join(dir, name)) // sweep of stale temps: best-effort
 		}
 	}
 }

@@ -147,7 +147,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 			if o.Quiet {
 				return
 			}
-			fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", safetext.Inline(file))
+			_, _ = fmt.Fprintf(e.stderr, "assert: skipped %s: no Kubernetes object in it (no apiVersion and kind)\n", safetext.Inline(file)) // a warning; the result goes to stdout
 		}})
 	if err != nil {
 		return inputError(fmt.Errorf("read input: %w", err))

@@ -95,6 +95,6 @@ func runInit(e *env, o initOptions) error {
 	if err != nil {
 		return failure(fmt.Errorf("init: %w", err))
 	}
-	fmt.Fprintf(e.stderr, "wrote %s (template %s); render it with: budgetgen render %s\n", safetext.Inline(o.output), safetext.Inline(o.template), safetext.Inline(o.output))
+	_, _ = fmt.Fprintf(e.stderr, "wrote %s (template %s); render it with: budgetgen render %s\n", safetext.Inline(o.output), safetext.Inline(o.template), safetext.Inline(o.output)) // a note: the file is written
 	return nil
 }

@@ -126,13 +126,19 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	}
 	switch {
 	case !up:
-		fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date)
 	case res.Forced && len(res.Overridden) > 0:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
-		fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
 	}
-	fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
+	if err == nil {
+		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
+	}
+	if err != nil {
+		// The spec is written; only the message was lost.
+		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
+	}
 	return nil
 }
 

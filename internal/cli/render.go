@@ -190,7 +190,7 @@ func warnShadowWithoutSince(e *env, bs *spec.BudgetSet) {
 		if ref.Rollout == nil || ref.Rollout.Enforced() || ref.Rollout.ShadowSince != "" {
 			continue
 		}
-		fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s is in shadow mode without shadowSince; budgetgen promote will refuse it (add shadowSince: YYYY-MM-DD, the UTC day its shadow measurement started)\n",
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s is in shadow mode without shadowSince; budgetgen promote will refuse it (add shadowSince: YYYY-MM-DD, the UTC day its shadow measurement started)\n", // a warning, not the output
 			bs.File(), bs.Line(ref.Path), ref.Path, ref.Name)
 	}
 }
@@ -200,7 +200,7 @@ func warnShadowWithoutSince(e *env, bs *spec.BudgetSet) {
 // GatewayConfig or the routes, those rules count 0.
 func noteCostEntries(e *env, res *render.Result) {
 	for _, c := range res.LLMRequestCosts {
-		fmt.Fprintf(e.stderr, "budgetgen render: note: rules charge %s, which Envoy AI Gateway computes only if the Gateway's GatewayConfig spec.globalLLMRequestCosts (or each AIGatewayRoute's spec.llmRequestCosts) lists {metadataKey: %s, type: %s, cel: ...}; the entry is in annotation %s\n",
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen render: note: rules charge %s, which Envoy AI Gateway computes only if the Gateway's GatewayConfig spec.globalLLMRequestCosts (or each AIGatewayRoute's spec.llmRequestCosts) lists {metadataKey: %s, type: %s, cel: ...}; the entry is in annotation %s\n", // a note, not the output
 			c.MetadataKey, c.MetadataKey, c.Type, render.AnnotationLLMRequestCosts)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/safetext"
@@ -202,13 +202,13 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	switch {
 	case len(data) == 0:
-		fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, safetext.Inline(where))
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen: no measurements in the ledger for %s..%s in %s: is the rate limit service writing there?\n", r.From, r.To, safetext.Inline(where)) // a warning, not the output
 	case r.NoData != "":
-		fmt.Fprintf(e.stderr, "budgetgen: %s\n", safetext.Inline(r.NoData))
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen: %s\n", safetext.Inline(r.NoData)) // a warning, not the output
 	}
 	if o.format != report.FormatText {
 		for _, w := range r.Warnings {
-			fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", safetext.Inline(w))
+			_, _ = fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", safetext.Inline(w)) // a warning, not the output
 		}
 	}
 	w, _ := report.WriterFor(o.format)
@@ -224,7 +224,7 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	if err := atomicfile.WriteFile(path, buf.Bytes(), atomicfile.Options{Perm: 0o644}); err != nil {
 		return failure(err)
 	}
-	fmt.Fprintf(e.stderr, "budgetgen: wrote %s\n", path)
+	_, _ = fmt.Fprintf(e.stderr, "budgetgen: wrote %s\n", path) // a note: the file is written
 	return nil
 }
 

@@ -43,7 +43,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
 		// Stopped by a signal while waiting for input or a lock: nothing
 		// was written (every write is staged and renamed).
-		fmt.Fprintf(stderr, "budgetgen: stopped: %s\n", safetext.Lines(err.Error()))
+		_, _ = fmt.Fprintf(stderr, "budgetgen: stopped: %s\n", safetext.Lines(err.Error())) // the exit code carries the outcome
 		return ExitInterrupted
 	}
 	var ee *ExitError
@@ -59,7 +59,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !ee.Silent && ee.Err != nil {
 		// File names and values in errors come from input: escaped, so no
 		// line of stderr can pass for a CI workflow command.
-		fmt.Fprintf(stderr, "budgetgen: %s\n", safetext.Lines(ee.Err.Error()))
+		_, _ = fmt.Fprintf(stderr, "budgetgen: %s\n", safetext.Lines(ee.Err.Error())) // the exit code carries the outcome
 	}
 	return ee.Code
 }

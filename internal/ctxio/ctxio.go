@@ -68,7 +68,7 @@ func Open(ctx context.Context, path string) (*os.File, error) {
 	case <-ctx.Done():
 		go func() {
 			if res := <-done; res.f != nil {
-				res.f.Close()
+				_ = res.f.Close() // abandoned read-only open: no one to report to
 			}
 		}()
 		return nil, context.Cause(ctx)
@@ -82,6 +82,6 @@ func ReadFile(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	return ReadAll(ctx, f)
 }

@@ -97,7 +97,7 @@ func NewEvent(source string, c Crossing) Event {
 	h := sha256.New()
 	for _, s := range []string{c.Domain, c.Rule, c.Principal, c.Day, strconv.Itoa(c.ThresholdPercent)} {
 		// Length-prefixed, so no two tuples hash the same input.
-		fmt.Fprintf(h, "%d:%s", len(s), s)
+		_, _ = fmt.Fprintf(h, "%d:%s", len(s), s) // hash.Hash.Write never returns an error
 	}
 	return Event{
 		SpecVersion: SpecVersion, ID: hex.EncodeToString(h.Sum(nil)[:16]), Source: source, Type: EventType,

@@ -56,7 +56,7 @@ func Handler(r Reader) http.Handler {
 			Rules []httpRule `json:"rules"`
 		}{Rules: make([]httpRule, 0, len(rules))}
 		for _, rule := range rules {
-			out.Rules = append(out.Rules, httpRule{rule.Domain, rule.Rule})
+			out.Rules = append(out.Rules, httpRule(rule))
 		}
 		writeJSON(w, out)
 	})
@@ -126,7 +126,7 @@ func (h *HTTPReader) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
 	}
 	m := map[RuleID]bool{}
 	for _, r := range out.Rules {
-		m[RuleID{Domain: r.Domain, Rule: r.Rule}] = true
+		m[RuleID(r)] = true
 	}
 	return sortRules(m), nil
 }
@@ -168,7 +168,7 @@ func (h *HTTPReader) get(ctx context.Context, path string, limit int64, v any) e
 	if err != nil {
 		return fmt.Errorf("ledger %s unreachable: %w", h.Base, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // response read or abandoned; nothing to report
 	if resp.StatusCode == http.StatusNotFound {
 		return fmt.Errorf("ledger %s: no ledger served there (404): is it the debug port of a rate limit service using its embedded store?", h.Base)
 	}

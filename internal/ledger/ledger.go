@@ -257,15 +257,15 @@ func DecodePrincipal(field string) ([]string, error) {
 	empty := false
 	for i := 0; i < len(field); i++ {
 		c := field[i]
-		switch {
-		case c == ',':
+		switch c {
+		case ',':
 			if cur.Len() == 0 && !empty {
 				return nil, fmt.Errorf("principal %q: empty part not written as \\e", field)
 			}
 			parts = append(parts, cur.String())
 			cur.Reset()
 			empty = false
-		case c == '\\':
+		case '\\':
 			if i+1 >= len(field) {
 				return nil, fmt.Errorf("principal %q: dangling escape", field)
 			}

@@ -22,7 +22,7 @@ func TestEncodePrincipalInjective(t *testing.T) {
 		}
 		seen[f] = p
 		back, err := DecodePrincipal(f)
-		if err != nil || !reflect.DeepEqual(back, p) && !(len(back) == 0 && len(p) == 0) {
+		if err != nil || !reflect.DeepEqual(back, p) && (len(back) != 0 || len(p) != 0) {
 			t.Fatalf("decode(encode(%q)) = %q, %v (field %q)", p, back, err, f)
 		}
 	}

@@ -153,7 +153,7 @@ func readOne(ctx context.Context, path string, stdin io.Reader, opts Options, le
 			}
 			return nil, 0, &Error{File: path, Err: pathErr(err)}
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read-only
 		st, err := f.Stat()
 		if err != nil {
 			return nil, 0, &Error{File: path, Err: pathErr(err)}

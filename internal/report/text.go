@@ -40,9 +40,9 @@ func WriteText(w io.Writer, r *Report) error {
 		if b.OverCapPrincipalsTotal > 0 {
 			ew.printf("  principals over the cap (%s):\n", topText(len(b.OverCapPrincipals), b.OverCapPrincipalsTotal))
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(tw, "    principal\tcap\tdays over\tabove cap\tmax day\twould-429\t\n")
+			_, _ = fmt.Fprintf(tw, "    principal\tcap\tdays over\tabove cap\tmax day\twould-429\t\n") // tabwriter buffers; Flush returns the write error
 			for _, p := range b.OverCapPrincipals {
-				fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), b.amount(p.Cap), len(p.DaysOver), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), would429Text(p))
+				_, _ = fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), b.amount(p.Cap), len(p.DaysOver), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), would429Text(p)) // tabwriter buffers; Flush returns the write error
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -79,9 +79,9 @@ func writeTextStats(ew *errWriter, indent string, s Stats, amount func(uint64) s
 
 func writeTextDays(ew *errWriter, days []DayStats, amount func(uint64) string) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  day\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n")
+	_, _ = fmt.Fprintf(tw, "  day\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n") // tabwriter buffers; Flush returns the write error
 	for _, d := range days {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dayText(d), d.Principals, amount(d.P50), amount(d.P95), amount(d.P99), amount(d.Max), d.OverCap, amount(d.TokensAboveCap), d.Would429, d.Denied)
+		_, _ = fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dayText(d), d.Principals, amount(d.P50), amount(d.P95), amount(d.P99), amount(d.Max), d.OverCap, amount(d.TokensAboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
 	}
 	return tw.Flush()
 }
@@ -148,4 +148,6 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+func (e *errWriter) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(e, format, args...) /* errWriter keeps the first error for the caller */
+}

@@ -97,8 +97,10 @@ func policyRules(p *egv1a1.BackendTrafficPolicy) ([]*rule, error) {
 	}
 	rl := p.Spec.RateLimit
 	where := "BackendTrafficPolicy " + p.Namespace + "/" + p.Name
-	if rl.Type != nil {
-		switch *rl.Type {
+	//lint:ignore SA1019 older manifests set the deprecated type and EG still honours it
+	if rl.Type != nil { //nolint:staticcheck // the deprecated type is still read: older manifests set it, and EG honours it
+		//lint:ignore SA1019 as above
+		switch *rl.Type { //nolint:staticcheck // as above
 		case egv1a1.GlobalRateLimitType:
 			if rl.Global == nil {
 				return nil, fmt.Errorf("%s: spec.rateLimit: type Global without global configuration", where)
@@ -106,7 +108,8 @@ func policyRules(p *egv1a1.BackendTrafficPolicy) ([]*rule, error) {
 		case egv1a1.LocalRateLimitType:
 			return nil, nil // EG ignores spec.rateLimit.global when the deprecated type says Local
 		default:
-			return nil, fmt.Errorf("%s: spec.rateLimit.type: invalid rateLimit type %q", where, *rl.Type)
+			//lint:ignore SA1019 as above
+			return nil, fmt.Errorf("%s: spec.rateLimit.type: invalid rateLimit type %q", where, *rl.Type) //nolint:staticcheck // as above
 		}
 	}
 	if rl.Global == nil {

@@ -92,7 +92,7 @@ func noCommand(s string) string {
 func needsEscape(s string, keepTab bool) bool {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || (unsafeRune(r) && !(keepTab && r == '\t')) {
+		if (r == utf8.RuneError && size == 1) || (unsafeRune(r) && (!keepTab || r != '\t')) {
 			return true
 		}
 		i += size

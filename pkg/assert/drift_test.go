@@ -44,7 +44,7 @@ func TestDrift(t *testing.T) {
 			atSpec = append(atSpec, f.Message)
 			continue
 		}
-		inFile = append(inFile, f.Rule)
+		inFile = append(inFile, f.File)
 		if f.Detail != "" {
 			diff = f.Detail
 		}
@@ -52,6 +52,16 @@ func TestDrift(t *testing.T) {
 	g := got(&Report{Findings: filterFile(rep.Findings, fx.path)})
 	if strings.Join(g, " ") != strings.Join(fx.want, " ") {
 		t.Errorf("findings %v, want %v", g, fx.want)
+	}
+	// Every finding not at the spec is in the committed file: none lands
+	// in another file (which the filtered check above would not see).
+	if len(inFile) != len(fx.want) {
+		t.Errorf("%d findings outside the spec, want %d (%v)", len(inFile), len(fx.want), inFile)
+	}
+	for _, file := range inFile {
+		if file != fx.path {
+			t.Errorf("finding in %s, want it in %s or at the spec", file, fx.path)
+		}
 	}
 	if len(atSpec) != 1 || !strings.Contains(atSpec[0], "render produces BackendTrafficPolicy gw/new-gw") {
 		t.Errorf("findings at the spec: %v", atSpec)

@@ -143,7 +143,8 @@ func TestRenderRules(t *testing.T) {
 		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig", len(res.Objects))
 	}
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
-	if btp.Spec.RateLimit.Type != nil {
+	//lint:ignore SA1019 the test checks the deprecated field stays unset
+	if btp.Spec.RateLimit.Type != nil { //nolint:staticcheck // checks the deprecated field stays unset
 		t.Error("deprecated rateLimit.type is set")
 	}
 	rules := btp.Spec.RateLimit.Global.Rules

@@ -120,7 +120,7 @@ func yamlErrLine(err error) int {
 		return 0
 	}
 	var n int
-	fmt.Sscanf(m[1], "%d", &n)
+	_, _ = fmt.Sscanf(m[1], "%d", &n) // the regexp matched digits; 0 (no line) if it overflows
 	return n
 }
 

@@ -90,7 +90,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only used to pick a free port
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -118,7 +118,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // the child holds its own descriptor of the log
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	if err := cmd.Start(); err != nil {
@@ -139,10 +139,10 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		}
 		resp, err := http.Get("http://" + p.HTTPAddr + "/healthcheck")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // health probe: only the status matters
 			if resp.StatusCode == 200 {
 				if c, err := net.DialTimeout("tcp", p.GRPCAddr, time.Second); err == nil {
-					c.Close()
+					_ = c.Close() // readiness probe only
 					return p, nil
 				}
 			}

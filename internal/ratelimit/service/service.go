@@ -143,7 +143,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	defer eng.Close()
+	defer func() {
+		// Charges pending over-limit hits; nothing to return it to at
+		// shutdown, so it is logged.
+		if err := eng.Close(); err != nil {
+			log.Warn("closing the engine", "err", err)
+		}
+	}()
 
 	metricsAddr := ""
 	if s.UsePrometheus {

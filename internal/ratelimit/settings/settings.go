@@ -341,7 +341,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
-		fmt.Fprint(usage, Description)
+		_, _ = fmt.Fprint(usage, Description) // flag.Usage has no error result; PrintDefaults ignores its errors too
 		fs.PrintDefaults()
 	}
 	for _, st := range settings {

@@ -82,7 +82,7 @@ func readBounded(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	data, err := io.ReadAll(io.LimitReader(f, budgetmap.MaxFileSize+1))
 	if err != nil {
 		return nil, err

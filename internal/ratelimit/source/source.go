@@ -201,7 +201,7 @@ func (f *Files) Load(a *Applier) error {
 	}
 	h := sha256.New()
 	for _, fl := range files {
-		fmt.Fprintf(h, "%d:%s%d:", len(fl.Name), fl.Name, len(fl.Data))
+		_, _ = fmt.Fprintf(h, "%d:%s%d:", len(fl.Name), fl.Name, len(fl.Data)) // hash.Hash.Write never returns an error
 		h.Write(fl.Data)
 	}
 	var sum [32]byte

@@ -242,11 +242,11 @@ func (c *conn) serve() {
 		t.Reset(idle) // after t is set: the callback reads it
 		defer t.Stop()
 	}
+	// readLoop returns only when the connection ends, always with the
+	// cause (io.EOF when the peer hung up), never nil: log it every time.
 	err = c.readLoop()
 	close(c.readDone)
-	if err != nil {
-		c.s.log.Debug("grpc: connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
-	}
+	c.s.log.Debug("grpc: connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
 }
 
 // pendingWriter is the framer's writer: frames go to pending (under wmu).
@@ -314,7 +314,7 @@ func (c *conn) flusher() {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		c.raw.Close()
+		_ = c.raw.Close() // tearing the connection down; readLoop reports the cause
 		c.wmu.Lock()
 		c.dead = true
 		c.drained.Broadcast()

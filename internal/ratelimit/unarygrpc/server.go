@@ -244,7 +244,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
-		l.Close()
+		_ = l.Close() // refused listener; ErrServerStopped is the answer
 		return ErrServerStopped
 	}
 	s.lis[l] = struct{}{}
@@ -278,7 +278,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
-			nc.Close()
+			_ = nc.Close() // refused: server stopping
 			return ErrServerStopped
 		}
 		if s.o.MaxConnections > 0 && len(s.conns) >= s.o.MaxConnections {
@@ -286,7 +286,7 @@ func (s *Server) Serve(l net.Listener) error {
 			// usually on another replica) rather than hold a descriptor.
 			s.mu.Unlock()
 			s.connsRefused.Add(1)
-			nc.Close()
+			_ = nc.Close() // refused: over MaxConnections, counted above
 			continue
 		}
 		s.accepted.Add(1)
@@ -336,7 +336,7 @@ func (s *Server) Stats() Stats {
 
 func (s *Server) closeListeners() {
 	for l := range s.lis {
-		l.Close()
+		_ = l.Close() // stopping: Serve returns on its own
 	}
 	clear(s.lis)
 }

@@ -36,7 +36,7 @@ func checkCalendar(t *testing.T, w Windows, u Unit, now int64) {
 	if !ok {
 		t.Fatalf("%v: not ok", u)
 	}
-	if !(s <= now && now < e) {
+	if s > now || now >= e {
 		t.Fatalf("%s %v at %s: window [%s, %s) does not hold it", loc, u, time.Unix(now, 0).In(loc), time.Unix(s, 0).In(loc), time.Unix(e, 0).In(loc))
 	}
 	// Tiling: the window after starts at our end, the one before ends at our start.
@@ -58,7 +58,7 @@ func checkCalendar(t *testing.T, w Windows, u Unit, now int64) {
 	if st.Add(-time.Second).YearDay() == st.YearDay() {
 		t.Fatalf("%s %v at %s: start %s is not the first second of its date", loc, u, tl, st)
 	}
-	if st.Hour() != 0 && !(st.Hour() == 1 && st.Add(-time.Second).Hour() == 23) {
+	if st.Hour() != 0 && (st.Hour() != 1 || st.Add(-time.Second).Hour() != 23) {
 		t.Fatalf("%s %v at %s: start %s is not midnight", loc, u, tl, st)
 	}
 	ty, tm, td := tl.Date()

@@ -223,7 +223,7 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("xds dial %s: %w", c.o.ServerURL, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // the stream's own error is what is reported
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)

@@ -167,7 +167,7 @@ func (sn *Snapshotter) Restore() (RestoreStats, error) {
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), MaxSnapshotBytes+1))
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)

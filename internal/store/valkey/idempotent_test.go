@@ -247,7 +247,6 @@ func TestNotIdempotentAmbiguousNotReplayed(t *testing.T) {
 type blackHoleProxy struct {
 	addr               string
 	hole               atomic.Bool
-	n                  atomic.Int64
 	delivered, dropped atomic.Int64
 }
 
@@ -301,7 +300,7 @@ func (p *blackHoleProxy) pipe(src, dst net.Conn, deliver, toServer bool) {
 			held = held[:0]
 		}
 		var ne net.Error
-		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		if err != nil && (!errors.As(err, &ne) || !ne.Timeout()) {
 			if len(held) > 0 && toServer {
 				if deliver {
 					p.delivered.Add(1)

@@ -70,7 +70,7 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	defer func() { _ = e.Close() }() // test cleanup; the assertions check behaviour
 	e.SetConfig(cfg)
 	ask := func(hits uint64) *rlpb.RateLimitResponse_DescriptorStatus {
 		t.Helper()
@@ -116,7 +116,7 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ee.Close()
+	defer func() { _ = ee.Close() }() // test cleanup; the assertions check behaviour
 	ee.SetConfig(cfg)
 	e = ee
 	const div = 30 * 86400
