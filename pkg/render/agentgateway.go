@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -135,7 +136,14 @@ func agentgatewayObject(bs *spec.BudgetSet, gw spec.GatewayRef) (Object, error) 
 //	- key: budget, value: <group budget>
 //	  descriptors:
 //	  - key: group, value: <equals>          one shared bucket
+//
+// Render checks every cap with checkAgentgatewayCaps first; dailyCap only
+// reads the one it accepted.
 func AgentgatewayConfigs(bs *spec.BudgetSet) []*rlsconfv3.RateLimitConfig {
+	dailyCap := func(tokensPerDay int64, limits []spec.Limit) int64 {
+		c, _ := agentgatewayDailyCap("", tokensPerDay, limits)
+		return c
+	}
 	var out []*rlsconfv3.RateLimitConfig
 	for _, gw := range bs.Spec.Gateways {
 		if !gw.IsAgentgateway() {
@@ -153,11 +161,11 @@ func AgentgatewayConfigs(bs *spec.BudgetSet) []*rlsconfv3.RateLimitConfig {
 			}
 			top := &rlsconfv3.RateLimitDescriptor{Key: AgwEntryBudget, Value: b.Name}
 			if b.Kind() == spec.KindGroup {
-				top.Descriptors = append(top.Descriptors, leaf(AgwEntryGroup, b.Group.Equals, b.TokensPerDay))
+				top.Descriptors = append(top.Descriptors, leaf(AgwEntryGroup, b.Group.Equals, dailyCap(b.TokensPerDay, b.Limits)))
 			} else {
-				top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, "", b.TokensPerDay))
+				top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, "", dailyCap(b.TokensPerDay, b.Limits)))
 				for _, o := range b.SortedOverrides() {
-					top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, o.Principal, o.TokensPerDay))
+					top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, o.Principal, dailyCap(o.TokensPerDay, o.Limits)))
 				}
 			}
 			cfg.Descriptors = append(cfg.Descriptors, top)
@@ -165,4 +173,48 @@ func AgentgatewayConfigs(bs *spec.BudgetSet) []*rlsconfv3.RateLimitConfig {
 		out = append(out, cfg)
 	}
 	return out
+}
+
+// agentgatewayDailyCap is the one cap an agentgateway budget renders to: its
+// rate limit config has a single DAY limit per descriptor, in tokens, within
+// uint32. Anything else (several windows, hours/weeks/months, money, caps
+// past uint32) is refused rather than rendered as a wrong cap: a missing cap
+// would read as 0, which denies every request once the budget is enforced.
+func agentgatewayDailyCap(path string, tokensPerDay int64, limits []spec.Limit) (int64, error) {
+	capTokens := tokensPerDay
+	switch {
+	case len(limits) > 1:
+		return 0, &UnsupportedError{Object: path, Reason: "a budget on an agentgateway Gateway takes one daily token cap (several windows are not rendered for agentgateway yet)"}
+	case len(limits) == 1:
+		l := limits[0]
+		if l.Cost != "" || (l.Per != "" && l.Per != spec.PeriodDay) {
+			return 0, &UnsupportedError{Object: path, Reason: "a budget on an agentgateway Gateway takes a daily token cap only (per: day, tokens)"}
+		}
+		capTokens = l.Tokens
+	}
+	if capTokens < 1 || capTokens > math.MaxUint32 {
+		return 0, &UnsupportedError{Object: path, Reason: fmt.Sprintf("daily token cap %d is not within 1..4294967295 for agentgateway", capTokens)}
+	}
+	return capTokens, nil
+}
+
+// checkAgentgatewayCaps refuses, before anything is rendered, a budget on an
+// agentgateway Gateway whose caps agentgatewayDailyCap cannot express.
+func checkAgentgatewayCaps(bs *spec.BudgetSet) error {
+	for _, gw := range bs.Spec.Gateways {
+		if !gw.IsAgentgateway() {
+			continue
+		}
+		for _, b := range agentgatewayBudgets(bs, gw) {
+			if _, err := agentgatewayDailyCap("spec.budgets["+b.Name+"]", b.TokensPerDay, b.Limits); err != nil {
+				return err
+			}
+			for _, o := range b.SortedOverrides() {
+				if _, err := agentgatewayDailyCap("spec.budgets["+b.Name+"].overrides["+o.Principal+"]", o.TokensPerDay, o.Limits); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -172,6 +173,41 @@ func TestAgentgatewaySchemaRules(t *testing.T) {
 			}
 			if !strings.Contains(strings.Join(all, "\n"), tc.want) {
 				t.Errorf("errors %v do not contain %q", all, tc.want)
+			}
+		})
+	}
+}
+
+// TestAgentgatewayRefusesCapsItCannotExpress: a budget on agentgateway whose
+// caps are not one daily token cap is refused with the reason, never
+// rendered with a 0 (deny-all once enforced) or truncated cap.
+func TestAgentgatewayRefusesCapsItCannotExpress(t *testing.T) {
+	for name, tc := range map[string]struct {
+		tokensPerDay int64
+		limits       []spec.Limit
+		want         string // "" = accepted, else a substring of the error
+		cap          int64
+	}{
+		"tokensPerDay":       {tokensPerDay: 5000000, cap: 5000000},
+		"one daily limit":    {limits: []spec.Limit{{Tokens: 7000, Per: spec.PeriodDay}}, cap: 7000},
+		"default period day": {limits: []spec.Limit{{Tokens: 9000}}, cap: 9000},
+		"monthly":            {limits: []spec.Limit{{Tokens: 9000, Per: spec.PeriodMonth}}, want: "daily token cap only"},
+		"two windows":        {limits: []spec.Limit{{Tokens: 1, Per: spec.PeriodDay}, {Tokens: 2, Per: spec.PeriodMonth}}, want: "one daily token cap"},
+		"money":              {limits: []spec.Limit{{Cost: "5", Per: spec.PeriodDay}}, want: "daily token cap only"},
+		"past uint32":        {limits: []spec.Limit{{Tokens: 6000000000}}, want: "not within 1..4294967295"},
+		"no cap":             {want: "not within"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := agentgatewayDailyCap("spec.budgets[b]", tc.tokensPerDay, tc.limits)
+			if tc.want == "" {
+				if err != nil || got != tc.cap {
+					t.Fatalf("cap %d, %v; want %d", got, err, tc.cap)
+				}
+				return
+			}
+			var ue *UnsupportedError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "spec.budgets[b]") {
+				t.Fatalf("error %v; want an UnsupportedError naming the budget and containing %q", err, tc.want)
 			}
 		})
 	}

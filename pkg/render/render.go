@@ -88,6 +88,9 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	if err := checkLimits(bs); err != nil {
 		return nil, err
 	}
+	if err := checkAgentgatewayCaps(bs); err != nil {
+		return nil, err
+	}
 	costs, err := LLMRequestCosts(bs)
 	if err != nil {
 		return nil, err
