@@ -42,13 +42,14 @@ func TestCommittedRenderIsCurrent(t *testing.T) {
 	if _, err := budgetmap.LoadFile("budget-map.yaml"); err != nil {
 		t.Errorf("the service cannot load budget-map.yaml: %v", err)
 	}
-	// The gate passes on the committed render (BG020 on the AgentgatewayPolicy,
-	// drift against the spec, BG013 with the rendered GatewayConfig), with the
+	// The gate passes on the committed render (BG020 on the AgentgatewayPolicy
+	// and its domain's rate limit config, drift against the spec, BG013 with
+	// the rendered GatewayConfig), with the
 	// platform's Gateway objects of the gitops example for the identity checks
 	// of the Envoy Gateway side.
 	stdout.Reset()
 	stderr.Reset()
-	if code := cli.Run(t.Context(), []string{"assert", "--spec", "budgets.yaml", "rendered", "gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ok: 0 errors, 0 warnings") {
+	if code := cli.Run(t.Context(), []string{"assert", "--spec", "budgets.yaml", "rendered", "ratelimit", "gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ok: 0 errors, 0 warnings") {
 		t.Errorf("assert exit %d:\n%s%s", code, stdout.String(), stderr.String())
 	}
 }

@@ -9,11 +9,12 @@ import (
 )
 
 // TestAssertRenderedExamplesPass runs the gate, drift check included, over
-// render's committed output for examples/ together with the platform objects
-// a GitOps repo holds next to it (Gateway, routes, SecurityPolicies).
+// render's committed output for examples/ (the policies and the rate limit
+// config, where agentgateway's shadow modes live) together with the platform
+// objects a GitOps repo holds next to it (Gateway, routes, SecurityPolicies).
 func TestAssertRenderedExamplesPass(t *testing.T) {
 	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", "../../examples/budgets.yaml",
-		"../../examples/rendered", "../../examples/gitops/deploy/gateway")
+		"../../examples/rendered", "../../examples/ratelimit", "../../examples/gitops/deploy/gateway")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}

@@ -138,6 +138,18 @@ func TestPromoteThenRenderAndAssert(t *testing.T) {
 	if code != ExitFailure || !strings.Contains(stdout+stderr, "BG002") {
 		t.Fatalf("assert without the spec should flag the enforcing rule: %d\n%s%s", code, stdout, stderr)
 	}
+	// agentgateway's modes live in its domain's rate limit config: the gate
+	// reads it and compares it with the spec. Promoted spec + promoted
+	// config: clean; the spec before the promotion over the same config:
+	// per-run's limit has lost shadow_mode (BG020, naming file, line and field).
+	if code, stdout, stderr := runCLI(t, "assert", "--spec", p, "--skip", "BG006,BG013", out, rls); code != ExitOK || !strings.Contains(stdout, "ok: 0 errors, 0 warnings") {
+		t.Fatalf("assert with the promoted spec and rate limit config: %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "assert", "--spec", "../../examples/budgets.yaml", "--skip", "BG006,BG008,BG002,BG013", out, rls); code != ExitFailure ||
+		!strings.Contains(stdout, filepath.Join(rls, "agents_ai-budgets-agent-gateway.yaml")+":") ||
+		!strings.Contains(stdout, `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
+		t.Fatalf("assert with the shadow spec over per-run's enforcing config: %d\n%s%s", code, stdout, stderr)
+	}
 }
 
 // changedLines counts the lines that differ between two texts of the same
