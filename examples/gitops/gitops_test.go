@@ -287,3 +287,41 @@ func TestPipelineCatchesHandEdit(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineCatchesAgentgatewayModeEdit: agentgateway's shadow mode lives
+// in the rate limit config, not in a policy. Removing per-run's shadow_mode
+// there by hand (per-run is in shadow in the spec) fails every gate command
+// with BG020 on that file.
+func TestPipelineCatchesAgentgatewayModeEdit(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "deploy/ratelimit/config/agents_ai-budgets-agent-gateway.yaml")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), "        shadow_mode: true\n", "", 1) // per-run's limit comes first
+	if edited == string(data) {
+		t.Fatal("fixture edit did not apply")
+	}
+	if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range gateCommands(t) {
+		args = slices.Clone(args)
+		for i, a := range args {
+			if a == specPath || a == "deploy/" {
+				args[i] = filepath.Join(dir, a)
+			}
+		}
+		var out, errb bytes.Buffer
+		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
+		// Text or GitHub annotations: the file, the rule and the field either way.
+		if code != 1 || !strings.Contains(out.String(), cfg) || !strings.Contains(out.String(), "BG020") ||
+			!strings.Contains(out.String(), `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
+			t.Errorf("budgetgen %s: exit %d, want 1 with BG020 on %s\n%s%s", strings.Join(args, " "), code, cfg, out.String(), errb.String())
+		}
+	}
+}
