@@ -198,8 +198,11 @@ type Client interface {
 
 // Stats are cumulative since New, for metrics. Hits are token units.
 type Stats struct {
-	InFlight int64  // calls holding a slot now
-	Canceled uint64 // hits of calls whose context was done on entry: not charged
+	InFlight int64 // calls holding a slot now
+	// Canceled counts hits of calls whose context was done on entry: not
+	// sent, not buffered, handed back to the caller with store.ErrNotSent
+	// (the engine's charger defers them: they are then Buffered too).
+	Canceled uint64
 	NoSlot   uint64 // calls not sent: no slot before their deadline, or Valkey stalled (Stalled)
 	// NotConnected counts calls not sent because the store had not yet
 	// made its first connection (ConnectInBackground); their hits are
@@ -606,11 +609,13 @@ const (
 // Charge implements store.Store.
 func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
 	if err := ctx.Err(); err != nil {
-		// The caller gave up before asking: nothing is charged (counted).
+		// The caller's deadline passed before it asked: nothing is sent or
+		// buffered here; the hits are handed back (store.ErrNotSent, counted
+		// in Canceled), and the engine's charger defers them.
 		for _, k := range counters {
 			s.canceled.Add(k.Hits)
 		}
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
 	}
 	if s.closed.Load() {
 		return errClosed
