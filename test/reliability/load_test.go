@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,10 +106,18 @@ func (l *faultLoad) fail(format string, args ...any) {
 	l.errMu.Unlock()
 }
 
-// classify checks one answer against the policy.
+// storeErrorPrefix starts the message of the service's Unavailable under
+// FAILURE_POLICY=error (decide.StoreError through server.Status).
+const storeErrorPrefix = "rate limit store: "
+
+// classify checks one answer against the policy. Under the error policy only
+// the service's own Unavailable (a store error) is its answer: grpc-go's
+// client reports a call it could not deliver (a closing transport, a failed
+// connection) as Unavailable too, and such a call was never charged, so
+// counting it as sent would show up as hits "lost".
 func classify(policy string, resp *rlpb.RateLimitResponse, err error) (answer, uint64, string) {
 	if err != nil {
-		if policy == "error" && status.Code(err) == codes.Unavailable {
+		if st, _ := status.FromError(err); policy == "error" && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), storeErrorPrefix) {
 			return fromPolicy, 0, ""
 		}
 		return wrong, 0, fmt.Sprintf("policy %s: error %v", policy, err)
@@ -280,12 +289,32 @@ func readStoreStats(text string) storeStats {
 	}
 }
 
-// checkTotals waits for the outage buffer to drain, then asserts that
-// Valkey's total for the service's keys lies in [sent - ambiguous, sent]:
-// no hit counted twice, and none lost except the ones in flight at the
-// instant of the fault (ambiguous: maybe applied, never re-sent; counted
-// and logged). Buffered hits must all have been replayed, none lost or
-// expired.
+// unsentStats are the charger's classes of hits that were in no store call
+// (ratelimit_unsent_hits_total), and the Valkey store's canceled hits (its
+// call's deadline passed as it was called: handed back, then deferred).
+type unsentStats struct {
+	deferred, dropped, callerGone, refused, saturated, canceled float64
+}
+
+func readUnsentStats(text string) unsentStats {
+	u := func(outcome string) float64 {
+		return metric(text, `ratelimit_unsent_hits_total{outcome="`+outcome+`"}`)
+	}
+	return unsentStats{deferred: u("deferred"), dropped: u("dropped"), callerGone: u("caller_gone"),
+		refused: u("refused"), saturated: u("saturated"), canceled: metric(text, "ratelimit_valkey_canceled_hits_total")}
+}
+
+// checkTotals waits for the outage buffer to drain, then checks the
+// accounting: every hit the service answered (sent) is in Valkey or in
+// exactly one exported class. The classes that mean "not stored" (lost,
+// expired; the charger's dropped, caller_gone, refused, saturated) must all
+// be 0 here: the buffer is large enough, Valkey can take deferred hits, the
+// client never gives up first and no counter is full. Deferred hits
+// (including the store's canceled ones, which it hands back) must have gone
+// through the buffer. Ambiguous hits (sent, unanswered, never re-sent) are
+// the only slack, so Valkey's total lies in [sent - ambiguous, sent]: no
+// hit counted twice, and none lost except the ones in flight at the instant
+// of the fault.
 func checkTotals(t *testing.T, name string, s *svc, addr, keyPrefix string, sent uint64) storeStats {
 	t.Helper()
 	var st storeStats
@@ -296,10 +325,18 @@ func checkTotals(t *testing.T, name string, s *svc, addr, keyPrefix string, sent
 		t.Errorf("%s: outage buffer not drained within 5s: %+v", name, st)
 	}
 	total, keys := sumKeys(t, addr, keyPrefix)
-	t.Logf("%s: sent %d hits, Valkey total %d over %d keys; store: buffered %v, replayed %v, ambiguous %v, lost %v, expired %v, no-slot calls %v",
-		name, sent, total, keys, st.buffered, st.replayed, st.ambiguous, st.lost, st.expired, st.noSlot)
+	un := readUnsentStats(s.metrics())
+	t.Logf("%s: sent %d hits, Valkey total %d over %d keys; store: buffered %v, replayed %v, ambiguous %v, lost %v, expired %v, applied on error %v, canceled %v, no-slot calls %v; charger: deferred %v, dropped %v, caller gone %v, refused %v, saturated %v",
+		name, sent, total, keys, st.buffered, st.replayed, st.ambiguous, st.lost, st.expired, st.appliedOnError, un.canceled, st.noSlot,
+		un.deferred, un.dropped, un.callerGone, un.refused, un.saturated)
 	if st.lost != 0 || st.expired != 0 {
 		t.Errorf("%s: %v hits lost, %v expired; want 0 within the buffer bound", name, st.lost, st.expired)
+	}
+	if un.dropped != 0 || un.callerGone != 0 || un.refused != 0 || un.saturated != 0 {
+		t.Errorf("%s: hits in no store call and not deferred: dropped %v, caller gone %v, refused %v, saturated %v; want 0", name, un.dropped, un.callerGone, un.refused, un.saturated)
+	}
+	if un.canceled > un.deferred || un.deferred > st.buffered {
+		t.Errorf("%s: canceled %v, deferred %v, buffered %v: hits handed back by the store were not deferred, or deferred hits not buffered", name, un.canceled, un.deferred, st.buffered)
 	}
 	if total > sent {
 		t.Errorf("%s: Valkey total %d above the %d hits sent: counted twice", name, total, sent)
