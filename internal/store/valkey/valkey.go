@@ -799,6 +799,16 @@ func (s *Store) run(c *call) {
 // what certainly was not applied, counts what may have been.
 func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 	if len(res) != len(c.cmds) {
+		// Not a valkey-go reply shape: the commands were handed to the
+		// client, so any of them may have been applied; none is known.
+		for _, k := range c.counters {
+			if k.Hits > 0 {
+				s.maybeSent(k.Hits)
+				if k.Ledger.Key != "" {
+					s.ledgerMaybeSent(k.Hits)
+				}
+			}
+		}
 		return fmt.Errorf("%w: %d replies for %d commands", store.ErrMalformedReply, len(res), len(c.cmds))
 	}
 	var first error
