@@ -207,3 +207,24 @@ func TestShortReplyCountedAmbiguous(t *testing.T) {
 		t.Fatalf("ambiguous %d, ledger ambiguous %d, buffered %d, lost %d; want 7, 3, 0, 0", st.Ambiguous, st.LedgerAmbiguous, st.Buffered, st.Lost)
 	}
 }
+
+// TestChargeAfterCloseCountedLost: Charge after Close breaks the contract,
+// but its hits are counted (Lost), not dropped with no class.
+func TestChargeAfterCloseCountedLost(t *testing.T) {
+	f := &fakeClient{do: func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+		return errResults(len(multi), errors.New("unexpected call"))
+	}}
+	logger, _ := testLogger(t)
+	s, err := NewWithClient(f, Options{Logger: logger, ReplayInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	err = s.Charge(context.Background(), []store.Counter{{Key: "a", Hits: 5, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1))
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if st := s.Stats(); st.Lost != 5 {
+		t.Fatalf("lost %d, want 5", st.Lost)
+	}
+}

@@ -617,11 +617,15 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		}
 		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
 	}
-	if s.closed.Load() {
-		return errClosed
-	}
 	if err := validate(counters, totals); err != nil {
 		return err
+	}
+	if s.closed.Load() {
+		// A contract breach by the caller, but its hits are counted.
+		for _, k := range counters {
+			s.loss(k.Hits, "store closed")
+		}
+		return errClosed
 	}
 	if len(counters) == 0 {
 		return nil
