@@ -208,8 +208,9 @@ func TestShortReplyCountedAmbiguous(t *testing.T) {
 	}
 }
 
-// TestChargeAfterCloseCountedLost: Charge after Close breaks the contract,
-// but its hits are counted (Lost), not dropped with no class.
+// TestChargeAfterCloseCountedLost: Charge or Defer after Close breaks the
+// contract, but the hits are counted (Lost), not dropped with no class or
+// left in a buffer nothing replays.
 func TestChargeAfterCloseCountedLost(t *testing.T) {
 	f := &fakeClient{do: func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
 		return errResults(len(multi), errors.New("unexpected call"))
@@ -224,7 +225,8 @@ func TestChargeAfterCloseCountedLost(t *testing.T) {
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
-	if st := s.Stats(); st.Lost != 5 {
-		t.Fatalf("lost %d, want 5", st.Lost)
+	s.Defer([]store.Counter{{Key: "b", Hits: 2, ExpireAt: time.Now().Add(time.Hour)}})
+	if st := s.Stats(); st.Lost != 7 || st.Buffered != 0 {
+		t.Fatalf("lost %d, buffered %d; want 7 (5 charged, 2 deferred after Close), 0", st.Lost, st.Buffered)
 	}
 }
