@@ -16,7 +16,9 @@ const KindReferenceGrant = "ReferenceGrant"
 
 // ReferenceGrantName is the name of the ReferenceGrant rendered for bs in
 // the rate limit Service's namespace.
-func ReferenceGrantName(bs *spec.BudgetSet) string { return bs.Metadata.Name + "-agentgateway-ratelimit" }
+func ReferenceGrantName(bs *spec.BudgetSet) string {
+	return bs.Metadata.Name + "-agentgateway-ratelimit"
+}
 
 // referenceGrant lets the AgentgatewayPolicies rendered in other namespaces
 // reach the rate limit Service. agentgateway's controller checks a policy's
