@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,5 +165,96 @@ func TestBudgetgenCalls(t *testing.T) {
 budgetgen assert --spec "$SPEC" -o sarif x > "$f" || true`)
 	if len(got) != 2 || strings.Join(got[0], " ") != "version" || strings.Join(got[1], " ") != "assert --spec $SPEC -o sarif x" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestActionDriftStepRuns runs action.yml's render drift step as the runner
+// would (bash, budgetgen on PATH) in a throwaway git repository: it passes
+// on a committed render, and fails on a changed spec and on a file render
+// adds that is not committed (which a plain git diff would miss).
+func TestActionDriftStepRuns(t *testing.T) {
+	for _, p := range []string{"bash", "git"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("%s is required: %v", p, err)
+		}
+	}
+	var action struct {
+		Runs struct{ Steps []struct{ Name, Run string } }
+	}
+	b, err := os.ReadFile("../../action.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &action); err != nil {
+		t.Fatal(err)
+	}
+	var script string
+	for _, st := range action.Runs.Steps {
+		if st.Name == "Render drift check" {
+			script = st.Run
+		}
+	}
+	if script == "" {
+		t.Fatal("no 'Render drift check' step in action.yml")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "budgetgen"), "../../cmd/budgetgen").CombinedOutput(); err != nil {
+		t.Fatalf("build budgetgen: %v\n%s", err, out)
+	}
+	repo := t.TempDir()
+	spec, err := os.ReadFile(examplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func() (bool, string) {
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+			"SPEC=budgets/budgets.yaml", "MANIFESTS=deploy/budgets", "RLS=deploy/ratelimit", "MAP=deploy/budget-map.yaml")
+		out, err := cmd.CombinedOutput()
+		return err == nil, string(out)
+	}
+	git("init", "-q")
+	write("budgets/budgets.yaml", spec)
+	// The first run renders and fails (nothing committed yet); commit it.
+	if ok, out := step(); ok {
+		t.Fatalf("drift step passed with nothing committed:\n%s", out)
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "render")
+	if ok, out := step(); !ok {
+		t.Fatalf("drift step failed on a committed render:\n%s", out)
+	}
+	// A changed cap changes a committed file.
+	write("budgets/budgets.yaml", []byte(strings.Replace(string(spec), "tokensPerDay: 2000000,", "tokensPerDay: 3000000,", 1)))
+	if ok, out := step(); ok || !strings.Contains(out, "diff --git") {
+		t.Fatalf("drift step passed on a changed spec:\n%s", out)
+	}
+	git("checkout", "-q", "--", ".")
+	// A new file render writes that nobody committed.
+	if err := os.Remove(filepath.Join(repo, "deploy/budgets/kustomization.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	git("rm", "-q", "--cached", "deploy/budgets/kustomization.yaml")
+	git("commit", "-q", "-m", "drop a rendered file")
+	if ok, out := step(); ok || !strings.Contains(out, "not committed: deploy/budgets/kustomization.yaml") {
+		t.Fatalf("drift step passed with a rendered file not committed:\n%s", out)
 	}
 }
