@@ -88,7 +88,8 @@ func TestAssertExitCodes(t *testing.T) {
 		{"unknown EG kind", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BudgetPolicy\nmetadata: {name: x, namespace: y}\n", []string{"assert", "-"}, 1, "<stdin>:1:1: BG007 error: rejected by Envoy Gateway's CRDs: failed to retrieve validator: kind BudgetPolicy not found", ""},
 		{"other kinds ignored", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "--allow-empty", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
 		// Budgets that all run on agentgateway: no BackendTrafficPolicy, still a budget input.
-		{"agentgateway only", agwPolicy, []string{"assert", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
+		{"agentgateway only", agwPolicy + agwGrant, []string{"assert", "-"}, 0, "ok: 0 errors, 0 warnings in 2 objects", ""},
+		{"agentgateway without its ReferenceGrant warns", agwPolicy, []string{"assert", "-"}, 0, "BG020 warning: the rate limit Service envoy-gateway-system/envoy-ratelimit is in another namespace", ""},
 		{"agentgateway without a global rate limit is no budget", "apiVersion: agentgateway.dev/v1alpha1\nkind: AgentgatewayPolicy\nmetadata: {name: p, namespace: agents}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: g}]\n", []string{"assert", "-"}, 1, "", "no budget policy"},
 		{"no budget policy fails closed", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "-"}, 1, "", "no budget policy in the input (1 objects from 1 files)"},
 		{"empty directory fails closed", "", []string{"assert", dir + "/empty"}, 1, "", "no budget policy in the input (0 objects from 0 files)"},
@@ -172,4 +173,14 @@ spec:
             unit: Tokens
         domain: agents/ai-budgets-agent-gw
         failureMode: FailOpen
+`
+
+// agwGrant lets agwPolicy reach the rate limit Service, as render writes it.
+const agwGrant = `---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: ai-budgets-agentgateway-ratelimit, namespace: envoy-gateway-system}
+spec:
+  from: [{group: agentgateway.dev, kind: AgentgatewayPolicy, namespace: agents}]
+  to: [{group: "", kind: Service, name: envoy-ratelimit}]
 `

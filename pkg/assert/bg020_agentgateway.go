@@ -102,6 +102,12 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 	if g.FailureMode == "" {
 		p.Report(o, global, agwGlobalPath+".failureMode", "failureMode is not set, and the CRD defaults to FailClosed (a 500 for every request while the rate limit service is unreachable): set FailOpen (budgetgen's choice) or FailClosed explicitly")
 	}
+	if br := g.BackendRef; br != nil && br.Namespace != "" && br.Namespace != o.Namespace && !referenceGranted(p.Index, o.Namespace, br) {
+		bp := agwGlobalPath + ".backendRef.namespace"
+		p.ReportSeverity(Warning, o, NodeAt(o.Node, bp), bp,
+			"the rate limit Service %s/%s is in another namespace and no ReferenceGrant in the input lets AgentgatewayPolicies of namespace %s reach it: an agentgateway controller in backend reference grant mode route-and-policy accepts this policy as PartiallyValid with no target, and FailOpen then admits every request unlimited (budgetgen render writes the grant; check it is applied if it lives elsewhere)",
+			br.Namespace, br.Name, o.Namespace)
+	}
 	for i, d := range g.Descriptors {
 		dp := fmt.Sprintf("%s.descriptors[%d]", agwGlobalPath, i)
 		budget := ""
@@ -147,4 +153,33 @@ func celLiteral(expr string) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// referenceGranted reports whether a ReferenceGrant (gateway.networking.k8s.io,
+// any version) in the Service's namespace lets AgentgatewayPolicies of
+// namespace from reach the Service br names: a from entry for that group,
+// kind and namespace, and a to entry for core Services with that name or no
+// name (every Service).
+func referenceGranted(ix *Index, from string, br *agentgateway.BackendRef) bool {
+	if br.Kind != "" && br.Kind != "Service" || br.Group != nil && *br.Group != "" {
+		return true // not a core Service: outside this check
+	}
+	for _, g := range ix.Objects {
+		if g.Kind != "ReferenceGrant" || g.Group() != GroupGateway || g.Namespace != br.Namespace {
+			continue
+		}
+		fromOK := slices.ContainsFunc(manifest.Items(manifest.Get(g.Node, "spec", "from")), func(f *yaml.Node) bool {
+			return manifest.Str(manifest.Get(f, "group")) == agentgateway.Group && manifest.Str(manifest.Get(f, "kind")) == agentgateway.KindPolicy &&
+				manifest.Str(manifest.Get(f, "namespace")) == from
+		})
+		toOK := slices.ContainsFunc(manifest.Items(manifest.Get(g.Node, "spec", "to")), func(t *yaml.Node) bool {
+			name := manifest.Get(t, "name")
+			return manifest.Str(manifest.Get(t, "group")) == "" && manifest.Str(manifest.Get(t, "kind")) == "Service" &&
+				(name == nil || manifest.Str(name) == br.Name)
+		})
+		if fromOK && toOK {
+			return true
+		}
+	}
+	return false
 }
