@@ -620,31 +620,41 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 	defer srv.Cont()
 	const n = 3000
 	var wg sync.WaitGroup
-	var slowest atomic.Int64
+	var slowest, controlSlowest atomic.Int64
 	var notOK atomic.Int64
+	// The bound is relative to this run: beside each call a control
+	// goroutine, started in the same loop, only sleeps the store deadline,
+	// so its slowest is what waking one of 6000 goroutines at the deadline
+	// costs on this machine now; a probe adds the scheduler's worst lag.
+	lag := startLagProbe()
 	for i := 0; i < n; i++ {
-		wg.Add(1)
+		wg.Add(2)
 		go func(i int) {
 			defer wg.Done()
 			start := time.Now()
 			resp, err := e.ShouldRateLimit(context.Background(), req("d", 0, d("user", fmt.Sprint("u", i))))
-			el := time.Since(start)
-			for {
-				cur := slowest.Load()
-				if int64(el) <= cur || slowest.CompareAndSwap(cur, int64(el)) {
-					break
-				}
-			}
+			storeMax(&slowest, time.Since(start))
 			if err != nil || resp.OverallCode != OK {
 				notOK.Add(1)
 			}
 		}(i)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			time.Sleep(DefaultStoreTimeout)
+			storeMax(&controlSlowest, time.Since(start))
+		}()
 	}
 	wg.Wait()
-	// 15 ms deadline; the slack absorbs a loaded 2-core CI machine
-	// scheduling 3000 goroutines, far below the seconds seen without a cap.
-	if s := time.Duration(slowest.Load()); s > 500*time.Millisecond {
-		t.Fatalf("slowest call took %v during a Valkey stall", s)
+	lagMax := lag.stop()
+	s, c := time.Duration(slowest.Load()), time.Duration(controlSlowest.Load())
+	t.Logf("slowest call %v; control (sleep %v) slowest %v; scheduler lag max %v", s, DefaultStoreTimeout, c, lagMax)
+	// stallSlack is the engine's own work for 3000 calls at once on top of
+	// the control; the failure guarded against, calls queued behind
+	// valkey-go's ring for the stalled connection, takes seconds.
+	const stallSlack = 150 * time.Millisecond
+	if s > c+stallSlack+lagMax {
+		t.Fatalf("slowest call took %v during a Valkey stall: control %v + %v + scheduler lag %v", s, c, stallSlack, lagMax)
 	}
 	if notOK.Load() != 0 {
 		t.Fatalf("%d calls did not fail open", notOK.Load())
@@ -770,4 +780,46 @@ func TestObserversToldEachOutcome(t *testing.T) {
 	if got := fmt.Sprint(ob.requests); got != "[ok/ ok/ ok/ over_limit/ over_limit/ invalid_argument/ ok/allow]" {
 		t.Fatalf("requests: %s", got)
 	}
+}
+
+// storeMax raises m to d if d is larger.
+func storeMax(m *atomic.Int64, d time.Duration) {
+	for {
+		cur := m.Load()
+		if int64(d) <= cur || m.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+// lagProbe measures how late the scheduler wakes a goroutine that sleeps
+// 1 ms, in a loop, until stopped: the machine's own delay in this run.
+type lagProbe struct {
+	stopCh chan struct{}
+	done   chan time.Duration
+}
+
+func startLagProbe() *lagProbe {
+	p := &lagProbe{stopCh: make(chan struct{}), done: make(chan time.Duration, 1)}
+	go func() {
+		var worst time.Duration
+		for {
+			select {
+			case <-p.stopCh:
+				p.done <- worst
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			worst = max(worst, time.Since(t0)-time.Millisecond)
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns the worst lag it saw.
+func (p *lagProbe) stop() time.Duration {
+	close(p.stopCh)
+	return <-p.done
 }
