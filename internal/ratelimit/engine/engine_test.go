@@ -27,6 +27,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/schedtest"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -446,10 +447,19 @@ func TestStoreFailurePolicies(t *testing.T) {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			f := newFixture(t, "memory", Options{FailurePolicy: tc.policy, OverLimitCacheSize: -1}, testConfig)
 			f.st.block = true
+			// The bound is relative to this run: a control sleeping the
+			// store deadline beside the call, plus the scheduler's worst
+			// lag meanwhile; the failure guarded against is a call that
+			// waits on the blocked store for good.
+			lag := schedtest.Start()
+			control := make(chan time.Duration, 1)
+			go func() { t0 := time.Now(); time.Sleep(DefaultStoreTimeout); control <- time.Since(t0) }()
 			start := time.Now()
 			resp, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "a"), d("shadow", "s"), d("none", "x")))
-			if el := time.Since(start); el > 100*time.Millisecond {
-				t.Fatalf("blocked %v past the 15 ms store deadline", el)
+			el := time.Since(start)
+			c := <-control
+			if _, lagMax := lag.Stop(); el > c+85*time.Millisecond+lagMax {
+				t.Fatalf("blocked %v past the %v store deadline (control %v + 85 ms + scheduler lag %v)", el, DefaultStoreTimeout, c, lagMax)
 			}
 			if status.Code(server.Status(err)) != tc.code {
 				t.Fatalf("err = %v, want code %s", err, tc.code)
@@ -626,7 +636,7 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 	// goroutine, started in the same loop, only sleeps the store deadline,
 	// so its slowest is what waking one of 6000 goroutines at the deadline
 	// costs on this machine now; a probe adds the scheduler's worst lag.
-	lag := startLagProbe()
+	lag := schedtest.Start()
 	for i := 0; i < n; i++ {
 		wg.Add(2)
 		go func(i int) {
@@ -646,7 +656,7 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	lagMax := lag.stop()
+	_, lagMax := lag.Stop()
 	s, c := time.Duration(slowest.Load()), time.Duration(controlSlowest.Load())
 	t.Logf("slowest call %v; control (sleep %v) slowest %v; scheduler lag max %v", s, DefaultStoreTimeout, c, lagMax)
 	// stallSlack is the engine's own work for 3000 calls at once on top of
@@ -790,36 +800,4 @@ func storeMax(m *atomic.Int64, d time.Duration) {
 			return
 		}
 	}
-}
-
-// lagProbe measures how late the scheduler wakes a goroutine that sleeps
-// 1 ms, in a loop, until stopped: the machine's own delay in this run.
-type lagProbe struct {
-	stopCh chan struct{}
-	done   chan time.Duration
-}
-
-func startLagProbe() *lagProbe {
-	p := &lagProbe{stopCh: make(chan struct{}), done: make(chan time.Duration, 1)}
-	go func() {
-		var worst time.Duration
-		for {
-			select {
-			case <-p.stopCh:
-				p.done <- worst
-				return
-			default:
-			}
-			t0 := time.Now()
-			time.Sleep(time.Millisecond)
-			worst = max(worst, time.Since(t0)-time.Millisecond)
-		}
-	}()
-	return p
-}
-
-// stop ends the probe and returns the worst lag it saw.
-func (p *lagProbe) stop() time.Duration {
-	close(p.stopCh)
-	return <-p.done
 }
