@@ -447,6 +447,31 @@ func (p *probe) stalled(from, to time.Time) time.Duration {
 	return d
 }
 
+// stalls returns the periods in which the probe was overdue by at least
+// min (call after finish).
+func (p *probe) stalls(min time.Duration) []span {
+	var out []span
+	for _, s := range p.late {
+		if s.to.Sub(s.from) >= min {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stallBudget is how many calls can have met one of the stalls: each of
+// the workers' calls in flight when it began, and the calls due at rate
+// (per second) while it lasted. Overlapping stalls count twice: the budget
+// errs on the side of excusing the machine, never the service, which is
+// still held to calls that no stall explains.
+func stallBudget(stalls []span, workers int, rate float64) int {
+	n := 0.0
+	for _, s := range stalls {
+		n += float64(workers) + rate*s.to.Sub(s.from).Seconds()
+	}
+	return int(n)
+}
+
 // pct returns the q-th percentile (100 = max) of d, sorting it in place.
 func pct(d []time.Duration, q int) time.Duration {
 	if len(d) == 0 {
@@ -468,6 +493,23 @@ func heapAfterGC() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// settledHeap measures the live heap (heapAfterGC) until it is at most
+// bound or wait has passed, and returns the last measurement. On a loaded
+// machine work still finishing after the last answer (a store call
+// detached at its deadline, valkey-go's pipelines, the previous test's
+// service shutting down) holds memory for a moment; a leak holds it for
+// good, so it still fails the bound.
+func settledHeap(bound uint64, wait time.Duration) uint64 {
+	deadline := time.Now().Add(wait)
+	for {
+		h := heapAfterGC()
+		if h <= bound || time.Now().After(deadline) {
+			return h
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // rssBytes reads this process's resident set size from /proc/self/status.

@@ -309,12 +309,26 @@ func TestSoak(t *testing.T) {
 	m := s.metrics()
 	storeErrs := metricSum(m, "ratelimit_store_errors_total")
 	t.Logf("answered by the failure policy after a store timeout: %d (%d while this process or Valkey stalled); store errors %v", len(policyCalls)+int(policyOver.Load()), len(policyCalls)-unexplained, storeErrs)
-	if unexplained > 0 || policyOver.Load() > 0 || float64(len(policyCalls)) > 0.01*float64(calls.Load()) {
-		t.Errorf("%d calls answered by the failure policy (%d with no machine stall during them; %d beyond the record): want none unexplained and at most 1%%",
-			len(policyCalls)+int(policyOver.Load()), unexplained, policyOver.Load())
+	// The cap is relative to this run: 1% of the calls, plus the calls
+	// that can have met a stall the probes measured (stallBudget). On a
+	// machine at load 20-30 stalls explain several percent of the calls;
+	// a service that misses deadlines by itself fails either way, as its
+	// answers are unexplained.
+	budget := stallBudget(append(pr.stalls(storeTimeout/2), vp.stalls(storeTimeout/2)...), soakWorkers, float64(calls.Load())/time.Since(t0).Seconds())
+	policyCap := 0.01*float64(calls.Load()) + float64(budget)
+	t.Logf("failure-policy cap: 1%% of %d calls + %d that can have met a measured stall = %.0f", calls.Load(), budget, policyCap)
+	if unexplained > 0 || policyOver.Load() > 0 || float64(len(policyCalls)) > policyCap {
+		t.Errorf("%d calls answered by the failure policy (%d with no machine stall during them; %d beyond the record): want none unexplained and at most %.0f",
+			len(policyCalls)+int(policyOver.Load()), unexplained, policyOver.Load(), policyCap)
 	}
-	if achieved < 0.9*float64(rate) {
-		t.Errorf("achieved %.0f/s of %d/s (%d slots missed): the service did not keep up", achieved, rate, missed.Load())
+	// The rate is relative to the time this process could run: the ticker
+	// and the workers are this process's goroutines, and the scheduling
+	// probe measures how long it was kept waiting.
+	stalled := pr.stalled(start, start.Add(elapsed))
+	runnable := max(1-stalled.Seconds()/elapsed.Seconds(), 0)
+	t.Logf("rate bound: 90%% of %d/s over the %.0f%% of the run this process was not stalled (stalled %v)", rate, 100*runnable, stalled.Round(time.Millisecond))
+	if achieved < 0.9*float64(rate)*runnable {
+		t.Errorf("achieved %.0f/s of %d/s (%d slots missed; this process stalled %v of %v): the service did not keep up", achieved, rate, missed.Load(), stalled, elapsed)
 	}
 	if st := readStoreStats(m); st.lost != 0 || st.expired != 0 {
 		t.Errorf("hits lost during the soak: %+v", st)
