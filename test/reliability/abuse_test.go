@@ -269,7 +269,7 @@ func TestCardinalityFloodValkey(t *testing.T) {
 	took := time.Since(started)
 	pr.finish()
 	vp.finish()
-	budget := stallBudget(append(pr.stalls(storeTimeout/2), vp.stalls(storeTimeout/2)...), floodWorkers, float64(6*cacheSize)/took.Seconds())
+	budget := stallBudget(merged(append(pr.stalls(storeTimeout/2), vp.stalls(storeTimeout/2)...)), floodWorkers, float64(6*cacheSize)/took.Seconds())
 	policyCap := 6*cacheSize/100 + budget
 	policy := int(metricSum(m2, "ratelimit_failure_policy_total"))
 	if bad > policy || policy > policyCap {

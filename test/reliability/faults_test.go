@@ -62,7 +62,7 @@ func TestServiceValkeyKilled(t *testing.T) {
 		l, s := loads[p], svcs[p]
 		t.Run(p, func(t *testing.T) {
 			l.checkNoWrong(t, p)
-			checkLatency(t, p, l.recs, pr)
+			checkLatency(t, p, l, pr)
 			inStore, inPolicy := countIn(l.recs, down, restarting)
 			t.Logf("%s: while down: %d answers by the failure policy, %d from Valkey", p, inPolicy, inStore)
 			for _, r := range l.recs {
@@ -229,7 +229,7 @@ func TestServiceValkeyStalled(t *testing.T) {
 
 	l.checkNoWrong(t, "load")
 	burstLoad.checkNoWrong(t, "burst")
-	checkLatency(t, "load", l.recs, pr)
+	checkLatency(t, "load", l, pr)
 	inStore, inPolicy := countIn(l.recs, stopped, resuming)
 	t.Logf("load while stalled: %d answers by the failure policy, %d from Valkey", inPolicy, inStore)
 	if inStore != 0 {

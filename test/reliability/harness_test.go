@@ -459,11 +459,76 @@ func (p *probe) stalls(min time.Duration) []span {
 	return out
 }
 
-// stallBudget is how many calls can have met one of the stalls: each of
-// the workers' calls in flight when it began, and the calls due at rate
-// (per second) while it lasted. Overlapping stalls count twice: the budget
-// errs on the side of excusing the machine, never the service, which is
-// still held to calls that no stall explains.
+// control calls the service in a loop, for a descriptor of domain no rule matches
+// (answered without the store), and records the calls that took at least
+// slow: periods in which the service's own CPU queue delayed every call.
+type control struct {
+	stop chan struct{}
+	done chan struct{}
+	slow []span
+}
+
+func startControl(s *svc, domain string, slow time.Duration) *control {
+	// Preallocated, like the probes: the soak measures this process's heap.
+	c := &control{stop: make(chan struct{}), done: make(chan struct{}), slow: resident[span](50_000)}
+	go func() {
+		defer close(c.done)
+		r := req(domain, "unmatched", "control")
+		cl := s.client(0)
+		for {
+			select {
+			case <-c.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), clientDeadline)
+			t0 := time.Now()
+			_, _ = cl.ShouldRateLimit(ctx, r) // the answer does not matter, its latency does
+			t1 := time.Now()
+			cancel()
+			if t1.Sub(t0) >= slow && len(c.slow) < cap(c.slow) {
+				c.slow = append(c.slow, span{t0, t1})
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return c
+}
+
+// finish stops the control and returns its slow calls.
+func (c *control) finish() []span {
+	close(c.stop)
+	<-c.done
+	return c.slow
+}
+
+// overlaps reports whether one of spans (sequential: sorted, not
+// overlapping each other) overlaps s.
+func overlaps(spans []span, s span) bool {
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].to.After(s.from) })
+	return i < len(spans) && spans[i].from.Before(s.to)
+}
+
+// merged returns the union of spans, as sorted spans that do not overlap.
+func merged(spans []span) []span {
+	s := append([]span(nil), spans...)
+	sort.Slice(s, func(i, j int) bool { return s[i].from.Before(s[j].from) })
+	var out []span
+	for _, x := range s {
+		if n := len(out); n > 0 && !x.from.After(out[n-1].to) {
+			if x.to.After(out[n-1].to) {
+				out[n-1].to = x.to
+			}
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// stallBudget is how many calls can have met one of the stalls (merged:
+// not overlapping): each of the workers' calls in flight when it began,
+// and the calls due at rate (per second) while it lasted.
 func stallBudget(stalls []span, workers int, rate float64) int {
 	n := 0.0
 	for _, s := range stalls {
