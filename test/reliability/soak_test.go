@@ -172,7 +172,7 @@ func TestSoak(t *testing.T) {
 
 	var (
 		errCount atomic.Uint64
-		lateErrs atomic.Uint64 // of errCount: the client's 2 s deadline passed
+		lateErrs atomic.Uint64 // of errCount: the client's deadline passed
 		errMu    sync.Mutex
 		firstErr error
 		calls    atomic.Uint64
@@ -300,7 +300,7 @@ func TestSoak(t *testing.T) {
 		rate, elapsed.Round(time.Millisecond), n, achieved, missed.Load(), h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), lag99, lagMax, ping99, pingMax)
 	// On a machine so loaded that the scheduler is late by half the store
 	// deadline for 1% of its wake-ups, whether one call missed the store
-	// deadline (or a call the 2 s client deadline) by the service's fault
+	// deadline (or a call the client deadline) by the service's fault
 	// or the machine's cannot be told: outside CI those two checks are then
 	// skipped, and the test says so. CI=true never skips them.
 	overloaded := lag99 >= storeTimeout/2 && os.Getenv("CI") != "true"
