@@ -24,6 +24,11 @@ require (
 )
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.2
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
+)
+
+require (
 	cel.dev/expr v0.25.3 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect

@@ -189,7 +189,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	if rep.BudgetPolicies == 0 && !o.AllowEmpty {
 		// Fail closed: an empty directory, a wrong path or a kustomize build
 		// that dropped the policies would otherwise pass with nothing checked.
-		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: no budget policy in the input (%d objects from %d files): no BackendTrafficPolicy has token rules or the %s annotation; check the paths (or the build that produced them), or pass --allow-empty if the input is meant to hold none", rep.Objects, len(rep.Files), assert.RuleBudgetsAnnotation)}
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: no budget policy in the input (%d objects from %d files): no BackendTrafficPolicy has token rules or the %s annotation and no AgentgatewayPolicy has a global rate limit; check the paths (or the build that produced them), or pass --allow-empty if the input is meant to hold none", rep.Objects, len(rep.Files), assert.RuleBudgetsAnnotation)}
 	}
 	if rep.Failed(o.failOn) {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("assert: %d findings at or above %s", countAtLeast(rep, o.failOn), o.failOn), Silent: true}

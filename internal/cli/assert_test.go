@@ -87,6 +87,9 @@ func TestAssertExitCodes(t *testing.T) {
 		{"alias bomb", billionLaughs(), []string{"assert", "-"}, 2, "", "<stdin>:1:1: document expands to too many nodes through aliases"},
 		{"unknown EG kind", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BudgetPolicy\nmetadata: {name: x, namespace: y}\n", []string{"assert", "-"}, 1, "<stdin>:1:1: BG007 error: rejected by Envoy Gateway's CRDs: failed to retrieve validator: kind BudgetPolicy not found", ""},
 		{"other kinds ignored", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "--allow-empty", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
+		// Budgets that all run on agentgateway: no BackendTrafficPolicy, still a budget input.
+		{"agentgateway only", agwPolicy, []string{"assert", "-"}, 0, "ok: 0 errors, 0 warnings in 1 object", ""},
+		{"agentgateway without a global rate limit is no budget", "apiVersion: agentgateway.dev/v1alpha1\nkind: AgentgatewayPolicy\nmetadata: {name: p, namespace: agents}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: g}]\n", []string{"assert", "-"}, 1, "", "no budget policy"},
 		{"no budget policy fails closed", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n", []string{"assert", "-"}, 1, "", "no budget policy in the input (1 objects from 1 files)"},
 		{"empty directory fails closed", "", []string{"assert", dir + "/empty"}, 1, "", "no budget policy in the input (0 objects from 0 files)"},
 		{"plain rate limit is no budget", "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: x, namespace: y}\nspec:\n  rateLimit:\n    global:\n      rules:\n        - limit: {requests: 100, unit: Second}\n", []string{"assert", "--skip", "BG007", "-"}, 1, "", "no budget policy"},
@@ -150,3 +153,23 @@ func billionLaughs() string {
 	}
 	return b.String()
 }
+
+// agwPolicy is an AgentgatewayPolicy as budgetgen renders it: one budget,
+// its principal from the verified JWT.
+const agwPolicy = `apiVersion: agentgateway.dev/v1alpha1
+kind: AgentgatewayPolicy
+metadata: {name: ai-budgets-agent-gw, namespace: agents}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: agent-gw}]
+  traffic:
+    rateLimit:
+      global:
+        backendRef: {group: "", kind: Service, name: envoy-ratelimit, namespace: envoy-gateway-system, port: 8081}
+        descriptors:
+          - entries:
+              - {name: budget, expression: '"per-run"'}
+              - {name: principal, expression: 'string(jwt["run_id"])'}
+            unit: Tokens
+        domain: agents/ai-budgets-agent-gw
+        failureMode: FailOpen
+`

@@ -105,6 +105,48 @@ func TestRenderWritesBothOutputsOrNeither(t *testing.T) {
 	}
 }
 
+// TestRenderWritesAllThreeOutputsOrNone: when --budget-map cannot be
+// written, neither -o nor --ratelimit-config is; with everything writable,
+// all three are, and the map's directory keeps the files already in it.
+func TestRenderWritesAllThreeOutputsOrNone(t *testing.T) {
+	dir := t.TempDir()
+	out, rls := filepath.Join(dir, "rendered"), filepath.Join(dir, "rls")
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "render", examplePath, "-o", out, "--ratelimit-config", rls, "--budget-map", filepath.Join(blocker, "map", "budget-map.yaml"))
+	if code == ExitOK {
+		t.Fatal("render succeeded writing the map under a regular file")
+	}
+	for _, p := range []string{out, rls} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was written although --budget-map failed (%v): %s", p, err, stderr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "render", examplePath, "-o", out, "--ratelimit-config", rls, "--budget-map", dir); code != ExitUsage || !strings.Contains(stderr, "is a directory") {
+		t.Errorf("--budget-map naming a directory: exit %d, stderr %s", code, stderr)
+	}
+	mapDir := filepath.Join(dir, "maps")
+	if err := os.MkdirAll(mapDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(mapDir, "README")
+	if err := os.WriteFile(other, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "render", examplePath, "-o", out, "--ratelimit-config", rls, "--budget-map", filepath.Join(mapDir, "budget-map.yaml")); code != ExitOK {
+		t.Fatalf("render: %s", stderr)
+	}
+	got := snapshot(t, mapDir)
+	if string(got["README"]) != "kept" || !strings.Contains(string(got["budget-map.yaml"]), "kind: BudgetMap") || len(got) != 2 {
+		t.Errorf("map directory after render: %v files, README %q", len(got), got["README"])
+	}
+	if len(snapshot(t, out)) == 0 {
+		t.Error("-o not written")
+	}
+}
+
 func snapshot(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	ents, err := os.ReadDir(dir)

@@ -109,50 +109,54 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(err)
 	}
 	noteCostEntries(e, res)
-	// Both outputs are staged (every byte in temporary files next to its
-	// target) before either is put in place: a failed write of one leaves
-	// neither written.
+	// Every output (-o, --ratelimit-config, --budget-map) is staged, every
+	// byte in temporary files next to its target, before any is put in
+	// place: a failed write of one leaves none written.
 	rls, err := stageRateLimitConfig(o.rlsDir, rlsFiles)
 	if err != nil {
 		return err
 	}
-	if o.outDir == "" {
-		if _, err := e.stdout.Write(res.YAML()); err != nil {
-			rls.Abort()
-			return failure(fmt.Errorf("write stdout: %w", err))
-		}
-		if err := commitRateLimitConfig(rls); err != nil {
-			return err
-		}
-		// The budget map is its own atomic file, written last: a service that
-		// reads it finds the rules it names already rendered.
-		return writeBudgetMap(o.mapPath, mapFile)
-	}
-	if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
-		rls.Abort()
-		return usageError("render: -o %s: not a directory", o.outDir)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		rls.Abort()
-		return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
-	}
-	out, err := atomicfile.StageDir(o.outDir, res.Files(), atomicfile.Options{
-		// Remove files of objects no longer rendered, never files budgetgen did not write.
-		RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
-	})
+	bm, err := stageBudgetMap(o.mapPath, mapFile)
 	if err != nil {
 		rls.Abort()
-		return failure(err)
+		return err
+	}
+	abort := func() { rls.Abort(); bm.Abort() }
+	var out *atomicfile.Staged
+	if o.outDir != "" {
+		if info, err := os.Stat(o.outDir); err == nil && !info.IsDir() {
+			abort()
+			return usageError("render: -o %s: not a directory", o.outDir)
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			abort()
+			return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
+		}
+		out, err = atomicfile.StageDir(o.outDir, res.Files(), atomicfile.Options{
+			// Remove files of objects no longer rendered, never files budgetgen did not write.
+			RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
+		})
+		if err != nil {
+			abort()
+			return failure(err)
+		}
+	} else if _, err := e.stdout.Write(res.YAML()); err != nil {
+		abort()
+		return failure(fmt.Errorf("write stdout: %w", err))
 	}
 	if err := out.Commit(); err != nil {
-		rls.Abort()
+		abort()
 		return failure(err)
 	}
 	if err := commitRateLimitConfig(rls); err != nil {
+		bm.Abort()
 		return err
 	}
-	// The budget map is its own atomic file, written last: a service that
-	// reads it finds the rules it names already rendered.
-	return writeBudgetMap(o.mapPath, mapFile)
+	// The budget map is put in place last: a service that reads it finds
+	// the rules it names already rendered.
+	if err := bm.Commit(); err != nil {
+		return failure(err)
+	}
+	return nil
 }
 
 // loadSpecFile is spec.LoadFile with reads that end when ctx does (a FIFO

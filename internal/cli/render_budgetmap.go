@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -33,13 +35,18 @@ func budgetMapFile(bs *spec.BudgetSet, path string) ([]byte, error) {
 	return data, nil
 }
 
-// writeBudgetMap writes the map all or nothing.
-func writeBudgetMap(path string, data []byte) error {
+// stageBudgetMap stages the map next to its target (nil when no map is
+// asked for); other files in that directory are left alone.
+func stageBudgetMap(path string, data []byte) (*atomicfile.Staged, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
-	if err := atomicfile.WriteFile(path, data, atomicfile.Options{}); err != nil {
-		return failure(err)
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return nil, usageError("render: --budget-map %s: is a directory", path)
 	}
-	return nil
+	st, err := atomicfile.StageDir(filepath.Dir(path), map[string][]byte{filepath.Base(path): data}, atomicfile.Options{})
+	if err != nil {
+		return nil, failure(err)
+	}
+	return st, nil
 }

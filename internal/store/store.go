@@ -77,6 +77,16 @@ type HashWriter interface {
 // or did not answer in time; the caller's failure policy applies.
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrNotSent is wrapped (with ErrUnavailable) by errors that mean the call
+// was not started because its context was already done when Charge was
+// called: the store applied none of its hits and kept none for later. They
+// are the caller's to account for: the charger hands them to the store's
+// Deferrer, as it does when it sees the deadline pass itself. Without this
+// sentinel the two checks of one deadline (the charger's, then the store's)
+// could disagree, and a deadline passing between them dropped the hits of a
+// whole batch uncounted.
+var ErrNotSent = errors.New("store call not started: context done")
+
 // ErrRefused is wrapped by errors that mean the store refused the call as a
 // whole and changed nothing (ErrFull, or an overflow in the memory store):
 // the same counters in smaller calls may still be taken, so the charger

@@ -144,7 +144,9 @@ type Report struct {
 	// Objects is the number of objects checked; Files the distinct input files.
 	Objects int
 	Files   []string
-	// BudgetPolicies is how many budget policies the input holds. A gate
+	// BudgetPolicies is how many budget policies the input holds: Envoy
+	// Gateway BackendTrafficPolicies with token rules or the rule-budgets
+	// annotation, and AgentgatewayPolicies with a global rate limit. A gate
 	// given none checked nothing: the CLI fails unless --allow-empty.
 	BudgetPolicies int
 }
@@ -182,7 +184,7 @@ func Run(ctx context.Context, objs []*manifest.Object, opts Options) (*Report, e
 		skip[id] = true
 	}
 	ix := NewIndex(objs)
-	rep := &Report{Objects: len(objs), BudgetPolicies: len(ix.BudgetPolicies())}
+	rep := &Report{Objects: len(objs), BudgetPolicies: len(ix.BudgetPolicies()) + len(agentgatewayBudgetPolicies(ix))}
 	files := map[string]bool{}
 	for _, o := range objs {
 		if !files[o.File] {

@@ -16,7 +16,8 @@ import (
 // and are charged to no principal's budget - an escape from every cap but
 // the group and model ones, created by adding a route. This rule names such
 // routes among those in the input attached to the budget policy's Gateway,
-// when no policy on the Gateway itself sets one of the headers. A warning:
+// when no policy on the Gateway itself sets one of the headers (HTTPRoutes,
+// GRPCRoutes and Envoy AI Gateway's AIGatewayRoutes). A warning:
 // some routes are meant to be free (health checks, internal tools).
 var ruleRouteCoverage = &Rule{
 	ID:       "BG012",
@@ -40,6 +41,15 @@ var ruleRouteCoverage = &Rule{
 		for _, rt := range p.Index.Routes {
 			for _, gk := range routeParents(rt) {
 				attached[gk] = append(attached[gk], rt.Namespace+"/"+rt.Name)
+			}
+		}
+		// An AIGatewayRoute is the route of LLM traffic in a GitOps repo:
+		// Envoy AI Gateway generates the HTTPRoute of the same name in the
+		// cluster, and SecurityPolicies target that (Targets resolves it).
+		for _, ar := range p.Index.AIGatewayRoutes {
+			for _, pr := range ar.Parents {
+				gk := GatewayKey{Namespace: pr.Namespace, Name: pr.Name}
+				attached[gk] = append(attached[gk], ar.Obj.Namespace+"/"+ar.Obj.Name)
 			}
 		}
 		model := strings.ToLower(p.Options.modelHeader())

@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -52,34 +51,47 @@ func agentgatewayBudgets(bs *spec.BudgetSet, gw spec.GatewayRef) []*spec.Budget 
 }
 
 func agentgatewayPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*agentgateway.Policy, error) {
-	budgets := agentgatewayBudgets(bs, gw)
+	plans, err := agentgatewayPlans(bs, gw)
+	if err != nil {
+		return nil, err
+	}
 	name := PolicyName(bs, gw)
-	if n := len(budgets); n > agentgateway.MaxDescriptors {
+	n := 0
+	for _, p := range plans {
+		n += len(p.windows)
+	}
+	if n > agentgateway.MaxDescriptors {
 		return nil, &LimitError{
 			Limit: "descriptors per global rate limit of an AgentgatewayPolicy", Object: "AgentgatewayPolicy " + gw.Namespace + "/" + name,
 			Need: n, Max: agentgateway.MaxDescriptors,
-			Hint: "place some budgets on other Gateways (spec.budgets[].gateways); overrides cost no descriptor on agentgateway",
+			Hint: "place some budgets on other Gateways (spec.budgets[].gateways); each window of a budget is one descriptor, overrides cost none on agentgateway",
 		}
 	}
-	if len(budgets) == 0 {
+	if len(plans) == 0 {
 		return nil, fmt.Errorf("agentgateway Gateway %s: no budget is placed on it (spec.budgets[].gateways); remove it from spec.gateways", gw.ID())
 	}
-	descs := make([]agentgateway.Descriptor, 0, len(budgets))
-	for _, b := range budgets {
+	descs := make([]agentgateway.Descriptor, 0, n)
+	for _, p := range plans {
+		b := p.budget
 		claim := bs.Spec.Identities[b.Header()].JWTClaim
 		second := AgwEntryPrincipal
 		if b.Kind() == spec.KindGroup {
 			second = AgwEntryGroup
 		}
-		descs = append(descs, agentgateway.Descriptor{
-			// Tokens with no cost: the total token count, charged after the
-			// response; the request-time call only checks (docs/agentgateway.md).
-			Unit: agentgateway.UnitTokens,
-			Entries: []agentgateway.Entry{
-				{Name: AgwEntryBudget, Expression: celString(b.Name)},
-				{Name: second, Expression: ClaimExpression(claim)},
-			},
-		})
+		for _, w := range p.windows {
+			entries := []agentgateway.Entry{{Name: AgwEntryBudget, Expression: celString(b.Name)}}
+			if p.multi() {
+				entries = append(entries, agentgateway.Entry{Name: AgwEntryWindow, Expression: celString(string(w))})
+			}
+			descs = append(descs, agentgateway.Descriptor{
+				// Tokens with no cost: the total token count, charged after
+				// the response; the request-time call only checks
+				// (docs/agentgateway.md). Each window's descriptor carries
+				// the same count, so every window is charged.
+				Unit:    agentgateway.UnitTokens,
+				Entries: append(entries, agentgateway.Entry{Name: second, Expression: ClaimExpression(claim)}),
+			})
+		}
 	}
 	rs := bs.Spec.RateLimitService
 	core := ""
@@ -123,12 +135,12 @@ func agentgatewayObject(bs *spec.BudgetSet, gw spec.GatewayRef) (Object, error) 
 
 // AgentgatewayConfigs returns the rate limit service config of every
 // agentgateway Gateway's domain, in spec order: agentgateway sends only
-// descriptors, so the caps, the day window and shadow_mode live here, in the
+// descriptors, so the caps, the windows and shadow_mode live here, in the
 // reference service's format.
 //
 //	domain: <ns>/<policy>
 //	descriptors:
-//	- key: budget, value: <budget>
+//	- key: budget, value: <budget>           one window
 //	  descriptors:
 //	  - key: principal                       a bucket per principal
 //	    rate_limit {unit: DAY, requests_per_unit: cap}, shadow_mode
@@ -136,37 +148,47 @@ func agentgatewayObject(bs *spec.BudgetSet, gw spec.GatewayRef) (Object, error) 
 //	- key: budget, value: <group budget>
 //	  descriptors:
 //	  - key: group, value: <equals>          one shared bucket
+//	- key: budget, value: <budget>           several windows
+//	  descriptors:
+//	  - key: window, value: day
+//	    descriptors: [principal ..., principal=<override> ...]
+//	  - key: window, value: month
+//	    descriptors: [...]                   an override without a monthly cap: unlimited
 //
-// Render checks every cap with checkAgentgatewayCaps first; dailyCap only
-// reads the one it accepted.
+// Render plans every budget (agentgatewayPlans) before anything is written,
+// so the plans here cannot fail.
 func AgentgatewayConfigs(bs *spec.BudgetSet) []*rlsconfv3.RateLimitConfig {
-	dailyCap := func(tokensPerDay int64, limits []spec.Limit) int64 {
-		c, _ := agentgatewayDailyCap("", tokensPerDay, limits)
-		return c
-	}
 	var out []*rlsconfv3.RateLimitConfig
 	for _, gw := range bs.Spec.Gateways {
 		if !gw.IsAgentgateway() {
 			continue
 		}
+		plans, err := agentgatewayPlans(bs, gw)
+		if err != nil {
+			continue
+		}
 		domain := AgentgatewayDomain(bs, gw)
 		cfg := &rlsconfv3.RateLimitConfig{Name: domain, Domain: domain}
-		for _, b := range agentgatewayBudgets(bs, gw) {
-			shadow := !b.Enforced()
-			leaf := func(key, value string, limit int64) *rlsconfv3.RateLimitDescriptor {
-				return &rlsconfv3.RateLimitDescriptor{
-					Key: key, Value: value, ShadowMode: shadow,
-					RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: uint32(limit)},
+		for _, p := range plans {
+			shadow := !p.budget.Enforced()
+			top := &rlsconfv3.RateLimitDescriptor{Key: AgwEntryBudget, Value: p.budget.Name}
+			parent := map[spec.Period]*rlsconfv3.RateLimitDescriptor{}
+			for _, w := range p.windows {
+				parent[w] = top
+				if p.multi() {
+					wd := &rlsconfv3.RateLimitDescriptor{Key: AgwEntryWindow, Value: string(w)}
+					top.Descriptors = append(top.Descriptors, wd)
+					parent[w] = wd
 				}
 			}
-			top := &rlsconfv3.RateLimitDescriptor{Key: AgwEntryBudget, Value: b.Name}
-			if b.Kind() == spec.KindGroup {
-				top.Descriptors = append(top.Descriptors, leaf(AgwEntryGroup, b.Group.Equals, dailyCap(b.TokensPerDay, b.Limits)))
-			} else {
-				top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, "", dailyCap(b.TokensPerDay, b.Limits)))
-				for _, o := range b.SortedOverrides() {
-					top.Descriptors = append(top.Descriptors, leaf(AgwEntryPrincipal, o.Principal, dailyCap(o.TokensPerDay, o.Limits)))
+			for _, l := range p.leaves() {
+				d := &rlsconfv3.RateLimitDescriptor{Key: l.key, Value: l.value, ShadowMode: shadow}
+				if l.unlimited {
+					d.RateLimit = &rlsconfv3.RateLimitPolicy{Unlimited: true}
+				} else {
+					d.RateLimit = &rlsconfv3.RateLimitPolicy{Unit: agwUnits[l.window], RequestsPerUnit: uint32(l.tokens)}
 				}
+				parent[l.window].Descriptors = append(parent[l.window].Descriptors, d)
 			}
 			cfg.Descriptors = append(cfg.Descriptors, top)
 		}
@@ -175,45 +197,15 @@ func AgentgatewayConfigs(bs *spec.BudgetSet) []*rlsconfv3.RateLimitConfig {
 	return out
 }
 
-// agentgatewayDailyCap is the one cap an agentgateway budget renders to: its
-// rate limit config has a single DAY limit per descriptor, in tokens, within
-// uint32. Anything else (several windows, hours/weeks/months, money, caps
-// past uint32) is refused rather than rendered as a wrong cap: a missing cap
-// would read as 0, which denies every request once the budget is enforced.
-func agentgatewayDailyCap(path string, tokensPerDay int64, limits []spec.Limit) (int64, error) {
-	capTokens := tokensPerDay
-	switch {
-	case len(limits) > 1:
-		return 0, &UnsupportedError{Object: path, Reason: "a budget on an agentgateway Gateway takes one daily token cap (several windows are not rendered for agentgateway yet)"}
-	case len(limits) == 1:
-		l := limits[0]
-		if l.Cost != "" || (l.Per != "" && l.Per != spec.PeriodDay) {
-			return 0, &UnsupportedError{Object: path, Reason: "a budget on an agentgateway Gateway takes a daily token cap only (per: day, tokens)"}
-		}
-		capTokens = l.Tokens
-	}
-	if capTokens < 1 || capTokens > math.MaxUint32 {
-		return 0, &UnsupportedError{Object: path, Reason: fmt.Sprintf("daily token cap %d is not within 1..4294967295 for agentgateway", capTokens)}
-	}
-	return capTokens, nil
-}
-
 // checkAgentgatewayCaps refuses, before anything is rendered, a budget on an
-// agentgateway Gateway whose caps agentgatewayDailyCap cannot express.
+// agentgateway Gateway whose caps agentgatewayCaps cannot express.
 func checkAgentgatewayCaps(bs *spec.BudgetSet) error {
 	for _, gw := range bs.Spec.Gateways {
 		if !gw.IsAgentgateway() {
 			continue
 		}
-		for _, b := range agentgatewayBudgets(bs, gw) {
-			if _, err := agentgatewayDailyCap("spec.budgets["+b.Name+"]", b.TokensPerDay, b.Limits); err != nil {
-				return err
-			}
-			for _, o := range b.SortedOverrides() {
-				if _, err := agentgatewayDailyCap("spec.budgets["+b.Name+"].overrides["+o.Principal+"]", o.TokensPerDay, o.Limits); err != nil {
-					return err
-				}
-			}
+		if _, err := agentgatewayPlans(bs, gw); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package render
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -178,30 +179,34 @@ func TestAgentgatewaySchemaRules(t *testing.T) {
 	}
 }
 
-// TestAgentgatewayRefusesCapsItCannotExpress: a budget on agentgateway whose
-// caps are not one daily token cap is refused with the reason, never
-// rendered with a 0 (deny-all once enforced) or truncated cap.
+// TestAgentgatewayRefusesCapsItCannotExpress: token caps of an hour, day,
+// week or month within uint32 are accepted; money, caps past uint32 and no
+// cap are refused with the reason, never rendered with a 0 (deny-all once
+// enforced) or truncated cap.
 func TestAgentgatewayRefusesCapsItCannotExpress(t *testing.T) {
 	for name, tc := range map[string]struct {
 		tokensPerDay int64
 		limits       []spec.Limit
 		want         string // "" = accepted, else a substring of the error
-		cap          int64
+		caps         map[spec.Period]int64
 	}{
-		"tokensPerDay":       {tokensPerDay: 5000000, cap: 5000000},
-		"one daily limit":    {limits: []spec.Limit{{Tokens: 7000, Per: spec.PeriodDay}}, cap: 7000},
-		"default period day": {limits: []spec.Limit{{Tokens: 9000}}, cap: 9000},
-		"monthly":            {limits: []spec.Limit{{Tokens: 9000, Per: spec.PeriodMonth}}, want: "daily token cap only"},
-		"two windows":        {limits: []spec.Limit{{Tokens: 1, Per: spec.PeriodDay}, {Tokens: 2, Per: spec.PeriodMonth}}, want: "one daily token cap"},
-		"money":              {limits: []spec.Limit{{Cost: "5", Per: spec.PeriodDay}}, want: "daily token cap only"},
-		"past uint32":        {limits: []spec.Limit{{Tokens: 6000000000}}, want: "not within 1..4294967295"},
-		"no cap":             {want: "not within"},
+		"tokensPerDay":       {tokensPerDay: 5000000, caps: map[spec.Period]int64{spec.PeriodDay: 5000000}},
+		"one daily limit":    {limits: []spec.Limit{{Tokens: 7000, Per: spec.PeriodDay}}, caps: map[spec.Period]int64{spec.PeriodDay: 7000}},
+		"default period day": {limits: []spec.Limit{{Tokens: 9000}}, caps: map[spec.Period]int64{spec.PeriodDay: 9000}},
+		"monthly":            {limits: []spec.Limit{{Tokens: 9000, Per: spec.PeriodMonth}}, caps: map[spec.Period]int64{spec.PeriodMonth: 9000}},
+		"every window": {limits: []spec.Limit{{Tokens: 1, Per: spec.PeriodHour}, {Tokens: 2, Per: spec.PeriodDay}, {Tokens: 3, Per: spec.PeriodWeek}, {Tokens: 4294967295, Per: spec.PeriodMonth}},
+			caps: map[spec.Period]int64{spec.PeriodHour: 1, spec.PeriodDay: 2, spec.PeriodWeek: 3, spec.PeriodMonth: 4294967295}},
+		"money":         {limits: []spec.Limit{{Cost: "5", Per: spec.PeriodDay}}, want: "limits[0]: a money limit"},
+		"past uint32":   {limits: []spec.Limit{{Tokens: 6000000000, Per: spec.PeriodMonth}}, want: "limits[0]: token cap 6000000000 per month is not within 1..4294967295"},
+		"second window": {limits: []spec.Limit{{Tokens: 1}, {Tokens: 2, Per: spec.PeriodMonth}, {Tokens: 3, Per: spec.PeriodMonth}}, want: "limits[2]: a second token cap per month"},
+		"no cap":        {want: "no token cap"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := agentgatewayDailyCap("spec.budgets[b]", tc.tokensPerDay, tc.limits)
+			b := spec.Budget{TokensPerDay: tc.tokensPerDay, Limits: tc.limits}
+			got, err := agentgatewayCaps("spec.budgets[b]", b.AllLimits())
 			if tc.want == "" {
-				if err != nil || got != tc.cap {
-					t.Fatalf("cap %d, %v; want %d", got, err, tc.cap)
+				if err != nil || !maps.Equal(got, tc.caps) {
+					t.Fatalf("caps %v, %v; want %v", got, err, tc.caps)
 				}
 				return
 			}

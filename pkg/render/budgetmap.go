@@ -86,31 +86,32 @@ func bucketName(bs *spec.BudgetSet, budget string, bucket spec.Bucket, gw spec.G
 }
 
 func agentgatewayEntries(bs *spec.BudgetSet, gw spec.GatewayRef, gref budgetmap.Gateway) []budgetmap.Entry {
+	plans, err := agentgatewayPlans(bs, gw)
+	if err != nil {
+		return nil // Render reports it; a map is only written after a render succeeded
+	}
 	domain := AgentgatewayDomain(bs, gw)
 	var out []budgetmap.Entry
-	for _, b := range agentgatewayBudgets(bs, gw) {
+	for _, p := range plans {
+		b := p.budget
 		base := budgetmap.Entry{
 			Domain: domain, Gateway: gref, Budget: b.Name, Bucket: bucketName(bs, b.Name, b.Bucket, gw),
-			Kind: budgetmap.KindTokens, TokensPerDay: b.TokensPerDay, Window: budgetmap.WindowDay, Mode: string(b.Mode),
+			Kind: budgetmap.KindTokens, Mode: string(b.Mode),
 		}
-		top := budgetmap.DescriptorEntry{Key: AgwEntryBudget, Value: b.Name}
-		if b.Kind() == spec.KindGroup {
-			e := base
-			e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryGroup, Value: b.Group.Equals}}
-			out = append(out, e)
-			continue
+		if b.Kind() == spec.KindPerPrincipal {
+			base.Principal.Expression = ClaimExpression(bs.Spec.Identities[b.PerPrincipal].JWTClaim)
 		}
-		expr := ClaimExpression(bs.Spec.Identities[b.PerPrincipal].JWTClaim)
-		e := base
-		e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryPrincipal}}
-		e.Principal.Expression = expr
-		out = append(out, e)
-		for _, o := range b.SortedOverrides() {
+		for _, l := range p.leaves() {
+			if l.unlimited {
+				continue // counts nothing
+			}
 			e := base
-			e.Descriptor = []budgetmap.DescriptorEntry{top, {Key: AgwEntryPrincipal, Value: o.Principal}}
-			e.Principal.Expression = expr
-			e.OverridePrincipal = o.Principal
-			e.TokensPerDay = o.TokensPerDay
+			e.Descriptor = []budgetmap.DescriptorEntry{{Key: AgwEntryBudget, Value: b.Name}}
+			if p.multi() {
+				e.Descriptor = append(e.Descriptor, budgetmap.DescriptorEntry{Key: AgwEntryWindow, Value: string(l.window)})
+			}
+			e.Descriptor = append(e.Descriptor, budgetmap.DescriptorEntry{Key: l.key, Value: l.value})
+			e.OverridePrincipal, e.TokensPerDay, e.Window = l.override, l.tokens, string(l.window)
 			out = append(out, e)
 		}
 	}

@@ -372,3 +372,68 @@ func TestDayThroughBothRequestShapes(t *testing.T) {
 		t.Errorf("next day: %s, want ++", got)
 	}
 }
+
+// windowsSpec puts a budget with a daily and a monthly cap on an Envoy
+// Gateway Gateway and an agentgateway Gateway; its override has a daily cap
+// only, which replaces both of the default's (as on Envoy Gateway).
+const windowsSpec = `apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetSet
+metadata: {name: s}
+spec:
+  gateways:
+    - {namespace: edge, name: gw1}
+    - {namespace: agents, name: agw, kind: agentgateway}
+  identities:
+    x-user: {jwtClaim: sub}
+  budgets:
+    - name: per-user
+      perPrincipal: x-user
+      limits: [{tokens: 1000, per: day}, {tokens: 2500, per: month}]
+      mode: enforce
+      overrides: [{principal: vip, limits: [{tokens: 3000, per: day}]}]
+`
+
+// Both windows of one budget bind through both request shapes in one
+// bucket per window: the day cap within a day, the month cap across days
+// (calendar month, UTC), and the override's principal meets its own daily
+// cap and no monthly one.
+func TestDailyAndMonthlyCapsThroughBothShapes(t *testing.T) {
+	vk := startValkey(t)
+	m := newMesh(t, vk, windowsSpec, true)
+	// The 1st of next month, 08:00 UTC: three days inside one calendar
+	// month whatever today is, and all after Valkey's own clock (the
+	// counters' absolute expiries lie ahead of it).
+	now := time.Now().UTC()
+	first := time.Date(now.Year(), now.Month()+1, 1, 8, 0, 0, 0, time.UTC)
+	alice, vip := map[string]string{"sub": "alice"}, map[string]string{"sub": "vip"}
+	for _, d := range []struct {
+		day          int
+		alice, vip   []hop
+		wantA, wantV string
+	}{
+		// Day cap: 900 + 200 admitted (the check comes before the charge),
+		// then denied everywhere. Month: 1100.
+		{0, []hop{{"agw", 900}, {"gw1", 200}, {"agw", 10}, {"gw1", 10}}, []hop{{"agw", 2900}, {"gw1", 200}, {"agw", 1}}, "++--", "++-"},
+		// A new day: 900 + 600 admitted by the day cap; the month (1100 +
+		// 1500 = 2600) is now over 2500. The override: 3100 again.
+		{1, []hop{{"gw1", 900}, {"agw", 600}, {"agw", 1}}, []hop{{"gw1", 3000}, {"agw", 100}, {"gw1", 1}}, "++-", "++-"},
+		// Day three: the day counter is empty, the month cap still denies
+		// alice on both Gateways; vip has no monthly cap (6200 so far).
+		{2, []hop{{"agw", 1}, {"gw1", 1}}, []hop{{"agw", 100}, {"gw1", 100}}, "--", "++"},
+	} {
+		m.clock.Set(first.AddDate(0, 0, d.day))
+		if got := m.walk(alice, d.alice...); got != d.wantA {
+			t.Errorf("day %d, alice: %s, want %s", d.day+1, got, d.wantA)
+		}
+		if got := m.walk(vip, d.vip...); got != d.wantV {
+			t.Errorf("day %d, vip: %s, want %s", d.day+1, got, d.wantV)
+		}
+	}
+	// One counter per (principal, window) across both Gateways: alice's
+	// first two days and her month (denied on day three, she was charged
+	// nothing, so that day has no counter), vip's three days and no month.
+	if n := budgetKeys(t, vk); n != 6 {
+		out, _ := vk.Do("KEYS", "bgb1|*")
+		t.Errorf("%d budget counters, want 6 (alice: 2 days + 1 month, vip: 3 days):\n%s", n, out)
+	}
+}

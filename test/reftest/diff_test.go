@@ -12,14 +12,13 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/refseq"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -27,139 +26,13 @@ import (
 	"github.com/budgetgen/budgetgen/test/reftest"
 )
 
-// diffConfig exercises every matching and limit feature the sequence uses.
-const diffConfig = `domain: diff
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 5}
-  - key: tokens
-    rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: day, requests_per_unit: 2}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: tier
-    value: gold
-    rate_limit: {unlimited: true, replaces: [{name: per_user}]}
-  - key: who
-    rate_limit: {unit: hour, requests_per_unit: 2, name: per_user}
-  - key: path
-    value: /api/*
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: kill
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: generic_key
-    value: default/policy/rule/0
-    descriptors:
-      - key: rule-0-match-0
-        rate_limit: {unit: day, requests_per_unit: 4}
-  - key: week
-    rate_limit: {unit: week, requests_per_unit: 2}
-  - key: month
-    rate_limit: {unit: month, requests_per_unit: 2}
-  - key: year
-    rate_limit: {unit: year, requests_per_unit: 2}
-  - key: files
-    value: f*
-    share_threshold: true
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: nested
-    value: n*
-    descriptors:
-      - key: leaf
-        rate_limit: {unit: minute, requests_per_unit: 1}
-`
+// diffConfig is the sequence's config (internal/ratelimit/refseq).
+const diffConfig = refseq.Config
 
-type step struct {
-	name string
-	req  *rlpb.RateLimitRequest
-}
-
-func dsc(kv ...string) *rlcommon.RateLimitDescriptor {
-	d := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func hits(d *rlcommon.RateLimitDescriptor, n uint64) *rlcommon.RateLimitDescriptor {
-	d.HitsAddend = wrapperspb.UInt64(n)
-	return d
-}
+func dsc(kv ...string) *rlcommon.RateLimitDescriptor { return refseq.Dsc(kv...) }
 
 func rq(domain string, h uint32, ds ...*rlcommon.RateLimitDescriptor) *rlpb.RateLimitRequest {
-	return &rlpb.RateLimitRequest{Domain: domain, HitsAddend: h, Descriptors: ds}
-}
-
-func sequence() []step {
-	var s []step
-	add := func(name string, r *rlpb.RateLimitRequest) { s = append(s, step{name, r}) }
-	for i := 0; i < 7; i++ {
-		add(fmt.Sprintf("plain hit %d crossing 5/day", i), rq("diff", 0, dsc("user", "alice")))
-	}
-	add("request hits_addend 3", rq("diff", 3, dsc("user", "bob")))
-	add("request hits_addend 3 crossing", rq("diff", 3, dsc("user", "bob")))
-	add("request hits_addend 0 means 1", rq("diff", 0, dsc("user", "carol")))
-	add("descriptor check-only fresh", rq("diff", 0, hits(dsc("tokens", "t1"), 0)))
-	add("descriptor 60 tokens", rq("diff", 9, hits(dsc("tokens", "t1"), 60)))
-	add("descriptor check-only", rq("diff", 0, hits(dsc("tokens", "t1"), 0)))
-	add("descriptor 40 tokens to exactly the limit", rq("diff", 0, hits(dsc("tokens", "t1"), 40)))
-	add("check-only at the limit is OK", rq("diff", 0, hits(dsc("tokens", "t1"), 0)))
-	add("one more token is over", rq("diff", 0, hits(dsc("tokens", "t1"), 1)))
-	add("check-only above the limit is over", rq("diff", 0, hits(dsc("tokens", "t1"), 0)))
-	add("mixed request and descriptor addends", rq("diff", 2, dsc("user", "dave"), hits(dsc("tokens", "t2"), 7), hits(dsc("tokens", "t3"), 0)))
-	for i := 0; i < 4; i++ {
-		add(fmt.Sprintf("shadow %d", i), rq("diff", 0, dsc("shadow", "s")))
-	}
-	add("unlimited", rq("diff", 0, dsc("free", "x")))
-	for i := 0; i < 3; i++ {
-		add(fmt.Sprintf("replaced by gold %d", i), rq("diff", 0, dsc("who", "w"), dsc("tier", "gold")))
-	}
-	for i := 0; i < 3; i++ {
-		add(fmt.Sprintf("not replaced %d", i), rq("diff", 0, dsc("who", "w"), dsc("tier", "silver")))
-	}
-	for i := 0; i < 4; i++ {
-		add(fmt.Sprintf("wildcard %d", i), rq("diff", 0, dsc("path", "/api/v1/items")))
-	}
-	add("wildcard miss", rq("diff", 0, dsc("path", "/web")))
-	add("unknown domain", rq("nope", 0, dsc("user", "alice")))
-	add("unmatched key", rq("diff", 0, dsc("other", "x")))
-	add("depth mismatch", rq("diff", 0, dsc("user", "alice", "extra", "x")))
-	add("limit 0 check-only", rq("diff", 0, hits(dsc("kill", "k"), 0)))
-	add("limit 0 denies", rq("diff", 0, dsc("kill", "k")))
-	add("quota mode 1", rq("diff", 0, dsc("quota", "q")))
-	add("quota mode 2", rq("diff", 0, dsc("quota", "q")))
-	for i := 0; i < 5; i++ {
-		add(fmt.Sprintf("nested EG shape %d", i), rq("diff", 0, dsc("generic_key", "default/policy/rule/0", "rule-0-match-0", "eve")))
-	}
-	// values with '_' share a counter in the envoy format: both services must agree.
-	add("underscore a", rq("diff", 0, dsc("user", "x_y")))
-	add("underscore b", rq("diff", 0, dsc("user", "x_y")))
-	for _, u := range []string{"week", "month", "year"} {
-		for i := 0; i < 3; i++ {
-			add(fmt.Sprintf("%s %d", u, i), rq("diff", 0, dsc(u, "p")))
-		}
-	}
-	// share_threshold: every value under the wildcard shares one counter.
-	for _, v := range []string{"foo", "fab", "fx"} {
-		add("share_threshold "+v, rq("diff", 0, dsc("files", v)))
-	}
-	for _, v := range []string{"n1", "n2", "n1"} {
-		add("wildcard parent "+v, rq("diff", 0, dsc("nested", v, "leaf", "x")))
-	}
-	over := dsc("any", "thing")
-	over.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
-	for i := 0; i < 3; i++ {
-		add(fmt.Sprintf("request limit override %d", i), rq("diff", 0, over))
-	}
-	add("many descriptors in one request", rq("diff", 0, dsc("user", "m1"), dsc("user", "m2"), dsc("shadow", "m3"), dsc("free", "m4"), dsc("path", "/api/z"), dsc("nope", "z")))
-	return s
+	return refseq.Rq(domain, h, ds...)
 }
 
 func writeRuntime(t *testing.T) string {
@@ -272,23 +145,28 @@ func TestDifferentialAgainstReference(t *testing.T) {
 	grpcGo := startOurs(t, grpcGoValkey.Addr, server.TransportGRPCGo, key.Encoder{Prefix: "rl_", Format: key.Envoy})
 	avoidMinuteBoundary()
 	ctx := context.Background()
-	for _, st := range sequence() {
-		want, err := ref.ShouldRateLimit(ctx, st.req)
+	for _, st := range refseq.Steps() {
+		want, err := ref.ShouldRateLimit(ctx, st.Request)
 		if err != nil {
-			t.Fatalf("%s: reference: %v", st.name, err)
+			t.Fatalf("%s: reference: %v", st.Name, err)
+		}
+		// The table internal/ratelimit/decide is tested with must be the
+		// reference's answers, not our reading of them.
+		if got := refseq.Describe(want); got != st.Want {
+			t.Fatalf("%s: the reference answers %s, internal/ratelimit/refseq says %s", st.Name, got, st.Want)
 		}
 		for name, o := range map[string]*ours{"envoy": envoyFmt, "safe": safeFmt, "envoy, grpc-go transport": grpcGo} {
-			got, err := o.client.ShouldRateLimit(ctx, st.req)
+			got, err := o.client.ShouldRateLimit(ctx, st.Request)
 			if err != nil {
-				t.Fatalf("%s (%s keys): ours: %v", st.name, name, err)
+				t.Fatalf("%s (%s keys): ours: %v", st.Name, name, err)
 			}
 			if describe(got) != describe(want) {
-				t.Fatalf("%s (%s keys):\n ours      %s\n reference %s", st.name, name, describe(got), describe(want))
+				t.Fatalf("%s (%s keys):\n ours      %s\n reference %s", st.Name, name, describe(got), describe(want))
 			}
 			for i := range want.Statuses {
 				w, g := want.Statuses[i].DurationUntilReset, got.Statuses[i].DurationUntilReset
 				if (w == nil) != (g == nil) || w.GetSeconds()-g.GetSeconds() > 1 || g.GetSeconds()-w.GetSeconds() > 1 {
-					t.Fatalf("%s (%s keys): status %d duration_until_reset ours %v reference %v", st.name, name, i, g, w)
+					t.Fatalf("%s (%s keys): status %d duration_until_reset ours %v reference %v", st.Name, name, i, g, w)
 				}
 			}
 		}

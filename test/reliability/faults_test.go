@@ -78,7 +78,7 @@ func TestServiceValkeyKilled(t *testing.T) {
 			if stall := pr.stalled(back, back.Add(rec)); rec < 0 || rec > recoveryBound+stall {
 				t.Errorf("%s: recovery %v, bound %v + machine stall %v", p, rec, recoveryBound, stall)
 			}
-			st := checkTotals(t, p, s, vk.Addr, p+":", l.sent.Load())
+			st := checkTotals(t, p, s, vk.Addr, p+":", l.sent.Load(), l.abandoned.Load())
 			if st.buffered == 0 {
 				t.Errorf("%s: nothing was buffered during a 5 s outage under load", p)
 			}
@@ -194,6 +194,9 @@ func TestServiceValkeyStalled(t *testing.T) {
 				kind, _, why := classify("allow", resp, err)
 				if kind == wrong {
 					burstLoad.fail("burst call %d: %s", n, why)
+					if abandonedByClient(err) {
+						burstLoad.abandoned.Add(1)
+					}
 				} else {
 					burstSent.Add(1)
 				}
@@ -289,5 +292,5 @@ func TestServiceValkeyStalled(t *testing.T) {
 	if h1 > h0+8*mib {
 		t.Errorf("heap %.1f MiB, baseline %.1f MiB: grew by more than 8 MiB", float64(h1)/mib, float64(h0)/mib)
 	}
-	checkTotals(t, "stall", s, vk.Addr, "stall:", l.sent.Load()+burstSent.Load()+50)
+	checkTotals(t, "stall", s, vk.Addr, "stall:", l.sent.Load()+burstSent.Load()+50, l.abandoned.Load()+burstLoad.abandoned.Load())
 }

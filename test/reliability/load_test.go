@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,12 +84,13 @@ type faultLoad struct {
 	pause    time.Duration
 	maxCalls int // per worker
 
-	sent   atomic.Uint64 // hits of calls the service answered (all were charged or buffered)
-	errMu  sync.Mutex
-	errs   []string
-	wrongs atomic.Int64
-	mu     sync.Mutex
-	recs   []callRec
+	sent      atomic.Uint64 // hits of calls the service answered (all were charged or buffered)
+	abandoned atomic.Uint64 // hits of calls the client gave up on (maybe charged: see abandonedByClient)
+	errMu     sync.Mutex
+	errs      []string
+	wrongs    atomic.Int64
+	mu        sync.Mutex
+	recs      []callRec
 	// control: calls of one more worker, for a descriptor no rule matches,
 	// which the service answers without the store: their latency is the
 	// gRPC and CPU queueing a load call met at the same time.
@@ -113,10 +115,27 @@ func (l *faultLoad) fail(format string, args ...any) {
 	l.errMu.Unlock()
 }
 
-// classify checks one answer against the policy.
+// storeErrorPrefix starts the message of the service's Unavailable under
+// FAILURE_POLICY=error (decide.StoreError through server.Status).
+const storeErrorPrefix = "rate limit store: "
+
+// abandonedByClient: the call ended at the client (its deadline, or a
+// cancel) without the service's answer. A wrong answer, but not one that
+// tells whether the service charged it: it may have been read and charged
+// before the client gave up, or found gone (caller_gone), or never read.
+func abandonedByClient(err error) bool {
+	c := status.Code(err)
+	return c == codes.DeadlineExceeded || c == codes.Canceled
+}
+
+// classify checks one answer against the policy. Under the error policy only
+// the service's own Unavailable (a store error) is its answer: grpc-go's
+// client reports a call it could not deliver (a closing transport, a failed
+// connection) as Unavailable too, and such a call was never charged, so
+// counting it as sent would show up as hits "lost".
 func classify(policy string, resp *rlpb.RateLimitResponse, err error) (answer, uint64, string) {
 	if err != nil {
-		if policy == "error" && status.Code(err) == codes.Unavailable {
+		if st, _ := status.FromError(err); policy == "error" && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), storeErrorPrefix) {
 			return fromPolicy, 0, ""
 		}
 		return wrong, 0, fmt.Sprintf("policy %s: error %v", policy, err)
@@ -188,6 +207,9 @@ func (l *faultLoad) start() *faultLoad {
 				kind, total, why := classify(l.policy, resp, err)
 				if kind == wrong {
 					l.fail("worker %d call %d at %s: %s", w, i, t0.Format("15:04:05.000"), why)
+					if abandonedByClient(err) {
+						l.abandoned.Add(1)
+					}
 				} else {
 					sent++
 					l.sent.Add(1)
@@ -321,6 +343,7 @@ func countIn(recs []callRec, from, to time.Time) (store, policy int) {
 // storeStats are the Valkey store's counters as the service exports them.
 type storeStats struct {
 	buffered, replayed, lost, expired, ambiguous, appliedOnError, noSlot, bufferKeys float64
+	inFlight                                                                         float64
 }
 
 func readStoreStats(text string) storeStats {
@@ -333,32 +356,103 @@ func readStoreStats(text string) storeStats {
 		appliedOnError: metric(text, "ratelimit_valkey_applied_on_error_hits_total"),
 		noSlot:         metric(text, "ratelimit_valkey_no_slot_total"),
 		bufferKeys:     metric(text, "ratelimit_valkey_buffer_keys"),
+		inFlight:       metric(text, "ratelimit_valkey_in_flight_calls"),
 	}
 }
 
-// checkTotals waits for the outage buffer to drain, then asserts that
-// Valkey's total for the service's keys lies in [sent - ambiguous, sent]:
-// no hit counted twice, and none lost except the ones in flight at the
-// instant of the fault (ambiguous: maybe applied, never re-sent; counted
-// and logged). Buffered hits must all have been replayed, none lost or
-// expired.
-func checkTotals(t *testing.T, name string, s *svc, addr, keyPrefix string, sent uint64) storeStats {
-	t.Helper()
-	var st storeStats
-	if !waitUntil(5*time.Second, func() bool {
-		st = readStoreStats(s.metrics())
-		return st.bufferKeys == 0 && st.replayed == st.buffered
-	}) {
-		t.Errorf("%s: outage buffer not drained within 5s: %+v", name, st)
+// unsentStats are the charger's classes of hits that were in no store call
+// (ratelimit_unsent_hits_total), and the Valkey store's canceled hits (its
+// call's deadline passed as it was called: handed back, then deferred).
+type unsentStats struct {
+	deferred, dropped, callerGone, refused, saturated, canceled float64
+}
+
+func readUnsentStats(text string) unsentStats {
+	u := func(outcome string) float64 {
+		return metric(text, `ratelimit_unsent_hits_total{outcome="`+outcome+`"}`)
 	}
-	total, keys := sumKeys(t, addr, keyPrefix)
-	t.Logf("%s: sent %d hits, Valkey total %d over %d keys; store: buffered %v, replayed %v, ambiguous %v, lost %v, expired %v, no-slot calls %v",
-		name, sent, total, keys, st.buffered, st.replayed, st.ambiguous, st.lost, st.expired, st.noSlot)
+	return unsentStats{deferred: u("deferred"), dropped: u("dropped"), callerGone: u("caller_gone"),
+		refused: u("refused"), saturated: u("saturated"), canceled: metric(text, "ratelimit_valkey_canceled_hits_total")}
+}
+
+// checkTotals waits for the outage buffer to drain, then checks the
+// accounting: every hit the service answered (sent) is in Valkey or in
+// exactly one exported class. The classes that mean "not stored" (lost,
+// expired; the charger's dropped, caller_gone, refused, saturated) must all
+// be 0 here: the buffer is large enough, Valkey can take deferred hits, the
+// client never gives up first and no counter is full. Deferred hits
+// (including the store's canceled ones, which it hands back) must have gone
+// through the buffer. Ambiguous hits (sent, unanswered, never re-sent) are
+// the only slack, so Valkey's total lies in [sent - ambiguous, sent]: no
+// hit counted twice, and none lost except the ones in flight at the instant
+// of the fault. Calls the client abandoned (already failed as wrong answers)
+// are not in sent; they may have been charged, so they may raise the upper
+// bound, never lower the lower one, and only they can be caller_gone.
+//
+// The totals are read only once the store is settled: buffer drained and no
+// store call in flight for 5 polls in a row, and no metric changed while
+// Valkey's keys were summed. A call answered by the failure policy at its
+// deadline goes on in the store (its hits are in sent, but neither in Valkey
+// nor in a class until Valkey answers or the call fails), and on a loaded
+// machine such calls can outlast the buffer's drain: reading then made
+// Valkey's total look short by their hits.
+func checkTotals(t *testing.T, name string, s *svc, addr, keyPrefix string, sent, abandoned uint64) storeStats {
+	t.Helper()
+	var (
+		st          storeStats
+		un          unsentStats
+		total       uint64
+		keys        int
+		quiet       int
+		drainedWith = -1.0 // calls in flight when the buffer first looked drained
+		summed      bool
+	)
+	if !waitUntil(10*time.Second, func() bool {
+		text := s.metrics()
+		st, un = readStoreStats(text), readUnsentStats(text)
+		drained := st.bufferKeys == 0 && st.replayed == st.buffered
+		if drained && drainedWith < 0 {
+			drainedWith = st.inFlight
+		}
+		if !drained || st.inFlight != 0 {
+			quiet = 0
+			return false
+		}
+		if quiet++; quiet < 5 {
+			return false
+		}
+		total, keys = sumKeys(t, addr, keyPrefix)
+		summed = true
+		after := s.metrics()
+		if readStoreStats(after) != st || readUnsentStats(after) != un {
+			quiet = 0
+			return false
+		}
+		return true
+	}) {
+		t.Errorf("%s: outage buffer not drained, or store calls still in flight, within 10s: %+v", name, st)
+		if !summed {
+			total, keys = sumKeys(t, addr, keyPrefix)
+		}
+	}
+	if drainedWith > 0 {
+		t.Logf("%s: %v store calls were still in flight when the buffer had drained: waited for them", name, drainedWith)
+	}
+	t.Logf("%s: sent %d hits (%d more abandoned by the client), Valkey total %d over %d keys; store: buffered %v, replayed %v, ambiguous %v, lost %v, expired %v, applied on error %v, canceled %v, no-slot calls %v; charger: deferred %v, dropped %v, caller gone %v, refused %v, saturated %v",
+		name, sent, abandoned, total, keys, st.buffered, st.replayed, st.ambiguous, st.lost, st.expired, st.appliedOnError, un.canceled, st.noSlot,
+		un.deferred, un.dropped, un.callerGone, un.refused, un.saturated)
 	if st.lost != 0 || st.expired != 0 {
 		t.Errorf("%s: %v hits lost, %v expired; want 0 within the buffer bound", name, st.lost, st.expired)
 	}
-	if total > sent {
-		t.Errorf("%s: Valkey total %d above the %d hits sent: counted twice", name, total, sent)
+	if un.dropped != 0 || un.refused != 0 || un.saturated != 0 || un.callerGone > float64(abandoned) {
+		t.Errorf("%s: hits in no store call and not deferred: dropped %v, refused %v, saturated %v (want 0), caller gone %v (want <= %d abandoned by the client)",
+			name, un.dropped, un.refused, un.saturated, un.callerGone, abandoned)
+	}
+	if un.canceled > un.deferred || un.deferred > st.buffered {
+		t.Errorf("%s: canceled %v, deferred %v, buffered %v: hits handed back by the store were not deferred, or deferred hits not buffered", name, un.canceled, un.deferred, st.buffered)
+	}
+	if total > sent+abandoned {
+		t.Errorf("%s: Valkey total %d above the %d hits sent (+ %d abandoned by the client): counted twice", name, total, sent, abandoned)
 	}
 	if float64(total) < float64(sent)-st.ambiguous {
 		t.Errorf("%s: Valkey total %d below sent %d - ambiguous %v: hits lost", name, total, sent, st.ambiguous)

@@ -172,7 +172,7 @@ func TestServiceValkeyRestartAOF(t *testing.T) {
 	if stall := pr.stalled(back, back.Add(rec)); rec < 0 || rec > recoveryBound+stall {
 		t.Errorf("recovery %v, bound %v + machine stall %v", rec, recoveryBound, stall)
 	}
-	checkTotals(t, "aof", s, vk.Addr, "aof:", l.sent.Load())
+	checkTotals(t, "aof", s, vk.Addr, "aof:", l.sent.Load(), l.abandoned.Load())
 	// The absolute expiry survived the restart: window end (next 00:00 UTC)
 	// plus the default 300 s grace, to the second.
 	keys, err := valkeytest.Do(vk.Addr, "KEYS", counterKeys("aof:"))

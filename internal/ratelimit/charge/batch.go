@@ -65,6 +65,10 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
+		// A request still running at shutdown: nothing will send its
+		// hits, so they go to the store's Deferrer (counted) like any
+		// other certainly-unsent hits.
+		b.c.unsent(counters)
 		return fmt.Errorf("%w: charger closed", store.ErrUnavailable)
 	}
 	b.queue = append(b.queue, p)

@@ -78,3 +78,28 @@ func TestQueuedPastDeadlineStillCharged(t *testing.T) {
 		t.Fatalf("totals a, b, c = %v, want [1 70 0]: hits of requests answered at their deadline were lost or doubled", totals)
 	}
 }
+
+// TestChargeAfterCloseDefers: a request still running when the charger has
+// closed (shutdown past the server's grace) is answered by the failure
+// policy; nothing will send its hits, so they are deferred, not dropped.
+func TestChargeAfterCloseDefers(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	ds := &deferStore{Store: mem}
+	ev := &events{}
+	c, err := New(Options{Store: ds, OverLimitCacheSize: -1, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	err = c.batch.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 4, ExpireAt: exp}, {Key: "b", ExpireAt: exp}}, make([]uint64, 2))
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if ds.deferredHits() != 4 || ev.get(UnsentDeferred) != 4 {
+		t.Fatalf("deferred %d hits (event %d), want 4", ds.deferredHits(), ev.get(UnsentDeferred))
+	}
+}

@@ -300,15 +300,22 @@ func (c *Charger) expireAt(it *decide.Item) time.Time {
 	return time.Unix(it.WindowEnd, 0).Add(c.o.Grace)
 }
 
-// send is every store call of the request path: a call whose deadline
-// passed before it started certainly sends nothing, so its hits go to the
-// store's Deferrer (the outage buffer) rather than being lost.
+// send is every store call that charges hits: a call whose deadline passed
+// before it started certainly sends nothing, so its hits go to the store's
+// Deferrer (the outage buffer) rather than being lost. The deadline can
+// also pass between this check and the store's own one (a preempted
+// flusher on a loaded machine): the store then returns store.ErrNotSent,
+// having kept nothing, and the hits are deferred the same way.
 func (c *Charger) send(ctx context.Context, counters []store.Counter, totals []uint64) error {
 	if err := ctx.Err(); err != nil {
 		c.unsent(counters)
 		return fmt.Errorf("%w: deadline passed before the store call: %w", store.ErrUnavailable, err)
 	}
-	return c.st.Charge(ctx, counters, totals)
+	err := c.st.Charge(ctx, counters, totals)
+	if err != nil && errors.Is(err, store.ErrNotSent) {
+		c.unsent(counters)
+	}
+	return err
 }
 
 // refused counts the hits of a call the store refused (store.ErrRefused):
@@ -387,7 +394,7 @@ func (c *Charger) Flush() {
 		totals := make([]uint64, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*c.o.StoreTimeout)
 		start := time.Now()
-		err := c.st.Charge(ctx, batch, totals)
+		err := c.send(ctx, batch, totals)
 		cancel()
 		c.ev.Flushed(sumHits(batch), time.Since(start), err)
 		if err != nil {

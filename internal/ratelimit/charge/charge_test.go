@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
@@ -144,5 +146,76 @@ func TestRefusedBatchPastDeadlineDefers(t *testing.T) {
 	// before the flusher ran) sent as an orphan, refused and counted.
 	if got := ds.deferredHits() + ev.get(UnsentRefused); got != 10 {
 		t.Fatalf("deferred %d + refused %d hits, want 10 in all", ds.deferredHits(), ev.get(UnsentRefused))
+	}
+}
+
+// lateStore lets its callers' deadline pass before it hands the call to the
+// store it wraps: the deadline passing between the charger's check and the
+// store's own (a flusher preempted on a loaded machine) made deterministic.
+type lateStore struct {
+	store.Store
+	calls int
+	mu    sync.Mutex
+}
+
+func (l *lateStore) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+	l.mu.Lock()
+	l.calls++
+	l.mu.Unlock()
+	<-ctx.Done()
+	return l.Store.Charge(ctx, cs, totals)
+}
+
+func (l *lateStore) Defer(cs []store.Counter) { l.Store.(store.Deferrer).Defer(cs) }
+
+// TestDeadlinePassingInsideTheCallDefersHits: when a call's deadline passes
+// after the charger checked it but before the store did, the store applies
+// nothing (store.ErrNotSent) and the hits must still be deferred, counted
+// once: before, the store dropped them and no metric saw them (the
+// reliability tests' "hits lost" under load). Unbatched and batched paths.
+func TestDeadlinePassingInsideTheCallDefersHits(t *testing.T) {
+	for _, workers := range []int{-1, 2} {
+		t.Run(fmt.Sprint("workers", workers), func(t *testing.T) {
+			mem := memory.New(memory.Options{})
+			defer mem.Close()
+			ls := &lateStore{Store: mem}
+			ev := &events{}
+			c, err := New(Options{Store: ls, BatchWorkers: workers, OverLimitCacheSize: -1, Events: ev, StoreTimeout: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			exp := time.Now().Add(time.Hour)
+			var want uint64
+			var wg sync.WaitGroup
+			for i := 0; i < 8; i++ {
+				h := uint64(i + 1)
+				want += h
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					items := []decide.Item{{Key: []byte(fmt.Sprint("k", h)), Hits: h, Limit: &config.RateLimit{RequestsPerUnit: 1000}, WindowEnd: exp.Unix()}}
+					if _, err := c.Charge(context.Background(), items, time.Now(), &Scratch{}, nil); !errors.Is(err, store.ErrUnavailable) {
+						t.Errorf("charge %d: err = %v, want ErrUnavailable", h, err)
+					}
+				}()
+			}
+			wg.Wait()
+			c.Close() // batched: flushers drain the queue
+			if ls.calls == 0 {
+				t.Fatal("no call reached the store: the deadline never passed inside a call")
+			}
+			var got uint64
+			for i := 1; i <= 8; i++ {
+				totals := make([]uint64, 1)
+				if err := mem.Charge(context.Background(), []store.Counter{{Key: fmt.Sprint("k", i)}}, totals); err != nil {
+					t.Fatal(err)
+				}
+				got += totals[0]
+			}
+			if got != want || ev.get(UnsentDeferred) != want {
+				t.Fatalf("stored %d, deferred %d; want %d each: hits of calls whose deadline passed inside the call were lost", got, ev.get(UnsentDeferred), want)
+			}
+		})
 	}
 }

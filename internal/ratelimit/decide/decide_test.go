@@ -10,63 +10,17 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/refseq"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
-// diffConfig is test/reftest's config: every matching and limit feature the
-// differential test compares with the reference.
-const diffConfig = `domain: diff
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 5}
-  - key: tokens
-    rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: day, requests_per_unit: 2}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: tier
-    value: gold
-    rate_limit: {unlimited: true, replaces: [{name: per_user}]}
-  - key: who
-    rate_limit: {unit: hour, requests_per_unit: 2, name: per_user}
-  - key: path
-    value: /api/*
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: kill
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: generic_key
-    value: default/policy/rule/0
-    descriptors:
-      - key: rule-0-match-0
-        rate_limit: {unit: day, requests_per_unit: 4}
-  - key: week
-    rate_limit: {unit: week, requests_per_unit: 2}
-  - key: month
-    rate_limit: {unit: month, requests_per_unit: 2}
-  - key: year
-    rate_limit: {unit: year, requests_per_unit: 2}
-  - key: files
-    value: f*
-    share_threshold: true
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: nested
-    value: n*
-    descriptors:
-      - key: leaf
-        rate_limit: {unit: minute, requests_per_unit: 1}
-`
+// diffConfig is the differential test's config (internal/ratelimit/refseq).
+const diffConfig = refseq.Config
 
 func dsc(kv ...string) *rlcommon.RateLimitDescriptor {
 	d := &rlcommon.RateLimitDescriptor{}
@@ -159,84 +113,28 @@ func describe(r *rlpb.RateLimitResponse) string {
 // noon is 12:00:10 UTC: no minute, hour or day window ends during the test.
 var noon = time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)
 
-// TestReferenceSequence is test/reftest's request sequence with the answers
-// the reference gives (checked there against envoyproxy/ratelimit), decided
-// without any store.
+// TestReferenceSequence decides the differential test's sequence with the
+// answers the reference gives (internal/ratelimit/refseq, checked by
+// test/reftest against envoyproxy/ratelimit on every run) without any store.
 func TestReferenceSequence(t *testing.T) {
 	s := newSim(t, Policy{})
-	over := dsc("any", "thing")
-	over.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
-	type step struct {
-		name string
-		req  *rlpb.RateLimitRequest
-		want string
-	}
-	var steps []step
-	add := func(name string, r *rlpb.RateLimitRequest, want ...string) {
-		for i, w := range want {
-			steps = append(steps, step{fmt.Sprintf("%s %d", name, i), r, w})
-		}
-	}
-	add("plain hit crossing 5/day", rq("diff", 0, dsc("user", "alice")),
-		"OK OK/4@5/DAY", "OK OK/3@5/DAY", "OK OK/2@5/DAY", "OK OK/1@5/DAY", "OK OK/0@5/DAY", "OVER_LIMIT OVER_LIMIT/0@5/DAY", "OVER_LIMIT OVER_LIMIT/0@5/DAY")
-	add("request hits_addend 3", rq("diff", 3, dsc("user", "bob")), "OK OK/2@5/DAY", "OVER_LIMIT OVER_LIMIT/0@5/DAY")
-	add("request hits_addend 0 means 1", rq("diff", 0, dsc("user", "carol")), "OK OK/4@5/DAY")
-	add("descriptor check-only fresh", rq("diff", 0, hits(dsc("tokens", "t1"), 0)), "OK OK/100@100/HOUR")
-	add("descriptor 60 tokens", rq("diff", 9, hits(dsc("tokens", "t1"), 60)), "OK OK/40@100/HOUR")
-	add("descriptor check-only", rq("diff", 0, hits(dsc("tokens", "t1"), 0)), "OK OK/40@100/HOUR")
-	add("descriptor 40 tokens to exactly the limit", rq("diff", 0, hits(dsc("tokens", "t1"), 40)), "OK OK/0@100/HOUR")
-	add("check-only at the limit is OK", rq("diff", 0, hits(dsc("tokens", "t1"), 0)), "OK OK/0@100/HOUR")
-	add("one more token is over", rq("diff", 0, hits(dsc("tokens", "t1"), 1)), "OVER_LIMIT OVER_LIMIT/0@100/HOUR")
-	add("check-only above the limit is over", rq("diff", 0, hits(dsc("tokens", "t1"), 0)), "OVER_LIMIT OVER_LIMIT/0@100/HOUR")
-	add("mixed request and descriptor addends", rq("diff", 2, dsc("user", "dave"), hits(dsc("tokens", "t2"), 7), hits(dsc("tokens", "t3"), 0)),
-		"OK OK/3@5/DAY OK/93@100/HOUR OK/100@100/HOUR")
-	add("shadow", rq("diff", 0, dsc("shadow", "s")), "OK OK/1@2/DAY", "OK OK/0@2/DAY", "OK OK/0@2/DAY", "OK OK/0@2/DAY")
-	add("unlimited", rq("diff", 0, dsc("free", "x")), "OK OK/max")
-	add("replaced by gold", rq("diff", 0, dsc("who", "w"), dsc("tier", "gold")), "OK OK/0 OK/max", "OK OK/0 OK/max", "OK OK/0 OK/max")
-	add("not replaced", rq("diff", 0, dsc("who", "w"), dsc("tier", "silver")),
-		"OK OK/1@2/HOUR OK/0", "OK OK/0@2/HOUR OK/0", "OVER_LIMIT OVER_LIMIT/0@2/HOUR OK/0")
-	add("wildcard", rq("diff", 0, dsc("path", "/api/v1/items")),
-		"OK OK/2@3/MINUTE", "OK OK/1@3/MINUTE", "OK OK/0@3/MINUTE", "OVER_LIMIT OVER_LIMIT/0@3/MINUTE")
-	add("wildcard miss", rq("diff", 0, dsc("path", "/web")), "OK OK/0")
-	add("unknown domain", rq("nope", 0, dsc("user", "alice")), "OK OK/0")
-	add("unmatched key", rq("diff", 0, dsc("other", "x")), "OK OK/0")
-	add("depth mismatch", rq("diff", 0, dsc("user", "alice", "extra", "x")), "OK OK/0")
-	add("limit 0 check-only", rq("diff", 0, hits(dsc("kill", "k"), 0)), "OK OK/0@0/MINUTE")
-	add("limit 0 denies", rq("diff", 0, dsc("kill", "k")), "OVER_LIMIT OVER_LIMIT/0@0/MINUTE")
-	add("quota mode", rq("diff", 0, dsc("quota", "q")), "OK OK/0@1/DAY", "OK OK/0@1/DAY")
-	add("nested EG shape", rq("diff", 0, dsc("generic_key", "default/policy/rule/0", "rule-0-match-0", "eve")),
-		"OK OK/3@4/DAY", "OK OK/2@4/DAY", "OK OK/1@4/DAY", "OK OK/0@4/DAY", "OVER_LIMIT OVER_LIMIT/0@4/DAY")
-	add("underscore", rq("diff", 0, dsc("user", "x_y")), "OK OK/4@5/DAY", "OK OK/3@5/DAY")
-	for _, u := range []string{"week", "month", "year"} {
-		unit := strings.ToUpper(u)
-		add(u, rq("diff", 0, dsc(u, "p")), "OK OK/1@2/"+unit, "OK OK/0@2/"+unit, "OVER_LIMIT OVER_LIMIT/0@2/"+unit)
-	}
-	add("share_threshold foo", rq("diff", 0, dsc("files", "foo")), "OK OK/1@2/HOUR")
-	add("share_threshold fab", rq("diff", 0, dsc("files", "fab")), "OK OK/0@2/HOUR")
-	add("share_threshold fx", rq("diff", 0, dsc("files", "fx")), "OVER_LIMIT OVER_LIMIT/0@2/HOUR")
-	add("wildcard parent n1", rq("diff", 0, dsc("nested", "n1", "leaf", "x")), "OK OK/0@1/MINUTE")
-	add("wildcard parent n2", rq("diff", 0, dsc("nested", "n2", "leaf", "x")), "OK OK/0@1/MINUTE")
-	add("wildcard parent n1 again", rq("diff", 0, dsc("nested", "n1", "leaf", "x")), "OVER_LIMIT OVER_LIMIT/0@1/MINUTE")
-	add("request limit override", rq("diff", 0, over), "OK OK/1@2/HOUR", "OK OK/0@2/HOUR", "OVER_LIMIT OVER_LIMIT/0@2/HOUR")
-	add("many descriptors in one request",
-		rq("diff", 0, dsc("user", "m1"), dsc("user", "m2"), dsc("shadow", "m3"), dsc("free", "m4"), dsc("path", "/api/z"), dsc("nope", "z")),
-		"OK OK/4@5/DAY OK/4@5/DAY OK/1@2/DAY OK/max OK/2@3/MINUTE OK/0")
+	steps := refseq.Steps()
 	for _, st := range steps {
-		resp, _, _ := s.do(t, noon, st.req)
-		if got := describe(resp); got != st.want {
-			t.Fatalf("%s:\n got  %s\n want %s", st.name, got, st.want)
+		resp, _, _ := s.do(t, noon, st.Request)
+		if got := refseq.Describe(resp); got != st.Want {
+			t.Fatalf("%s:\n got  %s\n want %s", st.Name, got, st.Want)
 		}
 		for i, ds := range resp.Statuses {
-			quotaOver := st.req.Descriptors[i].Entries[0].Key == "quota" && strings.HasSuffix(st.name, " 1")
+			quotaOver := st.Request.Descriptors[i].Entries[0].Key == "quota" && strings.HasSuffix(st.Name, " 1")
 			switch {
 			case ds.CurrentLimit == nil || quotaOver:
 				if ds.DurationUntilReset != nil {
-					t.Fatalf("%s: status %d has a duration_until_reset without a limit (or in quota mode over the limit)", st.name, i)
+					t.Fatalf("%s: status %d has a duration_until_reset without a limit (or in quota mode over the limit)", st.Name, i)
 				}
 			default:
 				div := int64(config.Divider(ds.CurrentLimit.Unit))
 				if want := div - noon.Unix()%div; ds.DurationUntilReset.GetSeconds() != want {
-					t.Fatalf("%s: status %d duration_until_reset %v, want %ds", st.name, i, ds.DurationUntilReset, want)
+					t.Fatalf("%s: status %d duration_until_reset %v, want %ds", st.Name, i, ds.DurationUntilReset, want)
 				}
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
+	"github.com/budgetgen/budgetgen/internal/store"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
@@ -91,8 +92,8 @@ func slowProxy(t *testing.T, backend string, delay *atomic.Int64) string {
 // so they are never sent and go to the outage buffer).
 // Once the link is fast again and the outage buffer has drained, every hit
 // charged is either in Valkey or in exactly one reported class: charged =
-// stored + lost + expired + canceled + unsent (dropped, caller_gone,
-// refused), with ambiguous hits (sent, unanswered) the only slack.
+// stored + lost + expired + unsent (dropped, caller_gone, refused,
+// saturated), with ambiguous hits (sent, unanswered) the only slack.
 func TestExactAccountingBehindSlowLink(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	var delay atomic.Int64
@@ -201,7 +202,10 @@ descriptors:
 	unsent := func(c string) uint64 { return metric("ratelimit_unsent_hits_total", "outcome", c) }
 	lost, expired, canceled := metric("ratelimit_valkey_lost_hits_total"), metric("ratelimit_valkey_expired_hits_total"), metric("ratelimit_valkey_canceled_hits_total")
 	ambiguous, buffered, replayed := metric("ratelimit_valkey_ambiguous_hits_total"), metric("ratelimit_valkey_buffered_hits_total"), metric("ratelimit_valkey_replayed_hits_total")
-	reported := lost + expired + canceled + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
+	// Canceled hits (the deadline passed as the store was called) are handed
+	// back with store.ErrNotSent and deferred: they are in deferred and
+	// buffered too, so they are not a class of their own here.
+	reported := lost + expired + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
 	t.Logf("attempted %d, stored %d, reported %d (lost %d expired %d canceled %d), ambiguous %d, buffered %d replayed %d, applied on error %d, deferred %d",
 		attempted.Load(), stored, reported, lost, expired, canceled, ambiguous, buffered, replayed, metric("ratelimit_valkey_applied_on_error_hits_total"), unsent(charge.UnsentDeferred))
 	if st := vs.Stats(); st.Buffered != buffered || st.Lost != lost || st.Canceled != canceled {
@@ -213,5 +217,110 @@ descriptors:
 	if got := stored + reported; got > attempted.Load() || got+ambiguous < attempted.Load() {
 		t.Fatalf("stored %d + reported %d = %d, ambiguous %d; attempted %d: hits lost without a class or counted twice",
 			stored, reported, got, ambiguous, attempted.Load())
+	}
+}
+
+// lateValkey hands every second call to the Valkey store only once its
+// deadline has passed: the deadline passing between the charger's check
+// and the store's own one, as when the flusher is preempted on a loaded
+// machine, made deterministic.
+type lateValkey struct {
+	*valkeystore.Store
+	n atomic.Int64
+}
+
+func (l *lateValkey) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+	if l.n.Add(1)%2 == 0 {
+		<-ctx.Done()
+	}
+	return l.Store.Charge(ctx, cs, totals)
+}
+
+// TestDeadlineInsideStoreCallIsBuffered: hits of calls whose deadline
+// passed as the Valkey store was called (it sends nothing and answers
+// store.ErrNotSent) reach Valkey through the outage buffer, exactly once,
+// and the exported metrics say so: canceled = deferred = buffered =
+// replayed, Valkey = charged. Before, the store dropped them and counted
+// them only as canceled, which the reliability tests did not read: the
+// stall test's "Valkey total below sent - ambiguous" under load.
+func TestDeadlineInsideStoreCallIsBuffered(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{srv.Addr}, ReplayInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vs.Close()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	storemetrics.Register(reg, vs)
+	e, err := New(Options{Store: &lateValkey{Store: vs}, OverLimitCacheSize: -1, Metrics: m, StoreTimeout: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.SetConfig(mustConfig(t, `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+`))
+	var charged atomic.Uint64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				h := uint64(1 + (g+i)%3)
+				dd := d("user", fmt.Sprint("p", g))
+				dd.HitsAddend = wrapperspb.UInt64(h)
+				if _, err := e.ShouldRateLimit(context.Background(), req("d", 0, dd)); err != nil {
+					t.Error(err)
+					return
+				}
+				charged.Add(h)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if !waitFor(5*time.Second, func() bool { st := vs.Stats(); return st.BufferKeys == 0 && st.Replayed == st.Buffered }) {
+		t.Fatalf("buffer not drained: %+v", vs.Stats())
+	}
+	var stored uint64
+	for g := 0; g < 8; g++ {
+		k := string(e.planner.Keys.Append(nil, "d", d("user", fmt.Sprint("p", g)).Entries, nil, 86400, time.Now().Unix()/86400*86400))
+		v, err := srv.Do("GET", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s = %q", k, v)
+		}
+		stored += n
+	}
+	st := vs.Stats()
+	deferred := testutil.ToFloat64(m.UnsentHits.WithLabelValues(charge.UnsentDeferred))
+	t.Logf("charged %d, stored %d; canceled %d, deferred %v, buffered %d, replayed %d, ambiguous %d, lost %d",
+		charged.Load(), stored, st.Canceled, deferred, st.Buffered, st.Replayed, st.Ambiguous, st.Lost)
+	if st.Canceled == 0 {
+		t.Fatal("no call reached the store past its deadline: nothing tested")
+	}
+	if float64(st.Canceled) != deferred || st.Buffered < st.Canceled || st.Lost != 0 || st.Ambiguous != 0 {
+		t.Fatalf("canceled %d, deferred %v, buffered %d, lost %d, ambiguous %d: want canceled = deferred <= buffered, nothing lost or ambiguous",
+			st.Canceled, deferred, st.Buffered, st.Lost, st.Ambiguous)
+	}
+	if stored != charged.Load() {
+		t.Fatalf("Valkey holds %d of %d hits charged: hits of calls late into the store were lost", stored, charged.Load())
+	}
+}
+
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
 	}
 }

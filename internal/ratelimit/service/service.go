@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"io"
 	"log/slog"
 	"net"
@@ -63,6 +64,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	if getenv("GOGC") == "" && s.GCPercent > 0 {
 		debug.SetGCPercent(s.GCPercent)
+	}
+	if limit, set, err := applyMemoryLimit(s.MemoryLimitRatio, getenv, memlimit.FromCgroup); err != nil {
+		startup.Warn("memory limit: cgroup not readable, Go soft memory limit left as it was", "err", err)
+	} else if set {
+		startup.Warn("memory limit", "go_soft_limit_bytes", limit, "ratio", s.MemoryLimitRatio)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -155,6 +155,12 @@ type Settings struct {
 	// GCPercent (GOGC-like, ours via GC_PERCENT; 400) trades a little memory
 	// for less GC CPU on this small-heap service; GOGC, when set, wins.
 	GCPercent int
+	// MemoryLimitRatio (MEMORY_LIMIT_RATIO, ours; 0.9) sets the Go soft
+	// memory limit to this share of the container's cgroup memory limit
+	// when GOMEMLIMIT is unset, so the collector runs harder before the
+	// kernel's OOM killer would: GC_PERCENT=400 otherwise lets the heap
+	// grow to five times the live counters. 0 leaves the runtime alone.
+	MemoryLimitRatio float32
 
 	// Decisions.
 	CacheKeyPrefix string               // CACHE_KEY_PREFIX
@@ -227,7 +233,7 @@ func Defaults() Settings {
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
-		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, StoreBatchWorkers: engine.DefaultBatchWorkers,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, MemoryLimitRatio: 0.9, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
@@ -445,6 +451,9 @@ func (s Settings) Validate() error {
 		if p.v < 0 || p.v > 65535 {
 			errs = append(errs, fmt.Errorf("%s: %d is not a port", p.name, p.v))
 		}
+	}
+	if s.MemoryLimitRatio < 0 || s.MemoryLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("MEMORY_LIMIT_RATIO: %v not in [0,1]", s.MemoryLimitRatio))
 	}
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: %v not in [0,1]", s.NearLimitRatio))

@@ -94,6 +94,7 @@ func table(s *Settings, r *raw) []setting {
 		{e("GRPC_IDLE_TIMEOUT"), "grpc-idle-timeout", "close gRPC connections idle that long, 0 = never", duration(&s.GRPCIdleTimeout)},
 		{e("STORE_BATCH_WORKERS"), "", "goroutines coalescing store calls, negative = one call per request", integer(&s.StoreBatchWorkers)},
 		{e("GC_PERCENT"), "", "GOGC when GOGC is unset", integer(&s.GCPercent)},
+		{e("MEMORY_LIMIT_RATIO"), "", "Go soft memory limit as a share of the cgroup memory limit when GOMEMLIMIT is unset, 0 = off", ratio(&s.MemoryLimitRatio)},
 		{e("CACHE_KEY_PREFIX"), "cache-key-prefix", "prefix of every counter key", str(&s.CacheKeyPrefix)},
 		{e("KEY_FORMAT"), "key-format", "counter key format: " + strings.Join(key.FormatNames, " or ") + "; envoy is byte-identical to envoyproxy/ratelimit", str(&r.keyFormat)},
 		{e("NEAR_LIMIT_RATIO"), "near-limit-ratio", "near-limit ratio", ratio(&s.NearLimitRatio)},

@@ -41,7 +41,7 @@ func Register(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
 		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because their day ended first.", func() float64 { return float64(s.Stats().LedgerExpired) })
 		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
-		counter("ratelimit_valkey_canceled_hits_total", "Hits of calls whose context was done when they reached the store: not sent, not charged.", func() float64 { return float64(s.Stats().Canceled) })
+		counter("ratelimit_valkey_canceled_hits_total", "Hits of calls whose deadline had passed when they reached the store: not sent; handed back to the charger, which defers them (counted in ratelimit_unsent_hits_total{outcome=\"deferred\"} and buffered).", func() float64 { return float64(s.Stats().Canceled) })
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })

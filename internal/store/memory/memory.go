@@ -209,7 +209,8 @@ func (s *Store) Stats() Stats {
 // applied entirely or refused entirely.
 func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		// Nothing applied: the caller accounts for the hits (store.ErrNotSent).
+		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
 	}
 	if s.closed.Load() {
 		return errClosed

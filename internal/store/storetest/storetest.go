@@ -270,8 +270,8 @@ func testContextDeadline(t *testing.T, s store.Store, k keyer) {
 	if took := time.Since(start); took > 250*time.Millisecond {
 		t.Fatalf("Charge with an expired context took %v", took)
 	}
-	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Charge with an expired context: err = %v, want ErrUnavailable and DeadlineExceeded", err)
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, store.ErrNotSent) {
+		t.Fatalf("Charge with an expired context: err = %v, want ErrUnavailable, ErrNotSent and DeadlineExceeded", err)
 	}
 	if got := charge(t, s, key, 0, hour()); got != 0 {
 		t.Fatalf("a call whose context had expired charged %d", got)

@@ -5,5 +5,14 @@ import "github.com/budgetgen/budgetgen/internal/store"
 // Defer implements store.Deferrer: hits that certainly never reached Valkey
 // (their call's deadline passed before it started) go to the outage buffer,
 // counted as Buffered (or Lost when the buffer is full or disabled), with
-// their ledger increments.
-func (s *Store) Defer(counters []store.Counter) { s.notSent(counters) }
+// their ledger increments. After Close nothing replays the buffer any more,
+// so they are counted as Lost at once.
+func (s *Store) Defer(counters []store.Counter) {
+	if s.closed.Load() {
+		for _, k := range counters {
+			s.loss(k.Hits, "store closed")
+		}
+		return
+	}
+	s.notSent(counters)
+}

@@ -183,3 +183,50 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestShortReplyCountedAmbiguous: a reply that is not one result per command
+// tells nothing of what was applied: the call's hits (and its ledger
+// increments) are counted ambiguous, never dropped with no class.
+func TestShortReplyCountedAmbiguous(t *testing.T) {
+	f := &fakeClient{do: func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+		return errResults(len(multi)-1, errors.New("short"))
+	}}
+	logger, _ := testLogger(t)
+	s, err := NewWithClient(f, Options{Logger: logger, ReplayInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	cs := []store.Counter{{Key: "a", Hits: 3, ExpireAt: exp, Ledger: store.HashIncr{Key: "h", Field: "f"}}, {Key: "b", Hits: 0, ExpireAt: exp}, {Key: "c", Hits: 4, ExpireAt: exp}}
+	err = s.Charge(context.Background(), cs, make([]uint64, len(cs)))
+	if !errors.Is(err, store.ErrMalformedReply) {
+		t.Fatalf("err = %v, want ErrMalformedReply", err)
+	}
+	if st := s.Stats(); st.Ambiguous != 7 || st.LedgerAmbiguous != 3 || st.Buffered != 0 || st.Lost != 0 {
+		t.Fatalf("ambiguous %d, ledger ambiguous %d, buffered %d, lost %d; want 7, 3, 0, 0", st.Ambiguous, st.LedgerAmbiguous, st.Buffered, st.Lost)
+	}
+}
+
+// TestChargeAfterCloseCountedLost: Charge or Defer after Close breaks the
+// contract, but the hits are counted (Lost), not dropped with no class or
+// left in a buffer nothing replays.
+func TestChargeAfterCloseCountedLost(t *testing.T) {
+	f := &fakeClient{do: func(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
+		return errResults(len(multi), errors.New("unexpected call"))
+	}}
+	logger, _ := testLogger(t)
+	s, err := NewWithClient(f, Options{Logger: logger, ReplayInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	err = s.Charge(context.Background(), []store.Counter{{Key: "a", Hits: 5, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1))
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	s.Defer([]store.Counter{{Key: "b", Hits: 2, ExpireAt: time.Now().Add(time.Hour)}})
+	if st := s.Stats(); st.Lost != 7 || st.Buffered != 0 {
+		t.Fatalf("lost %d, buffered %d; want 7 (5 charged, 2 deferred after Close), 0", st.Lost, st.Buffered)
+	}
+}

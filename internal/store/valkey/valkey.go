@@ -198,8 +198,11 @@ type Client interface {
 
 // Stats are cumulative since New, for metrics. Hits are token units.
 type Stats struct {
-	InFlight int64  // calls holding a slot now
-	Canceled uint64 // hits of calls whose context was done on entry: not charged
+	InFlight int64 // calls holding a slot now
+	// Canceled counts hits of calls whose context was done on entry: not
+	// sent, not buffered, handed back to the caller with store.ErrNotSent
+	// (the engine's charger defers them: they are then Buffered too).
+	Canceled uint64
 	NoSlot   uint64 // calls not sent: no slot before their deadline, or Valkey stalled (Stalled)
 	// NotConnected counts calls not sent because the store had not yet
 	// made its first connection (ConnectInBackground); their hits are
@@ -606,17 +609,23 @@ const (
 // Charge implements store.Store.
 func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
 	if err := ctx.Err(); err != nil {
-		// The caller gave up before asking: nothing is charged (counted).
+		// The caller's deadline passed before it asked: nothing is sent or
+		// buffered here; the hits are handed back (store.ErrNotSent, counted
+		// in Canceled), and the engine's charger defers them.
 		for _, k := range counters {
 			s.canceled.Add(k.Hits)
 		}
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-	}
-	if s.closed.Load() {
-		return errClosed
+		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
 	}
 	if err := validate(counters, totals); err != nil {
 		return err
+	}
+	if s.closed.Load() {
+		// A contract breach by the caller, but its hits are counted.
+		for _, k := range counters {
+			s.loss(k.Hits, "store closed")
+		}
+		return errClosed
 	}
 	if len(counters) == 0 {
 		return nil
@@ -794,6 +803,16 @@ func (s *Store) run(c *call) {
 // what certainly was not applied, counts what may have been.
 func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 	if len(res) != len(c.cmds) {
+		// Not a valkey-go reply shape: the commands were handed to the
+		// client, so any of them may have been applied; none is known.
+		for _, k := range c.counters {
+			if k.Hits > 0 {
+				s.maybeSent(k.Hits)
+				if k.Ledger.Key != "" {
+					s.ledgerMaybeSent(k.Hits)
+				}
+			}
+		}
 		return fmt.Errorf("%w: %d replies for %d commands", store.ErrMalformedReply, len(res), len(c.cmds))
 	}
 	var first error
