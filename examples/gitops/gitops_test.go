@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,10 +117,17 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 }
 
-// renderCommands returns the "budgetgen render ..." part of every workflow
-// step and pre-commit hook that runs render's drift check
-// ("budgetgen render SPEC -o DIR && git diff --exit-code -- DIR").
-func renderCommands(t *testing.T) [][]string {
+// renderCheck is one render drift check: the render command line and the
+// paths its "git diff --exit-code -- PATH..." compares.
+type renderCheck struct {
+	args  []string
+	paths []string
+}
+
+// renderCommands returns every workflow step and pre-commit hook that runs
+// render's drift check ("budgetgen render SPEC -o DIR ... && git diff
+// --exit-code -- DIR...").
+func renderCommands(t *testing.T) []renderCheck {
 	t.Helper()
 	var lines []string
 	var wf struct {
@@ -144,50 +152,86 @@ func renderCommands(t *testing.T) [][]string {
 			lines = append(lines, strings.Trim(strings.TrimPrefix(h.Entry, "sh -c "), "'"))
 		}
 	}
-	var cmds [][]string
+	var checks []renderCheck
 	for _, l := range lines {
-		first, _, _ := strings.Cut(l, "&&")
-		if strings.HasPrefix(first, budgetgenC+"render ") && strings.Contains(l, "git diff --exit-code") {
-			cmds = append(cmds, strings.Fields(first)[1:])
+		first, rest, _ := strings.Cut(l, "&&")
+		_, diffed, ok := strings.Cut(rest, "git diff --exit-code -- ")
+		if strings.HasPrefix(first, budgetgenC+"render ") && ok {
+			checks = append(checks, renderCheck{args: strings.Fields(first)[1:], paths: strings.Fields(diffed)})
 		}
 	}
-	if len(cmds) < 2 {
-		t.Fatalf("found %d render drift checks in %s and %s, want the CI step and the hook", len(cmds), workflow, preCommit)
+	if len(checks) < 2 {
+		t.Fatalf("found %d render drift checks in %s and %s, want the CI step and the hook", len(checks), workflow, preCommit)
 	}
-	return cmds
+	return checks
 }
 
 // runRenderCheck runs a render command line in a copy of the repository and
-// fails when the directory it writes differs from the committed one, as
-// "git diff --exit-code -- deploy/budgets" would.
-func runRenderCheck(t *testing.T, args []string) {
+// fails when a path its git diff compares differs from the committed one, as
+// "git diff --exit-code -- PATH..." would, and when render writes a file the
+// diff does not cover. With -update it renders into the repository itself.
+func runRenderCheck(t *testing.T, rc renderCheck) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
 		t.Fatal(err)
 	}
-	args = slices.Clone(args)
+	args := slices.Clone(rc.args)
 	for i, a := range args {
-		if a == specPath || a == renderDir {
-			args[i] = filepath.Join(dir, a)
+		if i > 0 && !strings.HasPrefix(a, "-") {
+			args[i] = filepath.Join(dir, a) // the spec and every output path
 		}
+	}
+	if *update {
+		args = rc.args
 	}
 	var out, errb bytes.Buffer
 	if code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 0 {
 		t.Fatalf("budgetgen %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
 	}
-	want, _ := os.ReadDir(renderDir)
-	got, _ := os.ReadDir(filepath.Join(dir, renderDir))
-	if len(got) != len(want) {
-		t.Errorf("render wrote %d files, %d committed", len(got), len(want))
+	covered := func(p string) bool {
+		return slices.ContainsFunc(rc.paths, func(d string) bool { return p == d || strings.HasPrefix(p, d+"/") })
 	}
-	for _, e := range got {
-		a, _ := os.ReadFile(filepath.Join(renderDir, e.Name()))
-		b, _ := os.ReadFile(filepath.Join(dir, renderDir, e.Name()))
-		if !bytes.Equal(a, b) {
-			t.Errorf("budgetgen %s changes %s/%s: commit render's output", strings.Join(args, " "), renderDir, e.Name())
+	for i, a := range rc.args {
+		if i > 0 && !strings.HasPrefix(a, "-") && a != specPath && !covered(a) {
+			t.Errorf("budgetgen %s writes %s, which the drift check's git diff does not compare", strings.Join(rc.args, " "), a)
 		}
 	}
+	for _, p := range rc.paths {
+		committed, fresh := treeFiles(t, p), treeFiles(t, filepath.Join(dir, p))
+		if !maps.Equal(committed, fresh) {
+			for name := range fresh {
+				if committed[name] != fresh[name] {
+					t.Errorf("budgetgen %s changes %s/%s: commit render's output", strings.Join(rc.args, " "), p, name)
+				}
+			}
+			for name := range committed {
+				if _, ok := fresh[name]; !ok {
+					t.Errorf("budgetgen %s removes %s/%s", strings.Join(rc.args, " "), p, name)
+				}
+			}
+		}
+	}
+}
+
+// treeFiles reads every file under root (a file or a directory) into
+// relative path -> content.
+func treeFiles(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestPipeline runs the repository's pipeline as CI would: render's drift
@@ -196,8 +240,8 @@ func runRenderCheck(t *testing.T, args []string) {
 // in-process through cli.Run.
 func TestPipeline(t *testing.T) {
 	renderDrift(t)
-	for _, args := range renderCommands(t) {
-		runRenderCheck(t, args)
+	for _, rc := range renderCommands(t) {
+		runRenderCheck(t, rc)
 	}
 	for _, args := range gateCommands(t) {
 		var out, errb bytes.Buffer
@@ -224,7 +268,7 @@ func TestPipelineCatchesHandEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first rule (per-run, shadow in the spec) now enforces.
+	// The first rule (per-human, shadow in the spec) now enforces.
 	edited := strings.Replace(string(data), "shadowMode: true", "shadowMode: false", 1)
 	if err := os.WriteFile(entries[0], []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
@@ -240,6 +284,44 @@ func TestPipelineCatchesHandEdit(t *testing.T) {
 		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
 		if code != 1 || !strings.Contains(out.String(), "BG002") || !strings.Contains(out.String(), "BG008") {
 			t.Errorf("budgetgen %s: exit %d, want 1 with BG002 and BG008\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+}
+
+// TestPipelineCatchesAgentgatewayModeEdit: agentgateway's shadow mode lives
+// in the rate limit config, not in a policy. Removing per-run's shadow_mode
+// there by hand (per-run is in shadow in the spec) fails every gate command
+// with BG020 on that file.
+func TestPipelineCatchesAgentgatewayModeEdit(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "deploy/ratelimit/config/agents_ai-budgets-agent-gateway.yaml")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), "        shadow_mode: true\n", "", 1) // per-run's limit comes first
+	if edited == string(data) {
+		t.Fatal("fixture edit did not apply")
+	}
+	if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range gateCommands(t) {
+		args = slices.Clone(args)
+		for i, a := range args {
+			if a == specPath || a == "deploy/" {
+				args[i] = filepath.Join(dir, a)
+			}
+		}
+		var out, errb bytes.Buffer
+		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
+		// Text or GitHub annotations: the file, the rule and the field either way.
+		if code != 1 || !strings.Contains(out.String(), cfg) || !strings.Contains(out.String(), "BG020") ||
+			!strings.Contains(out.String(), `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
+			t.Errorf("budgetgen %s: exit %d, want 1 with BG020 on %s\n%s%s", strings.Join(args, " "), code, cfg, out.String(), errb.String())
 		}
 	}
 }

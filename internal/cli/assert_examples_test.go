@@ -9,11 +9,12 @@ import (
 )
 
 // TestAssertRenderedExamplesPass runs the gate, drift check included, over
-// render's committed output for examples/ together with the platform objects
-// a GitOps repo holds next to it (Gateway, routes, SecurityPolicies).
+// render's committed output for examples/ (the policies and the rate limit
+// config, where agentgateway's shadow modes live) together with the platform
+// objects a GitOps repo holds next to it (Gateway, routes, SecurityPolicies).
 func TestAssertRenderedExamplesPass(t *testing.T) {
 	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", "../../examples/budgets.yaml",
-		"../../examples/rendered", "../../examples/gitops/deploy/gateway")
+		"../../examples/rendered", "../../examples/ratelimit", "../../examples/gitops/deploy/gateway")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
@@ -31,7 +32,9 @@ func TestAssertDriftShowsDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited := strings.Replace(string(data), "requests: 5000000", "requests: 9000000", 1)
+	// per-human's cap (rule 0 of the Envoy Gateway policy); the newline keeps
+	// acme-batch's 20000000 out of the match.
+	edited := strings.Replace(string(data), "requests: 2000000\n", "requests: 9000000\n", 1)
 	if edited == string(data) {
 		t.Fatal("fixture edit did not apply")
 	}
@@ -49,13 +52,14 @@ func TestAssertDriftShowsDiff(t *testing.T) {
 	for _, want := range []string{
 		"btp.yaml:2:1: BG008 error: BackendTrafficPolicy ai-gateway/ai-budgets-agent-router differs",
 		"../../examples/budgets.yaml:1: BG008 error: render produces ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers",
+		"../../examples/budgets.yaml:1: BG008 error: render produces AgentgatewayPolicy agents/ai-budgets-agent-gateway",
 		"stale.yaml:1:1: BG008 error: ClientTrafficPolicy ai-gateway/old looks rendered by budgetgen",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^\s+-\s+requests: 9000000$`).MatchString(out) || !regexp.MustCompile(`(?m)^\s+\+\s+requests: 5000000$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^\s+-\s+requests: 9000000$`).MatchString(out) || !regexp.MustCompile(`(?m)^\s+\+\s+requests: 2000000$`).MatchString(out) {
 		t.Errorf("no unified diff of the edited line:\n%s", out)
 	}
 }

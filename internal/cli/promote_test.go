@@ -65,8 +65,8 @@ func TestPromoteDemoteCLI(t *testing.T) {
 	}
 	after, _ := os.ReadFile(p)
 	want := strings.Replace(string(before),
-		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16}",
-		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16}", 1)
+		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}",
+		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}", 1)
 	if string(after) != want {
 		t.Fatalf("promoted spec:\n%s", after)
 	}
@@ -79,7 +79,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Fatalf("demote: %d %s", code, stderr)
 	}
 	back, _ := os.ReadFile(p)
-	wantBack := strings.Replace(string(before), "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16}", "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-25}", 1)
+	wantBack := strings.Replace(string(before), "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}", "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-25, gateways: [agents/agent-gateway]}", 1)
 	if string(back) != wantBack {
 		t.Fatalf("demoted spec:\n%s", back)
 	}
@@ -96,14 +96,19 @@ func TestPromoteDemoteCLI(t *testing.T) {
 
 // After promote, render emits shadowMode: false for the promoted budget only,
 // and assert accepts the enforcing rule when given the spec (and flags it
-// without the spec: nothing else says it was promoted).
+// without the spec: nothing else says it was promoted). per-human is rule 0
+// of the Envoy Gateway policy; per-run runs on agentgateway, whose shadow
+// flag lives in the rate limit config render writes for its domain.
 func TestPromoteThenRenderAndAssert(t *testing.T) {
 	p := copyExample(t)
-	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z"); code != ExitOK {
-		t.Fatalf("promote: %s", stderr)
+	for _, b := range []string{"per-human", "per-run"} {
+		if code, _, stderr := runCLI(t, "promote", b, "--spec", p, "--now", "2026-10-24T08:00:00Z"); code != ExitOK {
+			t.Fatalf("promote %s: %s", b, stderr)
+		}
 	}
-	out := filepath.Join(t.TempDir(), "rendered")
-	if code, _, stderr := runCLI(t, "render", p, "-o", out); code != ExitOK {
+	tmp := t.TempDir()
+	out, rls := filepath.Join(tmp, "rendered"), filepath.Join(tmp, "ratelimit")
+	if code, _, stderr := runCLI(t, "render", p, "-o", out, "--ratelimit-config", rls); code != ExitOK {
 		t.Fatalf("render: %s", stderr)
 	}
 	btp, err := os.ReadFile(filepath.Join(out, "backendtrafficpolicy_ai-gateway_ai-budgets-agent-router.yaml"))
@@ -111,10 +116,19 @@ func TestPromoteThenRenderAndAssert(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := strings.Count(string(btp), "shadowMode: false"); n != 1 {
-		t.Fatalf("%d rules with shadowMode: false, want only per-run's:\n%s", n, btp)
+		t.Fatalf("%d rules with shadowMode: false, want only per-human's:\n%s", n, btp)
 	}
-	if !strings.Contains(string(btp), `"rule":0,"budget":"per-run"`) {
-		t.Fatalf("rule 0 is not per-run: %s", btp)
+	if !strings.Contains(string(btp), `"rule":0,"budget":"per-human"`) {
+		t.Fatalf("rule 0 is not per-human: %s", btp)
+	}
+	// agentgateway: per-run's descriptor lost shadow_mode, agent-fleet's kept it.
+	agw, err := os.ReadFile(filepath.Join(rls, "agents_ai-budgets-agent-gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRun, fleet, ok := strings.Cut(string(agw), "value: agent-fleet")
+	if !ok || !strings.Contains(perRun, "value: per-run") || strings.Contains(perRun, "shadow_mode") || !strings.Contains(fleet, "shadow_mode: true") {
+		t.Fatalf("agentgateway rate limit config after promoting per-run:\n%s", agw)
 	}
 	// BG006 needs the SecurityPolicies, which are not part of this spec's output.
 	if code, stdout, stderr := runCLI(t, "assert", "--spec", p, "--skip", "BG006", out); code != ExitOK {
@@ -123,6 +137,18 @@ func TestPromoteThenRenderAndAssert(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "assert", "--skip", "BG006", out)
 	if code != ExitFailure || !strings.Contains(stdout+stderr, "BG002") {
 		t.Fatalf("assert without the spec should flag the enforcing rule: %d\n%s%s", code, stdout, stderr)
+	}
+	// agentgateway's modes live in its domain's rate limit config: the gate
+	// reads it and compares it with the spec. Promoted spec + promoted
+	// config: clean; the spec before the promotion over the same config:
+	// per-run's limit has lost shadow_mode (BG020, naming file, line and field).
+	if code, stdout, stderr := runCLI(t, "assert", "--spec", p, "--skip", "BG006,BG013", out, rls); code != ExitOK || !strings.Contains(stdout, "ok: 0 errors, 0 warnings") {
+		t.Fatalf("assert with the promoted spec and rate limit config: %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "assert", "--spec", "../../examples/budgets.yaml", "--skip", "BG006,BG008,BG002,BG013", out, rls); code != ExitFailure ||
+		!strings.Contains(stdout, filepath.Join(rls, "agents_ai-budgets-agent-gateway.yaml")+":") ||
+		!strings.Contains(stdout, `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
+		t.Fatalf("assert with the shadow spec over per-run's enforcing config: %d\n%s%s", code, stdout, stderr)
 	}
 }
 

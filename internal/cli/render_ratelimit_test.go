@@ -9,6 +9,7 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	rlconfig "github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/pkg/render"
@@ -38,30 +39,41 @@ func TestRenderRateLimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One domain per Envoy Gateway policy (<ns>/<policy>) and per
+	// AgentgatewayPolicy (its global rate limit's domain).
 	var btps []*egv1a1.BackendTrafficPolicy
+	var agws []*agentgateway.Policy
 	var want []string
 	for _, o := range res.Objects {
-		if p, ok := o.Object.(*egv1a1.BackendTrafficPolicy); ok {
+		switch p := o.Object.(type) {
+		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 			want = append(want, p.Namespace+"/"+p.Name)
+		case *agentgateway.Policy:
+			agws = append(agws, p)
+			want = append(want, p.Spec.Traffic.RateLimit.Global.Domain)
 		}
 	}
 	sort.Strings(want)
-	if got := cfg.Domains(); strings.Join(got, ",") != strings.Join(want, ",") || len(got) == 0 {
-		t.Fatalf("domains = %v, want %v", got, want)
+	if got := cfg.Domains(); strings.Join(got, ",") != strings.Join(want, ",") || len(btps) == 0 || len(agws) == 0 {
+		t.Fatalf("domains = %v, want %v (from %d BackendTrafficPolicies and %d AgentgatewayPolicies)", got, want, len(btps), len(agws))
 	}
 	entries, _ := os.ReadDir(rls)
 	if len(entries) != len(want) {
 		t.Errorf("%d files for %d domains", len(entries), len(want))
 	}
 	// Every rule's first descriptor level is in the loaded config: the
-	// domain holds one limit per rendered rule.
+	// domain holds one limit per rendered rule, and one per agentgateway
+	// descriptor (the example has no agentgateway overrides).
 	rules := 0
 	for _, p := range btps {
 		rules += len(p.Spec.RateLimit.Global.Rules)
 	}
+	for _, p := range agws {
+		rules += len(p.Spec.Traffic.RateLimit.Global.Descriptors)
+	}
 	if n := len(cfg.Limits()); n != rules {
-		t.Errorf("the service loaded %d limits for %d rendered rules", n, rules)
+		t.Errorf("the service loaded %d limits for %d rendered rules and descriptors", n, rules)
 	}
 
 	// Byte-identical on a second run (and no temporary files left).
@@ -89,7 +101,7 @@ func TestRenderRateLimitConfig(t *testing.T) {
 
 // The committed examples/ratelimit (what `go run ./cmd/ratelimit --config-dir
 // examples/ratelimit` serves) is what render writes from the example spec today.
-// Regenerate with: go run ./cmd/budgetgen render examples/budgets.yaml -o examples/rendered --ratelimit-config examples/ratelimit
+// Regenerate with the command in examples/budgets.yaml's header.
 func TestExampleRateLimitConfigUpToDate(t *testing.T) {
 	committed := filepath.Join("..", "..", "examples", "ratelimit")
 	fresh := filepath.Join(t.TempDir(), "rls")

@@ -34,8 +34,9 @@ func TestReportCLI(t *testing.T) {
 	now := (day0 + 5).Start().Add(9 * time.Hour)
 	lv := ledger.NewValkey(c, "")
 	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
-	d := "ai-gateway/ai-budgets-agent-router"
-	perRun := ledger.RuleID{Domain: d, Rule: d + "/rule/0"}
+	// per-run (B1) runs on agentgateway: without a budget map the service names
+	// its rows by the domain and the descriptor's budget entry.
+	perRun := ledger.RuleID{Domain: "agents/ai-budgets-agent-gateway", Rule: "per-run"}
 	var us []ledger.Usage
 	for i := 0; i < 5; i++ { // 5 days of data only
 		at := (day0 + ledger.Day(i)).Start().Add(time.Hour)
@@ -158,11 +159,16 @@ func TestReportCLICluster(t *testing.T) {
 	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
 	d := "ai-gateway/ai-budgets-agent-router"
 	var us []ledger.Usage
-	// per-run (rule 0), per-human (rule 2), per-api-key (rule 3): hash tags on different nodes.
-	for i, rule := range []string{"0", "2", "3"} {
-		r := ledger.RuleID{Domain: d, Rule: d + "/rule/" + rule}
+	// per-run (agentgateway), per-human (rule 0), per-api-key's trial-42
+	// override (rule 3, whose bucket is that one principal): hash tags in
+	// slots 9888, 2034 and 14225, one on each node of a three-master cluster.
+	for i, r := range []ledger.RuleID{{Domain: "agents/ai-budgets-agent-gateway", Rule: "per-run"}, {Domain: d, Rule: d + "/rule/0"}, {Domain: d, Rule: d + "/rule/3"}} {
 		for p := 0; p < 3; p++ {
-			us = append(us, rec.Usage(r, fmt.Sprintf("p%d", p), day.Start(), uint64(1000*(i+1))))
+			principal := fmt.Sprintf("p%d", p)
+			if i == 2 {
+				principal = "trial-42"
+			}
+			us = append(us, rec.Usage(r, principal, day.Start(), uint64(1000*(i+1))))
 		}
 	}
 	if err := lv.Add(ctx, us...); err != nil {
@@ -179,8 +185,11 @@ func TestReportCLICluster(t *testing.T) {
 	got := map[string]uint64{}
 	for _, b := range r.Budgets {
 		got[b.Name] = b.Summary.TotalTokens
+		for _, o := range b.Overridden {
+			got[b.Name+"/"+o.Principal] = o.Summary.TotalTokens
+		}
 	}
-	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key"] != 9000 {
+	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key/trial-42"] != 9000 {
 		t.Fatalf("totals %v", got)
 	}
 }
@@ -194,8 +203,9 @@ func TestReportCLIFromService(t *testing.T) {
 	clock := func() time.Time { return now }
 	mem := ledger.NewMemory("", clock)
 	rec, _ := ledger.NewRecorder(ledger.Options{}, mem, clock)
-	d := "ai-gateway/ai-budgets-agent-router"
-	perRun := ledger.RuleID{Domain: d, Rule: d + "/rule/0"}
+	// per-run (B1) runs on agentgateway: without a budget map the service names
+	// its rows by the domain and the descriptor's budget entry.
+	perRun := ledger.RuleID{Domain: "agents/ai-budgets-agent-gateway", Rule: "per-run"}
 	for i := 0; i < 3; i++ {
 		at := (day0 + ledger.Day(i)).Start().Add(time.Hour)
 		for p := 0; p < 3; p++ {

@@ -95,6 +95,23 @@ type Object struct {
 	Name       string
 }
 
+// KindRateLimitConfig is the Kind given to a document in the rate limit
+// service's own file format (envoyproxy/ratelimit's runtime config, which
+// `budgetgen render --ratelimit-config` writes: a mapping with a `domain`
+// and a `descriptors` list, and no apiVersion or kind). APIVersion stays
+// empty and Name is the domain. The gate reads these files because
+// agentgateway's caps and shadow mode live only there.
+const KindRateLimitConfig = "RateLimitConfig"
+
+// IsRateLimitConfig reports whether o is a rate limit service config document.
+func (o *Object) IsRateLimitConfig() bool { return o.APIVersion == "" && o.Kind == KindRateLimitConfig }
+
+// isRateLimitConfig: a scalar domain and a descriptors sequence.
+func isRateLimitConfig(root *yaml.Node) bool {
+	d, ds := Get(root, "domain"), Get(root, "descriptors")
+	return d != nil && d.Kind == yaml.ScalarNode && Str(d) != "" && ds != nil && ds.Kind == yaml.SequenceNode
+}
+
 // Group returns the API group of the object ("" for the core group).
 func (o *Object) Group() string {
 	if i := strings.LastIndex(o.APIVersion, "/"); i >= 0 {
@@ -239,6 +256,10 @@ func objects(name string, doc int, root *yaml.Node) ([]*Object, error) {
 	o := &Object{File: name, Document: doc, Node: root}
 	o.APIVersion = Str(Get(root, "apiVersion"))
 	o.Kind = Str(Get(root, "kind"))
+	if o.APIVersion == "" && o.Kind == "" && isRateLimitConfig(root) {
+		o.Kind, o.Name = KindRateLimitConfig, Str(Get(root, "domain"))
+		return []*Object{o}, nil
+	}
 	if o.APIVersion == "" || o.Kind == "" {
 		return nil, &Error{File: name, Line: root.Line, Column: root.Column, Err: fmt.Errorf("%w: document has no apiVersion or kind", ErrNotAnObject)}
 	}

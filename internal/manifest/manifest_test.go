@@ -222,6 +222,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("a: b\n  c: d\n"))
 	f.Add([]byte("- [\n"))
 	f.Add([]byte("apiVersion: v1\nkind: A\n<<: {x: 1}\n"))
+	f.Add([]byte("domain: agents/x\ndescriptors:\n  - key: budget\n    value: per-run\n    descriptors: [{key: principal, rate_limit: {unit: DAY, requests_per_unit: 1}, shadow_mode: true}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := Read("fuzz.yaml", bytes.NewReader(data), Options{MaxNodes: 10_000, MaxFileBytes: 1 << 20})
 		if err != nil {
@@ -232,7 +233,10 @@ func FuzzRead(f *testing.F) {
 			return
 		}
 		for _, o := range objs {
-			if o.Kind == "" || o.APIVersion == "" || o.Node == nil {
+			// A Kubernetes object has apiVersion and kind; a rate limit
+			// service config document has no apiVersion and is named by
+			// its domain.
+			if o.Kind == "" || o.Node == nil || (o.APIVersion == "" && !(o.IsRateLimitConfig() && o.Name != "")) {
 				t.Fatalf("object without identity: %+v", o)
 			}
 			if _, err := o.Decode(); err != nil {
@@ -307,5 +311,37 @@ func TestSkipForeignFilesInWalks(t *testing.T) {
 	write("app/mixed.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n---\nreplicaCount: 2\n")
 	if _, err := ReadPaths(context.Background(), []string{dir}, nil, opts); !errors.Is(err, ErrNotAnObject) || !strings.Contains(err.Error(), "mixed.yaml:5") {
 		t.Fatalf("mixed file: err = %v", err)
+	}
+}
+
+// The rate limit service's own config files (domain + descriptors, no
+// apiVersion or kind) are read as RateLimitConfig documents, since the gate
+// checks agentgateway's modes there; anything short of that shape is still
+// not an object.
+func TestRateLimitConfigDocuments(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		ok        bool
+	}{
+		{"rls config", "domain: agents/x\ndescriptors:\n  - key: budget\n    value: per-run\n", true},
+		{"empty descriptors", "domain: agents/x\ndescriptors: []\n", true},
+		{"no descriptors", "domain: agents/x\n", false},
+		{"descriptors not a list", "domain: agents/x\ndescriptors: {key: a}\n", false},
+		{"empty domain", "domain: \"\"\ndescriptors: []\n", false},
+		{"domain not a scalar", "domain: [a]\ndescriptors: []\n", false},
+		{"kind without apiVersion", "kind: X\ndomain: a\ndescriptors: []\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Parse("rls.yaml", []byte(tc.doc), Options{})
+			if !tc.ok {
+				if !errors.Is(err, ErrNotAnObject) {
+					t.Fatalf("err %v, want ErrNotAnObject", err)
+				}
+				return
+			}
+			if err != nil || len(objs) != 1 || !objs[0].IsRateLimitConfig() || objs[0].Name != "agents/x" || objs[0].APIVersion != "" || objs[0].Line() != 1 {
+				t.Fatalf("objs %+v err %v", objs, err)
+			}
+		})
 	}
 }

@@ -23,18 +23,38 @@ func TestMappingFromExampleSpec(t *testing.T) {
 	}
 	d := "ai-gateway/ai-budgets-agent-router"
 	rule := func(i string) RuleInfo { return m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/" + i}] }
-	if r := rule("0"); r.Budget != "per-run" || r.Cap != 5000000 || r.Kind != KindTokens || r.Principal != "" {
+	if r := rule("0"); r.Budget != "per-human" || r.Cap != 2000000 || r.Kind != KindTokens || r.Principal != "" {
 		t.Fatalf("rule 0: %+v", r)
 	}
-	// per-api-key (rule 3) then its overrides sorted by principal: acme-batch, trial-42.
-	if r := rule("4"); r.Budget != "per-api-key" || r.Principal != "acme-batch" || r.Cap != 20000000 {
+	// per-api-key (rule 1) then its overrides sorted by principal: acme-batch, trial-42.
+	if r := rule("1"); r.Budget != "per-api-key" || r.Principal != "" || r.Cap != 1000000 {
+		t.Fatalf("rule 1: %+v", r)
+	}
+	if r := rule("2"); r.Budget != "per-api-key" || r.Principal != "acme-batch" || r.Cap != 20000000 {
+		t.Fatalf("rule 2: %+v", r)
+	}
+	if r := rule("3"); r.Principal != "trial-42" || r.Cap != 100000 {
+		t.Fatalf("rule 3: %+v", r)
+	}
+	if r := rule("4"); r.Budget != "frontier" || r.Cap != 50000000 {
 		t.Fatalf("rule 4: %+v", r)
 	}
-	if r := rule("5"); r.Principal != "trial-42" || r.Cap != 100000 {
-		t.Fatalf("rule 5: %+v", r)
+	if r, ok := m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/5"}]; ok {
+		t.Fatalf("rule 5 exists (%+v): B1-B2 are not on Envoy Gateway", r)
 	}
-	if r := rule("6"); r.Budget != "frontier" || r.Cap != 50000000 {
-		t.Fatalf("rule 6: %+v", r)
+	// B1-B2 on agentgateway: rows named by the domain and the budget entry's
+	// value (no budget map), and by the bucket (with one).
+	agw := "agents/ai-budgets-agent-gateway"
+	for _, b := range []string{"per-run", "agent-fleet"} {
+		if r := m.Rules[ledger.RuleID{Domain: agw, Rule: b}]; r.Budget != b || r.Kind != KindTokens || r.Principal != "" {
+			t.Fatalf("agentgateway rule %s: %+v", b, r)
+		}
+		if r := m.Rules[ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "ai-budgets/" + b}]; r.Budget != b {
+			t.Fatalf("bucket of %s: %+v", b, r)
+		}
+	}
+	if bi := m.Budgets["per-run"]; bi.Group || bi.Cap != 5000000 || bi.Mode != "shadow" {
+		t.Fatalf("per-run %+v", bi)
 	}
 	if bi := m.Budgets["agent-fleet"]; !bi.Group || bi.Cap != 200000000 || bi.Mode != "shadow" {
 		t.Fatalf("agent-fleet %+v", bi)

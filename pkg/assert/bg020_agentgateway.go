@@ -19,14 +19,17 @@ import (
 // client sends, attach one rate limit policy per target, keep the schema
 // rules of the CRD, and, with --spec, name only budgets of the spec. Caps
 // and shadow/enforce live in the rate limit service's config for the
-// policy's domain (budgetgen render --ratelimit-config), not in the policy.
+// policy's domain (budgetgen render --ratelimit-config), not in the policy:
+// with --spec, that config (when in the input) must have a limit for every
+// budget of the policy, in the mode the spec gives it.
 var ruleAgentgateway = &Rule{
 	ID:       "BG020",
 	Name:     "agentgateway",
-	Doc:      "AgentgatewayPolicy global rate limits: explicit failureMode, unit Tokens for token budgets, principals only from the verified JWT, one policy per target, valid against the CRD's schema rules, budgets known to the spec",
+	Doc:      "AgentgatewayPolicy global rate limits: explicit failureMode, unit Tokens for token budgets, principals only from the verified JWT, one policy per target, valid against the CRD's schema rules, budgets known to the spec, and (with --spec) the rate limit config of its domain in the spec's shadow/enforce mode",
 	Severity: Error,
 	Check: func(p *Pass) error {
-		targets := map[string]*manifest.Object{}
+		targets := map[string][]agwTarget{}
+		configs := rateLimitConfigs(p.Index.Objects)
 		for _, o := range p.Index.Objects {
 			if o.Kind != agentgateway.KindPolicy || o.Group() != agentgateway.Group {
 				continue
@@ -35,15 +38,25 @@ var ruleAgentgateway = &Rule{
 			if global == nil {
 				continue
 			}
-			checkAgentgatewayPolicy(p, o, global, targets)
+			if pol := checkAgentgatewayPolicy(p, o, global, targets); pol != nil && p.Options.Spec != nil {
+				checkAgentgatewayModes(p, o, pol.Spec.Traffic.RateLimit.Global, configs)
+			}
 		}
 		return nil
 	},
 }
 
+// agwTarget is a Gateway (or another target) one rate limit policy attaches to.
+type agwTarget struct {
+	section string // "" for the whole Gateway
+	policy  *manifest.Object
+}
+
 const agwGlobalPath = "spec.traffic.rateLimit.global"
 
-func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, targets map[string]*manifest.Object) {
+// checkAgentgatewayPolicy checks one policy's global rate limit and returns
+// the decoded policy (nil when it does not decode).
+func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, targets map[string][]agwTarget) *agentgateway.Policy {
 	// The modelled types carry JSON tags (the Kubernetes convention).
 	var pol agentgateway.Policy
 	raw, err := yaml.Marshal(o.Node)
@@ -52,19 +65,38 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 	}
 	if err != nil || pol.Spec.Traffic == nil || pol.Spec.Traffic.RateLimit == nil || pol.Spec.Traffic.RateLimit.Global == nil {
 		p.Report(o, global, agwGlobalPath, "the global rate limit does not decode (%v): it cannot be checked", err)
-		return
+		return nil
 	}
 	for _, fe := range agentgateway.Validate(&pol) {
 		p.Report(o, NodeAt(o.Node, fe.Path), fe.Path, "%s (AgentgatewayPolicy CRD schema)", fe.Msg)
 	}
+	// One rate limit policy per target: two on the same Gateway overlap
+	// when they name the same listener, or when one names the whole Gateway
+	// (its limit then applies to every listener, the other's too).
 	for i, ref := range pol.Spec.TargetRefs {
-		id := fmt.Sprintf("%s/%s/%s/%s#%s", o.Namespace, ref.Group, ref.Kind, ref.Name, ref.SectionName)
-		if first, dup := targets[id]; dup {
-			path := fmt.Sprintf("spec.targetRefs[%d]", i)
-			p.Report(o, NodeAt(o.Node, path), path, "%s %s is already the target of the global rate limit of %s: agentgateway merges policies per target, so keep one rate limit policy per target", ref.Kind, ref.Name, first)
-			continue
+		id := fmt.Sprintf("%s/%s/%s/%s", o.Namespace, ref.Group, ref.Kind, ref.Name)
+		path := fmt.Sprintf("spec.targetRefs[%d]", i)
+		reported := false
+		for _, prev := range targets[id] {
+			if prev.policy == o || (prev.section != "" && ref.SectionName != "" && prev.section != ref.SectionName) {
+				continue
+			}
+			where := ref.Kind + " " + ref.Name
+			switch {
+			case prev.section == ref.SectionName && ref.SectionName != "":
+				where += " section " + ref.SectionName
+			case prev.section == "" && ref.SectionName != "":
+				where += " (section " + ref.SectionName + ", inside the whole-Gateway target)"
+			case prev.section != "" && ref.SectionName == "":
+				where += " (the whole Gateway, which holds section " + prev.section + ")"
+			}
+			p.Report(o, NodeAt(o.Node, path), path, "%s is already the target of the global rate limit of %s: agentgateway merges policies per target, so keep one rate limit policy per target", where, prev.policy)
+			reported = true
+			break
 		}
-		targets[id] = o
+		if !reported {
+			targets[id] = append(targets[id], agwTarget{section: ref.SectionName, policy: o})
+		}
 	}
 	g := pol.Spec.Traffic.RateLimit.Global
 	if g.FailureMode == "" {
@@ -98,6 +130,7 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 			}
 		}
 	}
+	return &pol
 }
 
 func unitOrDefault(u string) string {

@@ -27,7 +27,7 @@ func FuzzAssert(f *testing.F) {
 		rep, err := Run(context.Background(), objs, Options{
 			EnvoyGatewayVersion: "v1.8.0",
 			AllowEnforce:        []string{"x"},
-			Spec:                &SpecFacts{File: "spec.yaml", Enforced: map[string]bool{"per-api-key": true}},
+			Spec:                &SpecFacts{File: "spec.yaml", Enforced: map[string]bool{"per-api-key": true, "per-run": true}},
 			Rendered:            objs[:len(objs)/2],
 		})
 		if err != nil {

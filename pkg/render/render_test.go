@@ -13,6 +13,7 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/internal/crdvalidate"
 	"github.com/budgetgen/budgetgen/pkg/spec"
@@ -139,8 +140,8 @@ func TestRenderRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Objects) != 3 || res.Objects[2].Kind != "GatewayConfig" {
-		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig", len(res.Objects))
+	if len(res.Objects) != 4 || res.Objects[2].Kind != "GatewayConfig" || res.Objects[3].Kind != KindAgentgatewayPolicy {
+		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig for Envoy Gateway and an AgentgatewayPolicy", len(res.Objects))
 	}
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
 	//lint:ignore SA1019 the test checks the deprecated field stays unset
@@ -169,6 +170,14 @@ func TestRenderRules(t *testing.T) {
 	if len(rbs) != len(rules) {
 		t.Fatalf("annotation has %d entries for %d rules", len(rbs), len(rules))
 	}
+	// B3-B5 on Envoy Gateway: per-human, per-api-key and its two overrides, frontier.
+	var onEG []string
+	for _, rb := range rbs {
+		onEG = append(onEG, rb.Budget+"/"+rb.Principal)
+	}
+	if want := []string{"per-human/", "per-api-key/", "per-api-key/acme-batch", "per-api-key/trial-42", "frontier/"}; !slices.Equal(onEG, want) {
+		t.Errorf("Envoy Gateway rules %v, want %v", onEG, want)
+	}
 	// The override's own rule binds its principal with its own cap, and the
 	// default rule excludes it.
 	for i, rb := range rbs {
@@ -184,9 +193,25 @@ func TestRenderRules(t *testing.T) {
 			t.Errorf("default rule does not exclude acme-batch: %+v", def)
 		}
 	}
+	// The Envoy Gateway's CTP strips every declared identity header, also
+	// those only agentgateway's budgets use.
 	ctp := res.Objects[1].Object.(*egv1a1.ClientTrafficPolicy)
 	if got := ctp.Spec.Headers.EarlyRequestHeaders.Remove; !slices.Equal(got, []string{"x-api-key-client", "x-ar-human", "x-ar-kind", "x-ar-run"}) {
 		t.Errorf("CTP removes %v", got)
+	}
+	// B1-B2 on agentgateway: one Tokens descriptor each, the principal from
+	// the verified JWT's claim, failing open.
+	agw := res.Objects[3].Object.(*agentgateway.Policy)
+	g := agw.Spec.Traffic.RateLimit.Global
+	if agw.Metadata.Namespace != "agents" || len(agw.Spec.TargetRefs) != 1 || agw.Spec.TargetRefs[0].Name != "agent-gateway" ||
+		g.FailureMode != agentgateway.FailOpen || g.Domain != "agents/ai-budgets-agent-gateway" || len(g.Descriptors) != 2 {
+		t.Fatalf("AgentgatewayPolicy %+v", agw)
+	}
+	for i, want := range [][2]string{{`"per-run"`, `string(jwt["run_id"])`}, {`"agent-fleet"`, `string(jwt["kind"])`}} {
+		d := g.Descriptors[i]
+		if d.Unit != agentgateway.UnitTokens || len(d.Entries) != 2 || d.Entries[0].Expression != want[0] || d.Entries[1].Expression != want[1] {
+			t.Errorf("descriptor %d = %+v, want budget %s, principal %s", i, d, want[0], want[1])
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestLoadExample(t *testing.T) {
 	if r.Kind != KindPerPrincipal || r.CapFor("acme-batch") != 20000000 || r.CapFor("someone") != 1000000 {
 		t.Errorf("per-api-key ref = %+v", r)
 	}
-	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 37 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 38 {
+	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 46 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 47 {
 		t.Errorf("positions: path %s line %d, override line %d", r.Path, bs.Line(r.Path), bs.Line(r.Path+".overrides[1].tokensPerDay"))
 	}
 	f, err := bs.Budget("frontier")
@@ -53,6 +54,32 @@ func TestLoadExample(t *testing.T) {
 	}
 	if _, err := bs.Budget("nope"); err == nil || !strings.Contains(err.Error(), "known: [per-run") {
 		t.Errorf("Budget(nope) err = %v", err)
+	}
+	// B1-B2 on agentgateway, B3-B5 on Envoy Gateway (the frontier cap is on
+	// every Envoy Gateway Gateway).
+	placed := map[string]string{}
+	for _, name := range bs.Names()[:4] {
+		ref, _ := bs.Budget(name)
+		var ids []string
+		for _, g := range bs.BudgetGateways(ref.Budget) {
+			ids = append(ids, string(g.Kind)+":"+g.ID())
+		}
+		placed[name] = strings.Join(ids, ",")
+	}
+	var fr []string
+	for _, g := range bs.FrontierGateways() {
+		fr = append(fr, string(g.Kind)+":"+g.ID())
+	}
+	placed["frontier"] = strings.Join(fr, ",")
+	want := map[string]string{
+		"per-run": "agentgateway:agents/agent-gateway", "agent-fleet": "agentgateway:agents/agent-gateway",
+		"per-human": "envoy:ai-gateway/agent-router", "per-api-key": "envoy:ai-gateway/agent-router", "frontier": "envoy:ai-gateway/agent-router",
+	}
+	if !maps.Equal(placed, want) {
+		t.Errorf("budgets placed on %v, want %v", placed, want)
+	}
+	if bs.Spec.Gateways[0].GatewayConfig == nil || bs.Spec.Gateways[0].GatewayConfig.Name != "agent-router" {
+		t.Errorf("the Envoy Gateway lost its gatewayConfig: %+v", bs.Spec.Gateways[0])
 	}
 	if bs.Spec.TokenSource != (TokenSource{DefaultTokenMetadataNamespace, DefaultTokenMetadataKey}) {
 		t.Errorf("token source = %+v", bs.Spec.TokenSource)

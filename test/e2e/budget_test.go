@@ -1,15 +1,19 @@
 // Package e2e runs the whole budget path: the example spec is rendered into
-// Envoy Gateway policies, the rate limit service config Envoy Gateway would
-// derive from them is loaded into the service (over gRPC on loopback, counters
-// in a real Valkey), and a day of traffic is sent as Envoy would send it:
-// a request-time check (descriptor hits_addend 0) and, for admitted requests,
-// a stream-done charge with the token count.
+// Envoy Gateway and agentgateway policies, the rate limit service config
+// Envoy Gateway would derive from its policies (xDS) and the files render
+// writes for agentgateway's domain are loaded into one service (over gRPC on
+// loopback, counters in a real Valkey), and a day of traffic is sent as each
+// gateway would send it: Envoy's request-time check (descriptor hits_addend
+// 0) and, for admitted requests, a stream-done charge with the token count;
+// agentgateway's check (hits 0, the prompt was not tokenized) and its amend.
 package e2e
 
 import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,13 +29,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
@@ -64,6 +71,7 @@ type world struct {
 	reg    *prometheus.Registry
 	btp    *egv1a1.BackendTrafficPolicy
 	routes map[string][]*routev3.RateLimit
+	agw    *agentgateway.GlobalRateLimit // the agentgateway Gateway's global rate limit
 	oracle *oracle
 	ctx    context.Context
 }
@@ -82,25 +90,42 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 		t.Fatal(err)
 	}
 	var btps []*egv1a1.BackendTrafficPolicy
+	var agw *agentgateway.GlobalRateLimit
 	for _, o := range res.Objects {
-		if p, ok := o.Object.(*egv1a1.BackendTrafficPolicy); ok {
+		switch p := o.Object.(type) {
+		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
+		case *agentgateway.Policy:
+			if agw != nil {
+				t.Fatal("rendered two AgentgatewayPolicies, want 1")
+			}
+			agw = p.Spec.Traffic.RateLimit.Global
 		}
 	}
-	if len(btps) != 1 {
-		t.Fatalf("rendered %d BackendTrafficPolicies, want 1", len(btps))
+	if len(btps) != 1 || agw == nil {
+		t.Fatalf("rendered %d BackendTrafficPolicies and agentgateway %v, want 1 and one AgentgatewayPolicy", len(btps), agw != nil)
 	}
 	cfgs, err := rlsconfig.Configs(btps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.FromProto(cfgs) // what the service builds from EG's xDS resources
-	if err != nil {
+	if _, err := config.FromProto(cfgs); err != nil { // what the service builds from EG's xDS resources
 		t.Fatal(err)
 	}
 	routes, err := rlsconfig.RouteRateLimits(btps[0])
 	if err != nil {
 		t.Fatal(err)
+	}
+	// agentgateway's domain: the files render --ratelimit-config writes.
+	cfgDir := t.TempDir()
+	files, err := rlsconfig.Files(res.AgentgatewayConfigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(cfgDir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Every test starts from empty counters.
@@ -125,7 +150,14 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	eng.SetConfig(cfg)
+	// Both sources, as the service runs them: the files and EG's xDS config.
+	a := &source.Applier{Sink: eng, Logger: quiet}
+	if err := (&source.Files{Dir: config.DirOptions{Root: cfgDir}}).Load(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ApplyProto(context.Background(), cfgs); err != nil {
+		t.Fatal(err)
+	}
 	srv, err := server.New(eng, server.Options{GRPCAddr: "127.0.0.1:0", Gatherer: reg, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +172,7 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &world{t: t, clock: c, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg, btp: btps[0], routes: routes, oracle: newOracle(btps[0]), ctx: ctx}
+	return &world{t: t, clock: c, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg, btp: btps[0], routes: routes, agw: agw, oracle: newOracle(btps[0], render.BudgetMap(bs)), ctx: ctx}
 }
 
 // llmCall sends one LLM request through "Envoy": the request-time check and,
@@ -184,6 +216,37 @@ func (w *world) llmCall(headers map[string]string, tokens uint64) bool {
 	return true
 }
 
+// agentCall sends one LLM request through agentgateway, whose JWT carries
+// claims: the request-time check (the prompt not tokenized: hits 0) and,
+// when admitted, the amend with the response's tokens. No claim a descriptor
+// needs: that descriptor is dropped; none left: no call, admitted.
+func (w *world) agentCall(claims map[string]string, tokens uint64) bool {
+	w.t.Helper()
+	cl := map[string]any{}
+	for k, v := range claims {
+		cl[k] = v
+	}
+	check, amend, err := agentgateway.Requests(w.agw, agentgateway.LLMRequest{Claims: cl, InputTokens: tokens / 3, OutputTokens: tokens - tokens/3})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if check == nil {
+		return true
+	}
+	for _, d := range check.Descriptors {
+		if d.HitsAddend == nil || d.HitsAddend.Value != 0 {
+			w.t.Fatalf("agentgateway request-time descriptor %v charges %v", d.Entries, d.HitsAddend)
+		}
+	}
+	if !w.send(check) {
+		return false // agentgateway answers 429
+	}
+	if amend != nil {
+		w.send(amend) // fire and forget in agentgateway
+	}
+	return true
+}
+
 // send makes one ShouldRateLimit call and returns whether it was admitted.
 func (w *world) send(call *rlsv3.RateLimitRequest) bool {
 	w.t.Helper()
@@ -218,14 +281,31 @@ func hits(v uint64, set bool) uint64 {
 	return v
 }
 
-// calls sends n calls spaced a minute apart and returns the admitted pattern,
-// e.g. "++-" for admitted, admitted, denied.
+// calls sends n calls through Envoy Gateway spaced a minute apart and
+// returns the admitted pattern, e.g. "++-" for admitted, admitted, denied.
 func (w *world) calls(n int, headers map[string]string, tokens uint64) string {
+	w.t.Helper()
+	return w.callsVia(viaEnvoy, n, headers, tokens)
+}
+
+// Which gateway a call goes through.
+const (
+	viaEnvoy        = "envoy"        // attributes are the headers Envoy sees
+	viaAgentgateway = "agentgateway" // attributes are the verified JWT's claims
+)
+
+func (w *world) callsVia(via string, n int, attrs map[string]string, tokens uint64) string {
 	w.t.Helper()
 	var b strings.Builder
 	for range n {
 		w.clock.Add(time.Minute)
-		if w.llmCall(headers, tokens) {
+		ok := false
+		if via == viaAgentgateway {
+			ok = w.agentCall(attrs, tokens)
+		} else {
+			ok = w.llmCall(attrs, tokens)
+		}
+		if ok {
 			b.WriteByte('+')
 		} else {
 			b.WriteByte('-')
@@ -235,14 +315,14 @@ func (w *world) calls(n int, headers map[string]string, tokens uint64) string {
 }
 
 // shadowOverLimit reads ratelimit_decisions_total{outcome="shadow_over_limit"}
-// by rule index.
-func (w *world) shadowOverLimit() map[int]int {
+// by rule key (ruleKey).
+func (w *world) shadowOverLimit() map[string]int {
 	w.t.Helper()
 	mfs, err := w.reg.Gather()
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	out := map[int]int{}
+	out := map[string]int{}
 	for _, mf := range mfs {
 		if mf.GetName() != "ratelimit_decisions_total" {
 			continue
@@ -255,31 +335,58 @@ func (w *world) shadowOverLimit() map[int]int {
 			if labels["outcome"] != metrics.OutcomeShadowOverLimit {
 				continue
 			}
-			sub := ruleIndex.FindStringSubmatch(labels["rule"])
-			if sub == nil {
+			var key string
+			if sub := ruleIndex.FindStringSubmatch(labels["rule"]); sub != nil {
+				i, _ := strconv.Atoi(sub[1])
+				key = egRule(i)
+			} else if sub := agwRule.FindStringSubmatch(labels["rule"]); sub != nil {
+				key = agwBudget(sub[1])
+			} else {
 				w.t.Fatalf("rule label %q names no rule", labels["rule"])
 			}
-			i, _ := strconv.Atoi(sub[1])
-			out[i] += int(m.GetCounter().GetValue())
+			out[key] += int(m.GetCounter().GetValue())
 		}
 	}
 	return out
 }
 
-var ruleIndex = regexp.MustCompile(`/rule/(\d+)`)
+var (
+	ruleIndex = regexp.MustCompile(`/rule/(\d+)`)
+	// agentgateway's config path: <domain>.budget_<name>.principal (or .group_<value>).
+	agwRule = regexp.MustCompile(`\.budget_([^.]+)\.`)
+)
+
+// Rule keys of the oracle and the metrics: Envoy Gateway's rule index, or
+// the agentgateway budget.
+func egRule(i int) string          { return "envoy/rule/" + strconv.Itoa(i) }
+func agwBudget(name string) string { return "agentgateway/" + name }
+
+// agwLimit is an agentgateway budget's cap and mode (from the budget map).
+type agwLimit struct {
+	cap    uint64
+	shadow bool
+}
 
 // oracle models the counters: one per (day, descriptor entries); a decision
 // is over the limit when the counter after adding the hits exceeds the rule's
-// requests per day (envoyproxy/ratelimit's rule).
+// requests per day (envoyproxy/ratelimit's rule). Envoy Gateway's limits come
+// from the rendered policy's rules, agentgateway's from the budget map.
 type oracle struct {
 	rules    []egv1a1.RateLimitRule
+	agw      map[string]agwLimit
 	counters map[string]uint64
-	// shadowOver counts would-be denials by rule index.
-	shadowOver map[int]int
+	// shadowOver counts would-be denials by rule key.
+	shadowOver map[string]int
 }
 
-func newOracle(p *egv1a1.BackendTrafficPolicy) *oracle {
-	return &oracle{rules: p.Spec.RateLimit.Global.Rules, counters: map[string]uint64{}, shadowOver: map[int]int{}}
+func newOracle(p *egv1a1.BackendTrafficPolicy, bm *budgetmap.Map) *oracle {
+	o := &oracle{rules: p.Spec.RateLimit.Global.Rules, agw: map[string]agwLimit{}, counters: map[string]uint64{}, shadowOver: map[string]int{}}
+	for _, e := range bm.Entries {
+		if e.Gateway.Kind == budgetmap.GatewayAgentgateway && e.OverridePrincipal == "" {
+			o.agw[e.Budget] = agwLimit{cap: uint64(e.TokensPerDay), shadow: e.Mode == budgetmap.ModeShadow}
+		}
+	}
+	return o
 }
 
 func (o *oracle) index(ruleName string) int {
@@ -296,18 +403,28 @@ func (o *oracle) killSwitch(ruleName string) bool {
 }
 
 func (o *oracle) hit(now time.Time, entries []*rlcommonv3.RateLimitDescriptor_Entry, n uint64) (over, shadow bool) {
-	i := o.index(entries[0].Value)
-	r := o.rules[i]
+	var key string
+	var limit uint64
+	if entries[0].Key == "budget" { // agentgateway: {budget: <name>}, then the principal
+		l, ok := o.agw[entries[0].Value]
+		if !ok {
+			panic("unknown agentgateway budget " + entries[0].Value)
+		}
+		key, limit, shadow = agwBudget(entries[0].Value), l.cap, l.shadow
+	} else {
+		i := o.index(entries[0].Value)
+		r := o.rules[i]
+		key, limit, shadow = egRule(i), uint64(r.Limit.Requests), r.ShadowMode != nil && *r.ShadowMode
+	}
 	var k strings.Builder
 	k.WriteString(strconv.FormatInt(now.Unix()/86400, 10))
 	for _, e := range entries {
 		k.WriteString("\x00" + e.Key + "\x00" + e.Value)
 	}
 	o.counters[k.String()] += n
-	over = o.counters[k.String()] > uint64(r.Limit.Requests)
-	shadow = r.ShadowMode != nil && *r.ShadowMode
+	over = o.counters[k.String()] > limit
 	if over && shadow {
-		o.shadowOver[i]++
+		o.shadowOver[key]++
 	}
 	return over, shadow
 }

@@ -8,12 +8,11 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
-// Rule indices of the example spec's rendered policy (see its
-// budgetgen.dev/rule-budgets annotation).
+// Rule indices of the example spec's rendered Envoy Gateway policy (see its
+// budgetgen.dev/rule-budgets annotation): B3-B5. B1-B2 (per-run, agent-fleet)
+// run on agentgateway.
 const (
-	rulePerRun = iota
-	ruleFleet
-	rulePerHuman
+	rulePerHuman = iota
 	rulePerAPIKey
 	ruleAcmeBatch
 	ruleTrial42
@@ -33,11 +32,19 @@ func mode(m spec.Mode, killSwitch bool) func(*spec.BudgetSet) {
 	}
 }
 
+// agentRun and fleetOnly are the verified JWT's claims of an agent's call
+// through agentgateway (the ServiceAccount token's run_id and kind).
 func agentRun(run string) map[string]string {
-	return map[string]string{"x-ar-run": run, "x-ar-kind": "agent", "x-ai-eg-model": cheapModel}
+	return map[string]string{"run_id": run, "kind": "agent"}
 }
-func fleetOnly(model string) map[string]string {
-	return map[string]string{"x-ar-kind": "agent", "x-ai-eg-model": model}
+func fleetOnly() map[string]string {
+	return map[string]string{"kind": "agent"}
+}
+
+// frontierOnly is a call through Envoy Gateway that no per-principal budget
+// keys on: only the frontier cap applies to it.
+func frontierOnly(model string) map[string]string {
+	return map[string]string{"x-ai-eg-model": model}
 }
 func human(email string) map[string]string {
 	return map[string]string{"x-ar-human": email, "x-ai-eg-model": cheapModel}
@@ -46,11 +53,13 @@ func apiKey(k string) map[string]string {
 	return map[string]string{"x-api-key-client": k, "x-ai-eg-model": cheapModel}
 }
 
-// step is a principal's share of the day: n calls of tokens each, and the
-// admitted (+) / denied (-) pattern expected in enforce mode.
+// step is a principal's share of the day: n calls of tokens each through
+// one gateway (via), and the admitted (+) / denied (-) pattern expected in
+// enforce mode.
 type step struct {
 	who     string
-	headers map[string]string
+	via     string
+	attrs   map[string]string // headers (Envoy Gateway) or JWT claims (agentgateway)
 	n       int
 	tokens  uint64
 	enforce string
@@ -58,25 +67,29 @@ type step struct {
 
 // day is a day of traffic over every budget kind of the example spec.
 var day = []step{
-	// per-run (5M): the 6th 1M call is still checked at 5M (not over), the 7th is denied.
-	{"run r1", agentRun("r1"), 7, 1_000_000, "++++++-"},
-	{"run r2", agentRun("r2"), 2, 100_000, "++"},
-	// per-human (2M).
-	{"human alice", human("alice@example.com"), 3, 1_500_000, "++-"},
-	{"human bob", human("bob@example.com"), 2, 100_000, "++"},
+	// per-run (5M, agentgateway): the 6th 1M call is still checked at 5M (not over), the 7th is denied.
+	{"run r1", viaAgentgateway, agentRun("r1"), 7, 1_000_000, "++++++-"},
+	{"run r2", viaAgentgateway, agentRun("r2"), 2, 100_000, "++"},
+	// per-human (2M, Envoy Gateway).
+	{"human alice", viaEnvoy, human("alice@example.com"), 3, 1_500_000, "++-"},
+	{"human bob", viaEnvoy, human("bob@example.com"), 2, 100_000, "++"},
 	// per-API-key (1M) and its overrides: acme-batch 20M (seven 3M calls
 	// pass where the default cap would stop the second), trial-42 100k.
-	{"key k1", apiKey("k1"), 3, 600_000, "++-"},
-	{"key k2", apiKey("k2"), 1, 100_000, "+"},
-	{"key acme-batch", apiKey("acme-batch"), 8, 3_000_000, "+++++++-"},
-	{"key trial-42", apiKey("trial-42"), 3, 60_000, "++-"},
-	// frontier (50M shared): the fleet is far from its cap, frontier binds.
-	{"fleet on frontier", fleetOnly("claude-opus-4"), 3, 30_000_000, "++-"},
-	// agent fleet (200M shared), at 66.2M now: two 120M calls, then denied,
-	// and a new run of the fleet is denied too.
-	{"fleet", fleetOnly(cheapModel), 3, 120_000_000, "++-"},
-	{"run r3", agentRun("r3"), 1, 1_000, "-"},
-	{"human dave", human("dave@example.com"), 1, 1_000, "+"},
+	{"key k1", viaEnvoy, apiKey("k1"), 3, 600_000, "++-"},
+	{"key k2", viaEnvoy, apiKey("k2"), 1, 100_000, "+"},
+	{"key acme-batch", viaEnvoy, apiKey("acme-batch"), 8, 3_000_000, "+++++++-"},
+	{"key trial-42", viaEnvoy, apiKey("trial-42"), 3, 60_000, "++-"},
+	// frontier (50M shared, Envoy Gateway): every call above used a cheap
+	// model, so the bucket starts empty; the third 30M call is denied.
+	{"frontier", viaEnvoy, frontierOnly("claude-opus-4"), 3, 30_000_000, "++-"},
+	// Two budgets on one call: dave is far under his own cap, the frontier binds.
+	{"human dave on frontier", viaEnvoy, map[string]string{"x-ar-human": "dave@example.com", "x-ai-eg-model": "gpt-5"}, 1, 1_000, "-"},
+	// agent fleet (200M shared, agentgateway), at 6.2M now: two 120M calls,
+	// then denied, and a new run of the fleet is denied too (its per-run
+	// bucket is empty: the fleet binds).
+	{"fleet", viaAgentgateway, fleetOnly(), 3, 120_000_000, "++-"},
+	{"run r3", viaAgentgateway, agentRun("r3"), 1, 1_000, "-"},
+	{"human dave", viaEnvoy, human("dave@example.com"), 1, 1_000, "+"},
 }
 
 // testDay is tomorrow's 00:00 UTC. The service runs on an injected clock,
@@ -97,7 +110,7 @@ func TestEnforceAdmitsAndDeniesEachBudgetKind(t *testing.T) {
 	vk := startValkey(t)
 	w := newWorld(t, vk, morning, mode(spec.ModeEnforce, false))
 	for _, s := range day {
-		if got := w.calls(s.n, s.headers, s.tokens); got != s.enforce {
+		if got := w.callsVia(s.via, s.n, s.attrs, s.tokens); got != s.enforce {
 			t.Errorf("%s: %s, want %s", s.who, got, s.enforce)
 		}
 	}
@@ -106,7 +119,7 @@ func TestEnforceAdmitsAndDeniesEachBudgetKind(t *testing.T) {
 	}
 	for r, n := range w.shadowOverLimit() {
 		if n != 0 {
-			t.Errorf("rule %d: %d shadow over-limit decisions in enforce mode", r, n)
+			t.Errorf("rule %s: %d shadow over-limit decisions in enforce mode", r, n)
 		}
 	}
 }
@@ -119,18 +132,25 @@ func TestShadowAdmitsAllAndRecordsWouldBeDenials(t *testing.T) {
 		for range s.n {
 			want += "+"
 		}
-		if got := w.calls(s.n, s.headers, s.tokens); got != want {
+		if got := w.callsVia(s.via, s.n, s.attrs, s.tokens); got != want {
 			t.Errorf("%s: %s, want all admitted in shadow mode", s.who, got)
 		}
 	}
 	got := w.shadowOverLimit()
-	for _, r := range []int{rulePerRun, ruleFleet, rulePerHuman, rulePerAPIKey, ruleAcmeBatch, ruleTrial42, ruleFrontier} {
+	rules := []string{agwBudget("per-run"), agwBudget("agent-fleet")}
+	for _, i := range []int{rulePerHuman, rulePerAPIKey, ruleAcmeBatch, ruleTrial42, ruleFrontier} {
+		rules = append(rules, egRule(i))
+	}
+	for _, r := range rules {
 		if got[r] == 0 {
-			t.Errorf("rule %d: no would-be denial recorded", r)
+			t.Errorf("rule %s: no would-be denial recorded", r)
 		}
 		if got[r] != w.oracle.shadowOver[r] {
-			t.Errorf("rule %d: %d would-be denials recorded, the counter model says %d", r, got[r], w.oracle.shadowOver[r])
+			t.Errorf("rule %s: %d would-be denials recorded, the counter model says %d", r, got[r], w.oracle.shadowOver[r])
 		}
+	}
+	if len(got) != len(rules) {
+		t.Errorf("would-be denials on rules %v, want exactly %v", got, rules)
 	}
 }
 

@@ -1,12 +1,14 @@
-// Package agentgateway holds the example spec with budgets on both gateways
-// (B1-B2 on agentgateway, B3-B5 on Envoy Gateway) and the test that its
-// committed render, rate limit config and budget map are current.
-package agentgateway
+// Package examples holds the example spec (budgets.yaml: B1-B2 on
+// agentgateway, B3-B5 on Envoy Gateway) and the test that its committed
+// render, rate limit config and budget map are what the header's render
+// command writes today, and that the service and the gate accept them.
+package examples
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/budgetgen/budgetgen/internal/cli"
@@ -40,13 +42,14 @@ func TestCommittedRenderIsCurrent(t *testing.T) {
 	if _, err := budgetmap.LoadFile("budget-map.yaml"); err != nil {
 		t.Errorf("the service cannot load budget-map.yaml: %v", err)
 	}
-	// The gate passes on the committed render (BG020 on the AgentgatewayPolicy,
-	// drift against the spec), with the platform's Gateway objects of the
-	// gitops example for the identity checks of the Envoy Gateway side (BG013
-	// skipped: this spec renders no GatewayConfig for those routes).
+	// The gate passes on the committed render (BG020 on the AgentgatewayPolicy
+	// and its domain's rate limit config, drift against the spec, BG013 with
+	// the rendered GatewayConfig), with the
+	// platform's Gateway objects of the gitops example for the identity checks
+	// of the Envoy Gateway side.
 	stdout.Reset()
 	stderr.Reset()
-	if code := cli.Run(t.Context(), []string{"assert", "--skip", "BG013", "--spec", "budgets.yaml", "rendered", "../gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 {
+	if code := cli.Run(t.Context(), []string{"assert", "--spec", "budgets.yaml", "rendered", "ratelimit", "gitops/deploy/gateway"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ok: 0 errors, 0 warnings") {
 		t.Errorf("assert exit %d:\n%s%s", code, stdout.String(), stderr.String())
 	}
 }

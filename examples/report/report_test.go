@@ -1,0 +1,218 @@
+// Package report holds an example shadow-week report for the main example
+// spec (../budgets.yaml) and the test that regenerates it: a deterministic
+// week of ledger rows, named exactly as the rate limit service names them,
+// served the way the service's debug port serves its embedded ledger, and
+// read by `budgetgen report --include-today` with an injected clock.
+//
+//	go test ./examples/report            # fails on any byte of difference
+//	go test ./examples/report -update    # rewrite the committed reports
+package report
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/internal/cli"
+	"github.com/budgetgen/budgetgen/internal/ledger"
+)
+
+var update = flag.Bool("update", false, "rewrite the committed reports from the fixture")
+
+// The shadow week: budgets in shadow since 2026-10-16 (the spec's
+// shadowSince); the report runs on 2026-10-23 at 15:00 UTC, so the window is
+// 2026-10-16..2026-10-22 and today is partial.
+var (
+	firstDay = time.Date(2026, 10, 16, 0, 0, 0, 0, time.UTC)
+	now      = time.Date(2026, 10, 23, 15, 0, 0, 0, time.UTC)
+)
+
+const (
+	egDomain  = "ai-gateway/ai-budgets-agent-router"
+	agwDomain = "agents/ai-budgets-agent-gateway"
+)
+
+// formats are the committed files and the --format that writes each.
+var formats = map[string]string{
+	"report.md":   "markdown",
+	"report.json": "json",
+	"report.html": "html",
+	"report.txt":  "text",
+}
+
+func TestExampleReportIsCurrent(t *testing.T) {
+	mem := fixture(t)
+	mux := http.NewServeMux()
+	mux.Handle("/ledger/", ledger.Handler(mem))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	for file, format := range formats {
+		var stdout, stderr bytes.Buffer
+		args := []string{"report", "--service", srv.URL, "--spec", "../budgets.yaml", "--include-today",
+			"--now", now.Format(time.RFC3339), "--format", format}
+		if code := cli.Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr); code != 0 {
+			t.Fatalf("budgetgen %s: exit %d\n%s", strings.Join(args, " "), code, stderr.String())
+		}
+		got := stdout.Bytes()
+		if *update {
+			if err := os.WriteFile(file, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("%v (run go test ./examples/report -update)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what budgetgen report writes now (run go test ./examples/report -update and review the diff)", file)
+		}
+	}
+
+	// What the example is there to show, so a regenerated file still shows it.
+	md, _ := os.ReadFile("report.md")
+	for _, want := range []string{
+		"2026-10-23", "partial", // today so far
+		"alice@example.com", "run-1018-loop", "key-07", // principals over their caps
+		"acme-batch", "trial-42", // override populations, each against its own cap
+		"agent-fleet", "frontier", // shared buckets
+	} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("report.md does not show %q", want)
+		}
+	}
+}
+
+// fixture fills an embedded-store ledger with the shadow week. Every row is
+// named by ledger.FromDescriptor from the descriptor the gateway sends and
+// the rate limit config matches (free marks the entries whose value came
+// from the request), as the service does; would-be 429s are counted per
+// rule and day as the service's shadow decisions count them.
+func fixture(t *testing.T) *ledger.Memory {
+	t.Helper()
+	clock := func() time.Time { return now }
+	mem := ledger.NewMemory("", clock)
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(2026, 1016)) // fixed seed: the same week every run
+	between := func(lo, hi uint64) uint64 { return lo + rng.Uint64N(hi-lo+1) }
+	use := func(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64, at time.Time, tokens, callTokens, limit uint64) {
+		rule, principal := ledger.FromDescriptor(domain, "", entries, free)
+		u := rec.Usage(rule, principal, at, tokens)
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+		// Each call after the bucket passed its cap would have been a 429.
+		if tokens > limit {
+			for range (tokens-limit)/callTokens + 1 {
+				rec.Denied(rule, at, true)
+			}
+		}
+	}
+	entry := func(k, v string) *rlcommon.RateLimitDescriptor_Entry {
+		return &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	egRule := func(i int, matches ...string) []*rlcommon.RateLimitDescriptor_Entry {
+		r := fmt.Sprintf("%s/rule/%d", egDomain, i)
+		es := []*rlcommon.RateLimitDescriptor_Entry{entry(r, r)}
+		for m, v := range matches {
+			k := fmt.Sprintf("rule-%d-match-%d", i, m)
+			if v == "" {
+				v = k // header_value_match: key = value
+			}
+			es = append(es, entry(k, v))
+		}
+		return es
+	}
+
+	for d := 0; d <= 7; d++ { // day 7 is today, until 15:00
+		day := firstDay.AddDate(0, 0, d)
+		at := day.Add(10 * time.Hour)
+		share := uint64(100) // percent of a full day's traffic
+		switch {
+		case d == 7:
+			share = 60
+		case day.Weekday() == time.Saturday || day.Weekday() == time.Sunday:
+			share = 40
+		}
+		scaled := func(n uint64) uint64 { return n * share / 100 }
+		tag := day.Format("0102")
+
+		// B1 per-run (agentgateway, 5M per run): runs live for a day; one
+		// loops on 10-18, one retries too often on 10-20, one loops today.
+		var fleet uint64
+		runs := int(scaled(40))
+		for i := range runs {
+			tok := between(200_000, 3_500_000)
+			fleet += tok
+			use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000)
+		}
+		for run, tok := range map[string]uint64{"run-1018-loop": 11_400_000, "run-1020-retry": 6_500_000, "run-1023-loop": 7_200_000} {
+			if strings.HasPrefix(run, "run-"+tag) {
+				fleet += tok
+				use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000)
+			}
+		}
+		// B2 agent-fleet (agentgateway, one 200M bucket): the same calls,
+		// plus the fleet's calls that carry no run (scheduled agents).
+		fleet += scaled(between(60_000_000, 120_000_000))
+		use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "agent-fleet"), entry("group", "agent")}, 0, at, fleet, 250_000, 200_000_000)
+
+		// B3 per-human (Envoy Gateway rule 0, 2M): alice goes over on two days.
+		for i := 1; i <= 25; i++ {
+			use(egDomain, egRule(0, fmt.Sprintf("user%02d@example.com", i)), 0b10, at, scaled(between(50_000, 1_600_000)), 40_000, 2_000_000)
+		}
+		alice := scaled(1_100_000)
+		if d == 1 || d == 3 || d == 7 {
+			alice = map[int]uint64{1: 2_400_000, 3: 2_900_000, 7: 2_150_000}[d]
+		}
+		use(egDomain, egRule(0, "alice@example.com"), 0b10, at, alice, 40_000, 2_000_000)
+
+		// B4 per-api-key (rule 1, 1M; the override principals excluded):
+		// key-07 goes over from 10-21. Overrides: acme-batch (rule 2, 20M)
+		// over once, trial-42 (rule 3, 100k) over from 10-22.
+		for i := 1; i <= 20; i++ {
+			tok := scaled(between(50_000, 800_000))
+			if i == 7 && d >= 5 {
+				tok = map[int]uint64{5: 1_300_000, 6: 1_450_000, 7: 1_050_000}[d]
+			}
+			use(egDomain, egRule(1, fmt.Sprintf("key-%02d", i), "", ""), 0b10, at, tok, 20_000, 1_000_000)
+		}
+		acme := between(14_000_000, 18_000_000)
+		if d == 4 {
+			acme = 22_000_000
+		}
+		if d == 7 {
+			acme = 0 // nightly batch: today's run has not started
+		}
+		if acme > 0 {
+			use(egDomain, egRule(2, ""), 0, day.Add(2*time.Hour), acme, 500_000, 20_000_000)
+		}
+		trial := scaled(between(40_000, 90_000))
+		if d >= 6 {
+			trial = map[int]uint64{6: 140_000, 7: 120_000}[d]
+		}
+		use(egDomain, egRule(3, ""), 0, at, trial, 5_000, 100_000)
+
+		// B5 frontier (rule 4, one 50M bucket): over on 10-19.
+		frontier := scaled(between(30_000_000, 48_000_000))
+		if d == 3 {
+			frontier = 56_000_000
+		}
+		use(egDomain, egRule(4, ""), 0, at, frontier, 400_000, 50_000_000)
+	}
+	if err := rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return mem
+}
