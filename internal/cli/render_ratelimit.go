@@ -14,7 +14,7 @@ import (
 
 // addRateLimitConfigFlag registers render's --ratelimit-config.
 func addRateLimitConfigFlag(cmd *cobra.Command, dir *string) {
-	cmd.Flags().StringVar(dir, "ratelimit-config", "", "also write the rate limit service config Envoy Gateway derives from the policies into `DIR`, one YAML per domain in the reference service's runtime format (use it as RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config to run without Envoy Gateway)")
+	cmd.Flags().StringVar(dir, "ratelimit-config", "", "also write the rate limit service config of the rendered policies into `DIR` (Envoy Gateway's domains as it derives them over xDS, for review; agentgateway's, which the service must be given), one YAML per domain in the reference service's runtime format (use it as RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config to run without Envoy Gateway)")
 	_ = cmd.MarkFlagDirname("ratelimit-config")
 }
 

@@ -478,6 +478,12 @@ func TestWriteDir(t *testing.T) {
 			t.Errorf("%s: wrong content", c.Domain)
 		}
 	}
+	// A file an earlier version wrote (its header said Envoy Gateway derives
+	// every file) is still ours: removed when its domain is gone.
+	legacy := filepath.Join(dir, "old_version.yaml")
+	if err := os.WriteFile(legacy, []byte(legacyHeader+"domain: old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// A domain that disappears loses its file; files budgetgen did not write stay.
 	if err := WriteDir(dir, cfgs[1:]); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 			agw = p
 		}
 	}
-	want := "BackendTrafficPolicy ai-gateway/ai-budgets-agent-router,ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers,AgentgatewayPolicy agents/ai-budgets-agent-gw"
+	want := "BackendTrafficPolicy ai-gateway/ai-budgets-agent-router,ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers,AgentgatewayPolicy agents/ai-budgets-agent-gw,ReferenceGrant envoy-gateway-system/ai-budgets-agentgateway-ratelimit"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("objects = %s\nwant %s", got, want)
 	}

@@ -133,6 +133,11 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 			res.Objects = append(res.Objects, o)
 		}
 	}
+	if o, ok, err := referenceGrant(bs); err != nil {
+		return nil, err
+	} else if ok {
+		res.Objects = append(res.Objects, o)
+	}
 	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
 }
