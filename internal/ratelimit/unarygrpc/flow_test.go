@@ -21,7 +21,9 @@ func TestResetOfBlockedAnswerFreesItsStream(t *testing.T) {
 		return ok && h.StreamID == 1 && !h.StreamEnded()
 	})
 	_ = r.fr.WriteRSTStream(1, http2.ErrCodeCancel)
-	time.Sleep(100 * time.Millisecond)
+	// Once the PING after the reset is acked, the server has handled the
+	// reset: stream 3 then finds the slot free, or never will.
+	r.barrier([8]byte{1}, nil)
 	r.headers(3, "/t.S/Echo", "application/grpc", false)
 	r.message(3, []byte("x"))
 	r.until("an answer or a refusal on 3", func(f http2.Frame) bool {
@@ -46,8 +48,8 @@ func TestResetOfBlockedAnswerFreesItsStream(t *testing.T) {
 	go func() { ts.s.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
-		t.Errorf("GracefulStop still waiting 2s after the only call was reset")
+	case <-time.After(waitBound):
+		t.Errorf("GracefulStop still waiting %v after the only call was reset", waitBound)
 	}
 }
 
@@ -80,12 +82,14 @@ func TestNoFramesAfterOwnRST(t *testing.T) {
 				t.Errorf("server sent DATA on stream 1 after its own RST_STREAM")
 			}
 		case *http2.PingFrame:
-			// wait a little past the ack so the answer has time to arrive
 			return f.IsAck() && f.Data == [8]byte{9}
 		}
 		return false
 	})
-	time.Sleep(100 * time.Millisecond)
+	// The handler's answer (if any) is queued before its stream is removed:
+	// once the server holds no stream, a PING's ack comes after anything
+	// that answer wrote.
+	waitFor(t, "the released handler's stream to be removed", func() bool { return serverStreams(ts.s) == 0 })
 	_ = r.fr.WritePing(false, [8]byte{10})
 	r.until("PING ack 2", func(f http2.Frame) bool {
 		switch f := f.(type) {

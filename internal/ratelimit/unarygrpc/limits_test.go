@@ -84,10 +84,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	// A slot freed is usable again.
 	r1.c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for ts.s.Stats().Open > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the closed connection's slot to be freed", func() bool { return ts.s.Stats().Open <= 1 })
 	r3 := dialRaw(t, ts.addr)
 	r3.headers(1, "/t.S/Echo", "application/grpc", false)
 	r3.message(1, []byte("x"))
@@ -102,18 +99,26 @@ func TestIdleTimeout(t *testing.T) {
 		"/t.S/Echo":  echo,
 		"/t.S/Block": func(_ context.Context, _, dst []byte) ([]byte, error) { <-block; return dst, nil },
 	})
+	// start comes before the dial: the server's idle clock for a connection
+	// cannot start before the connection exists, so a GOAWAY read less than
+	// IdleTimeout after start is early however the scheduler runs.
+	start := time.Now()
 	idle := dialRaw(t, ts.addr)
 	busy := dialRaw(t, ts.addr)
 	busy.headers(1, "/t.S/Block", "application/grpc", false)
 	busy.message(1, nil)
-	start := time.Now()
 	if code := readGoAway(t, idle); code != http2.ErrCodeNo {
 		t.Errorf("idle connection: GOAWAY %v", code)
 	}
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("closed after %v, before the idle timeout", d)
 	}
-	time.Sleep(300 * time.Millisecond) // past the timeout for busy too
+	// This sleep is the behaviour under test, not synchronisation: busy's
+	// call stays in flight past its IdleTimeout too (its idle check runs at
+	// 200 ms and again every 200 ms). A late scheduler can only make the
+	// check run later, never make a GOAWAY appear, so the assertion below
+	// cannot fail from load.
+	time.Sleep(300 * time.Millisecond)
 	close(block)
 	got := map[string]bool{}
 	busy.until("answer to the blocked call", func(f http2.Frame) bool {

@@ -274,14 +274,31 @@ func TestGracefulStopAnswersCallsInFlight(t *testing.T) {
 	<-inHandler
 	stopped := make(chan struct{})
 	go func() { s.GracefulStop(); close(stopped) }()
-	time.Sleep(100 * time.Millisecond)
+	// GracefulStop has closed the listener and sent GOAWAY once every
+	// connection is marked gone away; from there it can only wait.
+	waitFor(t, "GracefulStop to send GOAWAY", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.stopping || len(s.conns) == 0 {
+			return false
+		}
+		for c := range s.conns {
+			c.smu.Lock()
+			gone := c.goneAway
+			c.smu.Unlock()
+			if !gone {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := net.DialTimeout("tcp", l.Addr().String(), time.Second); err == nil {
+		t.Error("listener still accepting after GracefulStop")
+	}
 	select {
 	case <-stopped:
 		t.Fatal("GracefulStop returned with a call in flight")
 	default:
-	}
-	if _, err := net.DialTimeout("tcp", l.Addr().String(), time.Second); err == nil {
-		t.Error("listener still accepting after GracefulStop")
 	}
 	close(release)
 	if err := <-got; err != nil {
@@ -300,20 +317,21 @@ func TestGracefulStopAnswersCallsInFlight(t *testing.T) {
 func TestMaxConnectionAgeIsTransparent(t *testing.T) {
 	ts := serve(t, Options{MaxConnectionAge: 50 * time.Millisecond, MaxConnectionAgeGrace: time.Second}, map[string]Handler{"/t.S/Echo": echo})
 	cc := dial(t, ts.addr)
-	deadline := time.Now().Add(600 * time.Millisecond)
+	// Call until the client has been through three connection ages (four
+	// connections accepted) and made at least 20 calls, however long the
+	// machine takes; every call must succeed.
+	deadline := time.Now().Add(waitBound)
 	n := 0
-	for time.Now().Before(deadline) {
+	for ; n < 20 || ts.s.Stats().Accepted < 4; n++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls on %d connections in %v: want 20 calls across 4 connections", n, ts.s.Stats().Accepted, waitBound)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		out, err := call(ctx, cc, "/t.S/Echo", []byte("ab"), grpc.WaitForReady(true))
 		cancel()
 		if err != nil || string(out) != "ba" {
 			t.Fatalf("call %d across connection ages: %q, %v", n, out, err)
 		}
-		n++
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n < 20 {
-		t.Fatalf("only %d calls", n)
 	}
 }
 

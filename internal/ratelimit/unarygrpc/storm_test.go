@@ -12,8 +12,10 @@ import (
 )
 
 // TestStormOfCallsAndCancels: 48 callers on 3 connections for 2 s, with
-// random sizes, slow handlers and deadlines from 0 to 20 ms (so a share of
-// calls is reset mid-flight, some while their answer is being written):
+// random sizes, slow handlers and deadlines from 0 to 20 ms on seven calls
+// in eight (so a share of calls is reset mid-flight, some while their answer
+// is being written) and none on the eighth (answered however busy the
+// machine):
 // every answer received is the right one, no other error, and afterwards
 // the server holds no stream and no request byte.
 func TestStormOfCallsAndCancels(t *testing.T) {
@@ -44,7 +46,18 @@ func TestStormOfCallsAndCancels(t *testing.T) {
 				for i := range req {
 					req[i] = byte(rng.IntN(256))
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20000))*time.Microsecond)
+				// One call in eight has no deadline and must be answered: on
+				// a loaded machine (-race, a CPU hog beside it) 48 callers
+				// queue for longer than 20 ms and nearly every deadline
+				// passes, so the answers the test checks cannot rest on
+				// the deadlines alone.
+				var ctx context.Context
+				var cancel context.CancelFunc
+				if rng.IntN(8) == 0 {
+					ctx, cancel = context.WithCancel(context.Background())
+				} else {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(20000))*time.Microsecond)
+				}
 				out, err := call(ctx, ccs[g%3], "/t.S/Echo", req)
 				cancel()
 				switch {
@@ -72,17 +85,15 @@ func TestStormOfCallsAndCancels(t *testing.T) {
 	if ok.Load() == 0 || canceled.Load() == 0 {
 		t.Fatalf("the storm did not mix answers (%d) and cancels (%d)", ok.Load(), canceled.Load())
 	}
-	time.Sleep(100 * time.Millisecond)
-	ts.s.mu.Lock()
-	for c := range ts.s.conns {
-		c.smu.Lock()
-		if n := len(c.streams); n != 0 {
-			t.Errorf("conn holds %d streams after the storm", n)
+	// Streams reset last are removed as their handlers return: wait for it
+	// (a stream or byte leaked stays, and the wait fails).
+	for deadline := time.Now().Add(waitBound); ; time.Sleep(time.Millisecond) {
+		streams, held := serverStreams(ts.s), serverHeld(ts.s)
+		if streams == 0 && held == 0 {
+			break
 		}
-		c.smu.Unlock()
-		if c.held.Load() != 0 {
-			t.Errorf("conn holds %d request bytes", c.held.Load())
+		if time.Now().After(deadline) {
+			t.Fatalf("server holds %d streams and %d request bytes %v after the storm", streams, held, waitBound)
 		}
 	}
-	ts.s.mu.Unlock()
 }

@@ -22,7 +22,19 @@ func blockedStream(t *testing.T) (*testServer, *raw, chan error, chan struct{}) 
 	r.headers(1, "/t.S/W", "application/grpc", false)
 	r.message(1, []byte("x"))
 	<-sending
-	time.Sleep(50 * time.Millisecond)
+	// send writes the answer's HEADERS, then waits for window: the flusher
+	// can write them only once send has released the write lock, so after
+	// they arrive (and a PING round trip with no DATA) send is waiting, or
+	// has wrongly returned already.
+	r.until("answer HEADERS on 1", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 1
+	})
+	r.barrier([8]byte{1}, func(f http2.Frame) {
+		if _, ok := f.(*http2.DataFrame); ok {
+			t.Fatalf("DATA sent on a window of 0")
+		}
+	})
 	select {
 	case err := <-ended:
 		t.Fatalf("send did not wait for window: %v", err)

@@ -3,7 +3,6 @@ package unarygrpc
 import (
 	"context"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -193,22 +192,30 @@ func TestRFC9113Strictness(t *testing.T) {
 // sent more after its GOAWAY.
 func TestPeerGoAwayDrains(t *testing.T) {
 	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
 	ts := serve(t, Options{}, map[string]Handler{
-		"/t.S/Block": func(_ context.Context, _, dst []byte) ([]byte, error) { <-release; return append(dst, 'k'), nil },
+		"/t.S/Block": func(_ context.Context, _, dst []byte) ([]byte, error) {
+			entered <- struct{}{}
+			<-release
+			return append(dst, 'k'), nil
+		},
 	})
 	r := dialRaw(t, ts.addr)
 	r.headers(1, "/t.S/Block", "application/grpc", false)
 	r.message(1, nil)
 	r.headers(3, "/t.S/Block", "application/grpc", false)
 	r.message(3, nil)
-	time.Sleep(50 * time.Millisecond)
+	<-entered // both calls are in flight before the GOAWAY
+	<-entered
 	if err := r.fr.WriteGoAway(3, http2.ErrCodeNo, nil); err != nil {
 		t.Fatal(err)
 	}
+	// Once this PING is acked the server has handled the GOAWAY while both
+	// calls were still running.
+	r.barrier([8]byte{99}, nil)
 	for i := 0; i < 5; i++ {
 		_ = r.fr.WritePing(false, [8]byte{byte(i)}) // unread input at close time would mean a reset
 	}
-	time.Sleep(50 * time.Millisecond)
 	close(release)
 	done := map[uint32]bool{}
 	r.until("both answers", func(f http2.Frame) bool {
