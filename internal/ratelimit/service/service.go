@@ -381,6 +381,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memo
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
 		Idempotent: s.ValkeyIdempotentCharges, IdempotencyWindow: s.ValkeyIdempotencyWindow,
+		KnownExpiries: s.ValkeyKnownExpiries,
 	}
 	switch s.Redis.Type {
 	case settings.RedisCluster:

@@ -123,6 +123,11 @@ type Settings struct {
 	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
 	// store's default): 2^n connections per node.
 	ValkeyPipelineMultiplex int
+	// ValkeyKnownExpiries (VALKEY_KNOWN_EXPIRIES, ours; 0 = the store's
+	// default, 200,000) bounds the counters remembered as having their
+	// expiry set, about 190 B each; negative sends PEXPIREAT NX with every
+	// charge.
+	ValkeyKnownExpiries int
 	// ValkeyIdempotentCharges (VALKEY_IDEMPOTENT_CHARGES, ours; false)
 	// charges through one Lua script per call that records the call's id, so
 	// a charge sent but unanswered (a stall, CLIENT PAUSE, a black hole) is

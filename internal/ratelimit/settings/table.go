@@ -88,6 +88,7 @@ func table(s *Settings, r *raw) []setting {
 		{e("VALKEY_IDEMPOTENT_CHARGES"), "", "charge through one script per call that records its id, so ambiguous charges are replayed exactly once (costs Valkey CPU)", boolean(&s.ValkeyIdempotentCharges)},
 		{e("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
 		{e("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
+		{e("VALKEY_KNOWN_EXPIRIES"), "", "counters remembered as having their expiry set (about 190 B each), 0 = the store's default (200000), negative = none", integer(&s.ValkeyKnownExpiries)},
 		{e("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
 		{e("GRPC_SERVER_IMPL"), "grpc-server-impl", "gRPC server: lean or grpc-go", str(&s.GRPCServerImpl)},
 		{e("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections, 0 = none", integer(&s.GRPCMaxConnections)},
