@@ -236,7 +236,7 @@ func FuzzRead(f *testing.F) {
 			// A Kubernetes object has apiVersion and kind; a rate limit
 			// service config document has no apiVersion and is named by
 			// its domain.
-			if o.Kind == "" || o.Node == nil || (o.APIVersion == "" && !(o.IsRateLimitConfig() && o.Name != "")) {
+			if o.Kind == "" || o.Node == nil || (o.APIVersion == "" && (!o.IsRateLimitConfig() || o.Name == "")) {
 				t.Fatalf("object without identity: %+v", o)
 			}
 			if _, err := o.Decode(); err != nil {
