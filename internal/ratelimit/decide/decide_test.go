@@ -11,7 +11,6 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
@@ -22,21 +21,14 @@ import (
 // diffConfig is the differential test's config (internal/ratelimit/refseq).
 const diffConfig = refseq.Config
 
-func dsc(kv ...string) *rlcommon.RateLimitDescriptor {
-	d := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
+func dsc(kv ...string) *rlcommon.RateLimitDescriptor { return refseq.Dsc(kv...) }
 
 func hits(d *rlcommon.RateLimitDescriptor, n uint64) *rlcommon.RateLimitDescriptor {
-	d.HitsAddend = wrapperspb.UInt64(n)
-	return d
+	return refseq.Hits(d, n)
 }
 
 func rq(domain string, h uint32, ds ...*rlcommon.RateLimitDescriptor) *rlpb.RateLimitRequest {
-	return &rlpb.RateLimitRequest{Domain: domain, HitsAddend: h, Descriptors: ds}
+	return refseq.Rq(domain, h, ds...)
 }
 
 func mustConfig(t *testing.T, y string) *config.Config {
