@@ -8,11 +8,16 @@ import "github.com/budgetgen/budgetgen/internal/store"
 // their ledger increments. After Close nothing replays the buffer any more,
 // so they are counted as Lost at once.
 func (s *Store) Defer(counters []store.Counter) {
+	s.entry.RLock() // Close waits, so these hits are buffered before it drains
+	defer s.entry.RUnlock()
 	if s.closed.Load() {
 		for _, k := range counters {
 			s.loss(k.Hits, "store closed")
 		}
 		return
+	}
+	if s.testHookDeferred != nil {
+		s.testHookDeferred()
 	}
 	s.notSent(counters)
 }

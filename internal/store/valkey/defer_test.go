@@ -38,3 +38,39 @@ func TestDeferBuffersAndReplays(t *testing.T) {
 		t.Fatalf("stats after replay: %+v", st)
 	}
 }
+
+// TestDeferRacingCloseLosesNothing: a Close that starts while Defer is
+// between its closed check and its buffering must not drain the buffer
+// before those hits are in it; they are replayed by Close's last attempt
+// (or counted Lost), never left Buffered and unaccounted. The hook holds
+// Defer at that point for up to a second, long enough for an unguarded
+// Close to finish.
+func TestDeferRacingCloseLosesNothing(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}, ReplayInterval: time.Hour})
+	entered, closeDone := make(chan struct{}), make(chan struct{})
+	s.testHookDeferred = func() {
+		close(entered)
+		select {
+		case <-closeDone:
+		case <-time.After(time.Second):
+		}
+	}
+	deferDone := make(chan struct{})
+	go func() {
+		defer close(deferDone)
+		s.Defer([]store.Counter{{Key: "dc", Hits: 5, ExpireAt: time.Now().Add(time.Hour)}})
+	}()
+	<-entered
+	go func() {
+		defer close(closeDone)
+		_ = s.Close()
+	}()
+	<-deferDone
+	<-closeDone
+	v, _ := srv.Do("GET", "dc")
+	st := s.Stats()
+	if !(v == "5" && st.Lost == 0 || v == "(nil)" && st.Lost == 5) || st.BufferKeys != 0 {
+		t.Fatalf("after Defer raced Close: GET dc = %q, stats %+v; want the 5 hits replayed or counted Lost, none left buffered", v, st)
+	}
+}

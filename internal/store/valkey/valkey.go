@@ -271,11 +271,21 @@ type Store struct {
 	ts    atomic.Pointer[tsString]
 	dctx  atomic.Pointer[sharedCtx]
 
-	closed    atomic.Bool
+	closed atomic.Bool
+	// entry is held for reading by Charge and Defer from their closed check
+	// until their hits are in the buffer or their call goroutine is counted
+	// in workers, and for writing by Close while it sets closed. So no hit
+	// reaches the buffer after Close has drained it (such hits would be
+	// counted Buffered and never replayed nor Lost), and workers.Add never
+	// races workers.Wait.
+	entry     sync.RWMutex
 	closeOnce sync.Once
-	stop      chan struct{}
-	wg        sync.WaitGroup // replayer
-	workers   sync.WaitGroup // in-flight call goroutines
+	// testHookDeferred, when set (tests only), runs in Defer between its
+	// closed check and its buffering: where a Close used to slip in.
+	testHookDeferred func()
+	stop             chan struct{}
+	wg               sync.WaitGroup // replayer
+	workers          sync.WaitGroup // in-flight call goroutines
 
 	noSlot, buffered, replayed, lost, expired, ambiguous, appliedOnErr, canceled atomic.Uint64
 	ledgerBuffered, ledgerReplayed, ledgerLost, ledgerExpired, ledgerAmbiguous   atomic.Uint64
@@ -620,26 +630,52 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	if err := validate(counters, totals); err != nil {
 		return err
 	}
+	s.entry.RLock()
+	c, err := s.start(ctx, counters, totals)
+	s.entry.RUnlock()
+	if c == nil {
+		return err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(running, abandoned) {
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+		}
+		<-c.done // finished just now
+	}
+	err = c.err
+	if err == nil {
+		copy(totals, c.totals)
+	}
+	s.release(c)
+	return err
+}
+
+// start is Charge from its closed check to its call goroutine's start, run
+// under entry's read lock. It returns the running call, or nil and the
+// error to return (the hits are then counted: buffered, or lost).
+func (s *Store) start(ctx context.Context, counters []store.Counter, totals []uint64) (*call, error) {
 	if s.closed.Load() {
 		// A contract breach by the caller, but its hits are counted.
 		for _, k := range counters {
 			s.loss(k.Hits, "store closed")
 		}
-		return errClosed
+		return nil, errClosed
 	}
 	if len(counters) == 0 {
-		return nil
+		return nil, nil
 	}
 	if !s.ready.Load() {
 		s.notConnected.Add(1)
 		s.notSent(counters)
-		return fmt.Errorf("%w: not connected to valkey yet: not sent", store.ErrUnavailable)
+		return nil, fmt.Errorf("%w: not connected to valkey yet: not sent", store.ErrUnavailable)
 	}
 	if since, stalled := s.stalled(); stalled {
 		s.noSlot.Add(1)
 		s.stallRefused.Add(1)
 		s.notSent(counters)
-		return fmt.Errorf("%w: valkey has answered nothing for %v: not sent", store.ErrUnavailable, since.Round(time.Millisecond))
+		return nil, fmt.Errorf("%w: valkey has answered nothing for %v: not sent", store.ErrUnavailable, since.Round(time.Millisecond))
 	}
 	select {
 	case s.sem <- struct{}{}:
@@ -651,7 +687,7 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 			// certainly was not sent.
 			s.noSlot.Add(1)
 			s.notSent(counters)
-			return fmt.Errorf("%w: no free slot (%d calls waiting for valkey): %w", store.ErrUnavailable, cap(s.sem), ctx.Err())
+			return nil, fmt.Errorf("%w: no free slot (%d calls waiting for valkey): %w", store.ErrUnavailable, cap(s.sem), ctx.Err())
 		}
 	}
 	c := s.calls.Get().(*call)
@@ -663,20 +699,7 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	s.build(c)
 	s.workers.Add(1)
 	go s.run(c)
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(running, abandoned) {
-			return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
-		}
-		<-c.done // finished just now
-	}
-	err := c.err
-	if err == nil {
-		copy(totals, c.totals)
-	}
-	s.release(c)
-	return err
+	return c, nil
 }
 
 // Client returns the store's client (shared: never close it), so the
@@ -1157,7 +1180,9 @@ func every(last *atomic.Int64, d time.Duration) bool {
 // counted as lost and logged. Idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.entry.Lock()
 		s.closed.Store(true)
+		s.entry.Unlock()
 		close(s.stop)
 		s.wg.Wait()
 		s.workers.Wait()
