@@ -136,14 +136,10 @@ type Staged struct {
 // needed) and lists the stale files per opts.RemoveStale, changing nothing
 // a reader sees. On error nothing is left behind.
 func StageDir(dir string, files map[string][]byte, opts Options) (_ *Staged, err error) {
-	names := make([]string, 0, len(files))
-	for name := range files {
-		if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, tempPrefix) || name == "." || name == ".." {
-			return nil, fmt.Errorf("write %s: invalid file name %q", dir, name)
-		}
-		names = append(names, name)
+	names, err := sortedNames(dir, files)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(names)
 
 	st := &Staged{dir: dir, names: names, temps: map[string]string{}}
 	if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
@@ -170,26 +166,54 @@ func StageDir(dir string, files map[string][]byte, opts Options) (_ *Staged, err
 		st.temps[name] = t
 	}
 
-	if opts.RemoveStale != nil {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if _, ok := files[name]; ok || !e.Type().IsRegular() || strings.HasPrefix(name, tempPrefix) {
-				continue
-			}
-			content, err := os.ReadFile(filepath.Join(dir, name))
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, name), err)
-			}
-			if opts.RemoveStale(name, content) {
-				st.stale = append(st.stale, name)
-			}
-		}
+	if st.stale, err = staleFiles(dir, files, opts); err != nil {
+		return nil, err
 	}
 	return st, nil
+}
+
+// sortedNames checks that every name in files is a plain file name and
+// returns them in order.
+func sortedNames(dir string, files map[string][]byte) ([]string, error) {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, tempPrefix) || name == "." || name == ".." {
+			return nil, fmt.Errorf("write %s: invalid file name %q", dir, name)
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// staleFiles lists, in name order, the regular files in dir that files does
+// not hold and opts.RemoveStale would remove. A missing dir has none.
+func staleFiles(dir string, files map[string][]byte, opts Options) ([]string, error) {
+	if opts.RemoveStale == nil {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var stale []string
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := files[name]; ok || !e.Type().IsRegular() || strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		content, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, name), err)
+		}
+		if opts.RemoveStale(name, content) {
+			stale = append(stale, name)
+		}
+	}
+	return stale, nil
 }
 
 // Commit renames the staged files into place in name order and removes the

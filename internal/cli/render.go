@@ -26,6 +26,7 @@ type renderOptions struct {
 	outDir   string // "" writes a YAML stream to stdout
 	rlsDir   string // --ratelimit-config: "" writes no rate limit service config
 	mapPath  string // --budget-map: "" writes no budget map
+	check    bool   // --check: compare with the files on disk, write nothing
 }
 
 func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) {
@@ -44,6 +45,7 @@ func renderOptionsFromArgs(args []string, outDir string) (renderOptions, error) 
 
 func newRenderCmd(e *env) *cobra.Command {
 	var outDir, rlsDir, mapPath string
+	var check bool
 	cmd := &cobra.Command{
 		Use:   "render [SPEC|-]",
 		Short: "Render a BudgetSet spec into Envoy Gateway policies",
@@ -53,14 +55,22 @@ limit rule, plus a ClientTrafficPolicy per Gateway that strips client-sent
 identity headers. Output is a YAML stream on stdout, or with -o one file per
 object and a kustomization.yaml, written atomically: on any error nothing is written.
 
-Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
-(file:line: field: message on stderr); 2 bad command line or unreadable spec;
-130 stopped by a signal (nothing written).`,
+With --check nothing is written: render prints a diff of every file it would
+create, change or remove and fails if there is one (a CI or pre-commit drift
+check that, unlike git diff, also sees files render would add).
+
+Exit status: 0 rendered (with --check: every file is up to date); 1 invalid
+spec, over an Envoy Gateway limit (file:line: field: message on stderr), or
+with --check a file differs; 2 bad command line or unreadable spec; 130
+stopped by a signal (nothing written).`,
 		Example: `  # Print the policies for the example spec
   budgetgen render examples/budgets.yaml
 
   # Write one file per object plus kustomization.yaml (GitOps)
   budgetgen render examples/budgets.yaml -o examples/rendered
+
+  # Fail when the committed files are not what render writes (CI, pre-commit)
+  budgetgen render examples/budgets.yaml -o examples/rendered --check
 
   # Read the spec from stdin
   cat budgets.yaml | budgetgen render - | kubectl apply --dry-run=server -f -`,
@@ -75,6 +85,10 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 			}
 			o.rlsDir = rlsDir
 			o.mapPath = mapPath
+			o.check = check
+			if check && outDir == "" && rlsDir == "" && mapPath == "" {
+				return usageError("render: --check compares files on disk: give -o, --ratelimit-config or --budget-map")
+			}
 			return runRender(cmd.Context(), e, o)
 		},
 	}
@@ -82,6 +96,7 @@ Exit status: 0 rendered; 1 invalid spec or over an Envoy Gateway limit
 	_ = cmd.MarkFlagDirname("output-dir")
 	addRateLimitConfigFlag(cmd, &rlsDir)
 	addBudgetMapFlag(cmd, &mapPath)
+	addCheckFlag(cmd, &check)
 	return cmd
 }
 
@@ -109,6 +124,9 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(err)
 	}
 	noteCostEntries(e, res)
+	if o.check {
+		return checkRender(e.stdout, renderOutputs(o, res, rlsFiles, mapFile))
+	}
 	// Every output (-o, --ratelimit-config, --budget-map) is staged, every
 	// byte in temporary files next to its target, before any is put in
 	// place: a failed write of one leaves none written.
@@ -131,10 +149,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 			abort()
 			return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
 		}
-		out, err = atomicfile.StageDir(o.outDir, res.Files(), atomicfile.Options{
-			// Remove files of objects no longer rendered, never files budgetgen did not write.
-			RemoveStale: func(_ string, content []byte) bool { return render.IsGenerated(content) },
-		})
+		out, err = atomicfile.StageDir(o.outDir, res.Files(), manifestFileOpts)
 		if err != nil {
 			abort()
 			return failure(err)

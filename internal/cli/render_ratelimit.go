@@ -52,9 +52,7 @@ func stageRateLimitConfig(dir string, files map[string][]byte) (*atomicfile.Stag
 	if info, err := os.Stat(dir); err == nil && !info.IsDir() {
 		return nil, usageError("render: --ratelimit-config %s: not a directory", dir)
 	}
-	st, err := atomicfile.StageDir(dir, files, atomicfile.Options{
-		RemoveStale: func(_ string, content []byte) bool { return rlsconfig.IsGenerated(content) },
-	})
+	st, err := atomicfile.StageDir(dir, files, rateLimitFileOpts)
 	if err != nil {
 		return nil, failure(err)
 	}
