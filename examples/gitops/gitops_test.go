@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/budgetgen/budgetgen/internal/cli"
 	"github.com/budgetgen/budgetgen/pkg/render"
@@ -68,11 +70,28 @@ func renderDrift(t *testing.T) {
 	}
 }
 
-// gateCommands returns the budgetgen assert command lines of the CI workflow
-// and of the pre-commit hooks, so the test runs exactly what they run.
-func gateCommands(t *testing.T) [][]string {
+// gateCommand is one budgetgen assert command line of the CI workflow or
+// of the pre-commit hooks, and the directory whose `kustomize build` it
+// reads on stdin ("" when it reads none).
+type gateCommand struct {
+	args      []string
+	kustomize string
+}
+
+// gateCommands returns the gate commands of the CI workflow and of the
+// pre-commit hooks, so the test runs exactly what they run.
+func gateCommands(t *testing.T) []gateCommand {
 	t.Helper()
-	var cmds [][]string
+	var cmds []gateCommand
+	add := func(line string) {
+		build := ""
+		if first, rest, ok := strings.Cut(line, " | "); ok && strings.HasPrefix(first, "kustomize build ") {
+			build, line = strings.TrimPrefix(first, "kustomize build "), rest
+		}
+		if strings.HasPrefix(line, budgetgenC+"assert ") {
+			cmds = append(cmds, gateCommand{strings.Fields(line)[1:], build})
+		}
+	}
 	var wf struct {
 		Jobs map[string]struct {
 			Steps []struct{ Name, Run string }
@@ -81,9 +100,7 @@ func gateCommands(t *testing.T) [][]string {
 	readYAML(t, workflow, &wf)
 	for _, job := range wf.Jobs {
 		for _, s := range job.Steps {
-			if strings.HasPrefix(s.Run, budgetgenC+"assert ") {
-				cmds = append(cmds, strings.Fields(s.Run)[1:])
-			}
+			add(s.Run)
 		}
 	}
 	var pc struct {
@@ -94,15 +111,48 @@ func gateCommands(t *testing.T) [][]string {
 	readYAML(t, preCommit, &pc)
 	for _, r := range pc.Repos {
 		for _, h := range r.Hooks {
-			if strings.HasPrefix(h.Entry, budgetgenC+"assert ") {
-				cmds = append(cmds, strings.Fields(h.Entry)[1:])
-			}
+			add(h.Entry)
 		}
 	}
-	if len(cmds) < 2 {
-		t.Fatalf("found %d assert commands in %s and %s, want the CI step and the hook", len(cmds), workflow, preCommit)
+	if len(cmds) < 3 || !slices.ContainsFunc(cmds, func(c gateCommand) bool { return c.kustomize != "" }) {
+		t.Fatalf("found %d assert commands in %s and %s, want the CI steps (one over kustomize build) and the hook", len(cmds), workflow, preCommit)
 	}
 	return cmds
+}
+
+// run runs the gate command on the repository copy in dir (paths under
+// dir), piping `kustomize build` (krusty, in-process) to it when it reads
+// one, and returns its exit code and output.
+func (g gateCommand) run(t *testing.T, dir string) (int, string) {
+	t.Helper()
+	args := slices.Clone(g.args)
+	for i, a := range args {
+		if a == specPath || strings.HasPrefix(a, "deploy/") {
+			args[i] = filepath.Join(dir, a)
+		}
+	}
+	stdin := ""
+	if g.kustomize != "" {
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, g.kustomize))
+		if err != nil {
+			t.Fatalf("kustomize build %s: %v", g.kustomize, err)
+		}
+		y, err := m.AsYaml()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin = string(y)
+	}
+	var out bytes.Buffer
+	code := cli.Run(context.Background(), args, strings.NewReader(stdin), &out, &out)
+	return code, out.String()
+}
+
+func (g gateCommand) String() string {
+	if g.kustomize != "" {
+		return "kustomize build " + g.kustomize + " | budgetgen " + strings.Join(g.args, " ")
+	}
+	return "budgetgen " + strings.Join(g.args, " ")
 }
 
 func readYAML(t *testing.T, path string, v any) {
@@ -193,11 +243,9 @@ func TestPipeline(t *testing.T) {
 	for _, args := range renderCommands(t) {
 		runRenderCheck(t, args)
 	}
-	for _, args := range gateCommands(t) {
-		var out, errb bytes.Buffer
-		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
-		if code != 0 {
-			t.Errorf("budgetgen %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	for _, g := range gateCommands(t) {
+		if code, out := g.run(t, "."); code != 0 {
+			t.Errorf("%s: exit %d\n%s", g, code, out)
 		}
 	}
 }
@@ -246,17 +294,13 @@ func TestPipelineCatchesHandEdit(t *testing.T) {
 	if err := os.WriteFile(entries[0], []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range gateCommands(t) {
-		args = slices.Clone(args)
-		for i, a := range args {
-			if a == specPath || a == "deploy/" {
-				args[i] = filepath.Join(dir, a)
-			}
-		}
-		var out, errb bytes.Buffer
-		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
-		if code != 1 || !strings.Contains(out.String(), "BG002") || !strings.Contains(out.String(), "BG008") {
-			t.Errorf("budgetgen %s: exit %d, want 1 with BG002 and BG008\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	for _, g := range gateCommands(t) {
+		code, out := g.run(t, dir)
+		// The gate over kustomize build skips drift (BG008): it reads what
+		// is applied, not what render writes.
+		drift := !slices.Contains(g.args, "BG008")
+		if code != 1 || !strings.Contains(out, "BG002") || drift != (strings.Contains(out, "BG008 error") || strings.Contains(out, "title=BG008")) {
+			t.Errorf("%s: exit %d, want 1 with BG002 (and BG008: %v)\n%s", g, code, drift, out)
 		}
 	}
 }
@@ -282,19 +326,17 @@ func TestPipelineCatchesAgentgatewayModeEdit(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range gateCommands(t) {
-		args = slices.Clone(args)
-		for i, a := range args {
-			if a == specPath || a == "deploy/" {
-				args[i] = filepath.Join(dir, a)
-			}
+	for _, g := range gateCommands(t) {
+		code, out := g.run(t, dir)
+		// Text or GitHub annotations: the file (or the ConfigMap kustomize
+		// made of it), the rule and the field either way.
+		where := cfg
+		if g.kustomize != "" {
+			where = "data[agents_ai-budgets-agent-gateway.yaml]"
 		}
-		var out, errb bytes.Buffer
-		code := cli.Run(context.Background(), args, strings.NewReader(""), &out, &errb)
-		// Text or GitHub annotations: the file, the rule and the field either way.
-		if code != 1 || !strings.Contains(out.String(), cfg) || !strings.Contains(out.String(), "BG020") ||
-			!strings.Contains(out.String(), `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
-			t.Errorf("budgetgen %s: exit %d, want 1 with BG020 on %s\n%s%s", strings.Join(args, " "), code, cfg, out.String(), errb.String())
+		if code != 1 || !strings.Contains(out, where) || !strings.Contains(out, "BG020") ||
+			!strings.Contains(out, `descriptors[0].descriptors[0]: budget "per-run" is in shadow mode in the spec`) {
+			t.Errorf("%s: exit %d, want 1 with BG020 on %s\n%s", g, code, where, out)
 		}
 	}
 }

@@ -93,6 +93,11 @@ type Object struct {
 	Kind       string
 	Namespace  string
 	Name       string
+
+	// In names the object a document was read from inside ("ConfigMap
+	// ns/name data[key]" for a rate limit config a ConfigMap holds); empty
+	// for a document of File itself.
+	In string
 }
 
 // KindRateLimitConfig is the Kind given to a document in the rate limit
@@ -124,12 +129,17 @@ func (o *Object) Group() string {
 func (o *Object) Line() int   { return o.Node.Line }
 func (o *Object) Column() int { return o.Node.Column }
 
-// String names the object as Kind namespace/name (or Kind name when cluster scoped).
+// String names the object as Kind namespace/name (or Kind name when cluster
+// scoped), followed by "in <In>" for a document read from inside another.
 func (o *Object) String() string {
-	if o.Namespace == "" {
-		return o.Kind + " " + o.Name
+	s := o.Kind + " " + o.Name
+	if o.Namespace != "" {
+		s = o.Kind + " " + o.Namespace + "/" + o.Name
 	}
-	return o.Kind + " " + o.Namespace + "/" + o.Name
+	if o.In != "" {
+		s += " in " + o.In
+	}
+	return s
 }
 
 // Decode converts the object to plain Go values (map[string]any, []any, ...),
@@ -228,7 +238,7 @@ func Parse(name string, data []byte, opts Options) (objs []*Object, err error) {
 		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 			continue
 		}
-		got, err := objects(name, doc, root)
+		got, err := objects(name, doc, root, data, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +258,7 @@ func yamlError(name string, err error) error {
 	return &Error{File: name, Err: fmt.Errorf("%w: %s", ErrInvalidYAML, strings.TrimPrefix(msg, "yaml: "))}
 }
 
-func objects(name string, doc int, root *yaml.Node) ([]*Object, error) {
+func objects(name string, doc int, root *yaml.Node, src []byte, opts Options) ([]*Object, error) {
 	root = Resolve(root)
 	if root.Kind != yaml.MappingNode {
 		return nil, &Error{File: name, Line: root.Line, Column: root.Column, Err: fmt.Errorf("%w: document is a %s, want a mapping with apiVersion and kind", ErrNotAnObject, kindName(root))}
@@ -266,7 +276,7 @@ func objects(name string, doc int, root *yaml.Node) ([]*Object, error) {
 	if items := Get(root, "items"); strings.HasSuffix(o.Kind, "List") && items != nil {
 		var out []*Object
 		for _, it := range Items(items) {
-			got, err := objects(name, doc, it)
+			got, err := objects(name, doc, it, src, opts)
 			if err != nil {
 				return nil, err
 			}
@@ -276,7 +286,7 @@ func objects(name string, doc int, root *yaml.Node) ([]*Object, error) {
 	}
 	o.Namespace = Str(Get(root, "metadata", "namespace"))
 	o.Name = Str(Get(root, "metadata", "name"))
-	return []*Object{o}, nil
+	return append([]*Object{o}, configMapRateLimitConfigs(o, src, opts)...), nil
 }
 
 func kindName(n *yaml.Node) string {

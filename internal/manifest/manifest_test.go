@@ -223,6 +223,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("- [\n"))
 	f.Add([]byte("apiVersion: v1\nkind: A\n<<: {x: 1}\n"))
 	f.Add([]byte("domain: agents/x\ndescriptors:\n  - key: budget\n    value: per-run\n    descriptors: [{key: principal, rate_limit: {unit: DAY, requests_per_unit: 1}, shadow_mode: true}]\n"))
+	f.Add([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  a.yaml: |\n    domain: d\n    descriptors:\n      - key: budget\n  b: \"domain: e\\ndescriptors: []\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := Read("fuzz.yaml", bytes.NewReader(data), Options{MaxNodes: 10_000, MaxFileBytes: 1 << 20})
 		if err != nil {
@@ -343,5 +344,56 @@ func TestRateLimitConfigDocuments(t *testing.T) {
 				t.Fatalf("objs %+v err %v", objs, err)
 			}
 		})
+	}
+}
+
+// A rate limit config inside a ConfigMap's data (what kustomize's
+// configMapGenerator applies) is read as a RateLimitConfig positioned in
+// the file: line for line in a literal block, at the value otherwise. Other
+// data, valid YAML or not, is not.
+func TestConfigMapRateLimitConfigs(t *testing.T) {
+	src := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: rls
+  namespace: envoy-gateway-system
+data:
+  agents.yaml: |
+
+    domain: agents/x
+    descriptors:
+      - key: budget
+        value: per-run
+  quoted.yaml: "domain: agents/y\ndescriptors: []\n"
+  other.yaml: |
+    descriptors: not a config
+  broken.yaml: "descriptors: [\n"
+  settings: "LOG_LEVEL=debug"
+`
+	objs, err := Parse("cm.yaml", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range objs {
+		if o.IsRateLimitConfig() {
+			d, v := Get(o.Node, "domain"), Get(o.Node, "domain")
+			if ds := Items(Get(o.Node, "descriptors")); len(ds) > 0 {
+				v = Get(ds[0], "value")
+			}
+			got = append(got, fmt.Sprintf("%s domain@%d:%d value@%d:%d %s", o.Name, d.Line, d.Column, v.Line, v.Column, o))
+		}
+	}
+	want := []string{
+		"agents/x domain@9:13 value@12:16 RateLimitConfig agents/x in ConfigMap envoy-gateway-system/rls data[agents.yaml]",
+		"agents/y domain@13:16 value@13:16 RateLimitConfig agents/y in ConfigMap envoy-gateway-system/rls data[quoted.yaml]",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || len(objs) != 3 {
+		t.Fatalf("got %d objects, rate limit configs:\n%s\nwant:\n%s", len(objs), strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The positions are the file's: line 12 column 16 is per-run.
+	line := strings.Split(src, "\n")[11]
+	if !strings.HasPrefix(line[15:], "per-run") {
+		t.Fatalf("line 12 col 16 is %q", line[15:])
 	}
 }
