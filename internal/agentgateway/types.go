@@ -47,8 +47,19 @@ type Policy struct {
 
 // PolicySpec is spec.
 type PolicySpec struct {
-	TargetRefs []TargetRef `json:"targetRefs,omitempty"`
-	Traffic    *Traffic    `json:"traffic,omitempty"`
+	TargetRefs      []TargetRef      `json:"targetRefs,omitempty"`
+	TargetSelectors []TargetSelector `json:"targetSelectors,omitempty"`
+	Traffic         *Traffic         `json:"traffic,omitempty"`
+}
+
+// TargetSelector is LocalPolicyTargetSelectorWithSectionName: every object
+// of the policy's namespace with this group and kind whose labels include
+// matchLabels. budgetgen renders targetRefs; teams' own policies may select.
+type TargetSelector struct {
+	Group       string            `json:"group"`
+	Kind        string            `json:"kind"`
+	MatchLabels map[string]string `json:"matchLabels"`
+	SectionName string            `json:"sectionName,omitempty"`
 }
 
 // TargetRef is LocalPolicyTargetReferenceWithSectionName.

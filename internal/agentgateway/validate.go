@@ -47,24 +47,36 @@ func Validate(p *Policy) []FieldError {
 	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
 		fail("metadata", "name and namespace are required")
 	}
-	refs := p.Spec.TargetRefs
+	refs, sels := p.Spec.TargetRefs, p.Spec.TargetSelectors
 	switch {
-	case len(refs) == 0:
+	case (len(refs) == 0) == (len(sels) == 0):
 		fail("spec.targetRefs", "exactly one of targetRefs and targetSelectors is required (budgetgen renders targetRefs)")
 	case len(refs) > MaxTargetRefs:
 		fail("spec.targetRefs", "at most %d items, got %d", MaxTargetRefs, len(refs))
+	case len(sels) > MaxTargetRefs:
+		fail("spec.targetSelectors", "at most %d items, got %d", MaxTargetRefs, len(sels))
+	}
+	target := func(path, group, kind, firstKind string) {
+		if g, ok := trafficOK[kind]; !ok || g != group {
+			fail(path, "a traffic policy can only target a Gateway, ListenerSet, GRPCRoute, HTTPRoute (group %s) or InferencePool, got %s/%s", gatewayAPIGroup, group, kind)
+		}
+		if kind != firstKind {
+			fail(path, "only one kind of targetRef can be set on one policy")
+		}
 	}
 	for i, r := range refs {
 		path := fmt.Sprintf("spec.targetRefs[%d]", i)
 		if r.Kind == "" || r.Name == "" {
 			fail(path, "group, kind and name are required")
 		}
-		if g, ok := trafficOK[r.Kind]; !ok || g != r.Group {
-			fail(path, "a traffic policy can only target a Gateway, ListenerSet, GRPCRoute, HTTPRoute (group %s) or InferencePool, got %s/%s", gatewayAPIGroup, r.Group, r.Kind)
+		target(path, r.Group, r.Kind, refs[0].Kind)
+	}
+	for i, s := range sels {
+		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
+		if s.Kind == "" || s.MatchLabels == nil {
+			fail(path, "group, kind and matchLabels are required")
 		}
-		if r.Kind != refs[0].Kind {
-			fail(path, "only one kind of targetRef can be set on one policy")
-		}
+		target(path, s.Group, s.Kind, sels[0].Kind)
 	}
 	t := p.Spec.Traffic
 	if t == nil || t.RateLimit == nil || t.RateLimit.Global == nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"gopkg.in/yaml.v3"
+	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
@@ -73,29 +74,31 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 	// One rate limit policy per target: two on the same Gateway overlap
 	// when they name the same listener, or when one names the whole Gateway
 	// (its limit then applies to every listener, the other's too).
-	for i, ref := range pol.Spec.TargetRefs {
-		id := fmt.Sprintf("%s/%s/%s/%s", o.Namespace, ref.Group, ref.Kind, ref.Name)
-		path := fmt.Sprintf("spec.targetRefs[%d]", i)
+	for _, ref := range agwRefs(p, o, &pol) {
+		id := fmt.Sprintf("%s/%s/%s/%s", o.Namespace, ref.group, ref.kind, ref.name)
 		reported := false
 		for _, prev := range targets[id] {
-			if prev.policy == o || (prev.section != "" && ref.SectionName != "" && prev.section != ref.SectionName) {
+			if prev.policy == o || (prev.section != "" && ref.section != "" && prev.section != ref.section) {
 				continue
 			}
-			where := ref.Kind + " " + ref.Name
+			where := ref.kind + " " + ref.name
+			if ref.selected {
+				where += " (selected by " + ref.path + ")"
+			}
 			switch {
-			case prev.section == ref.SectionName && ref.SectionName != "":
-				where += " section " + ref.SectionName
-			case prev.section == "" && ref.SectionName != "":
-				where += " (section " + ref.SectionName + ", inside the whole-Gateway target)"
-			case prev.section != "" && ref.SectionName == "":
+			case prev.section == ref.section && ref.section != "":
+				where += " section " + ref.section
+			case prev.section == "" && ref.section != "":
+				where += " (section " + ref.section + ", inside the whole-Gateway target)"
+			case prev.section != "" && ref.section == "":
 				where += " (the whole Gateway, which holds section " + prev.section + ")"
 			}
-			p.Report(o, NodeAt(o.Node, path), path, "%s is already the target of the global rate limit of %s: agentgateway merges policies per target, so keep one rate limit policy per target", where, prev.policy)
+			p.Report(o, NodeAt(o.Node, ref.path), ref.path, "%s is already the target of the global rate limit of %s: agentgateway merges policies per target, so keep one rate limit policy per target", where, prev.policy)
 			reported = true
 			break
 		}
 		if !reported {
-			targets[id] = append(targets[id], agwTarget{section: ref.SectionName, policy: o})
+			targets[id] = append(targets[id], agwTarget{section: ref.section, policy: o})
 		}
 	}
 	g := pol.Spec.Traffic.RateLimit.Global
@@ -137,6 +140,45 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 		}
 	}
 	return &pol
+}
+
+// agwRef is one object a policy attaches to: a targetRef, or an object of
+// the input that a targetSelector selects.
+type agwRef struct {
+	path                       string // the spec.targetRefs or spec.targetSelectors entry
+	group, kind, name, section string
+	selected                   bool // by a targetSelector
+}
+
+// agwRefs lists the objects pol attaches to. A targetSelector selects the
+// objects of its group and kind in the policy's namespace whose labels hold
+// its matchLabels, among the objects of the input only; one that selects
+// none is reported as a warning (its budgets bind nowhere the gate can see).
+func agwRefs(p *Pass, o *manifest.Object, pol *agentgateway.Policy) []agwRef {
+	var out []agwRef
+	for i, r := range pol.Spec.TargetRefs {
+		out = append(out, agwRef{path: fmt.Sprintf("spec.targetRefs[%d]", i), group: r.Group, kind: r.Kind, name: r.Name, section: r.SectionName})
+	}
+	for i, ts := range pol.Spec.TargetSelectors {
+		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
+		node := NodeAt(o.Node, path)
+		sel, err := labels.ValidatedSelectorFromSet(ts.MatchLabels)
+		if err != nil {
+			p.Report(o, node, path+".matchLabels", "not a valid label selector, so it selects nothing: %v", err)
+			continue
+		}
+		n := 0
+		for _, t := range p.Index.Objects {
+			if t.Kind == ts.Kind && t.Group() == ts.Group && t.Namespace == o.Namespace && sel.Matches(objectLabels(t)) {
+				out = append(out, agwRef{path: path, group: ts.Group, kind: ts.Kind, name: t.Name, section: ts.SectionName, selected: true})
+				n++
+			}
+		}
+		if n == 0 {
+			p.ReportSeverity(Warning, o, node, path, "selects no %s of namespace %s in the input (matchLabels %v): its budgets bind nowhere the gate can see; pass the Gateways, or use targetRefs", ts.Kind, o.Namespace, sel)
+		}
+	}
+	return out
 }
 
 func unitOrDefault(u string) string {

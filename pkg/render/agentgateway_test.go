@@ -162,6 +162,24 @@ func TestAgentgatewaySchemaRules(t *testing.T) {
 				p.Spec.TargetRefs = append(p.Spec.TargetRefs, p.Spec.TargetRefs[0])
 			}
 		}, "spec.targetRefs: at most 16 items, got 17"},
+		{"refs xor selectors: both", func(p *agentgateway.Policy) {
+			p.Spec.TargetSelectors = []agentgateway.TargetSelector{{Group: "gateway.networking.k8s.io", Kind: "Gateway", MatchLabels: map[string]string{"a": "b"}}}
+		}, "exactly one of targetRefs and targetSelectors is required"},
+		{"refs xor selectors: neither", func(p *agentgateway.Policy) { p.Spec.TargetRefs = nil }, "exactly one of targetRefs and targetSelectors is required"},
+		{"selector matchLabels required", func(p *agentgateway.Policy) {
+			p.Spec.TargetRefs = nil
+			p.Spec.TargetSelectors = []agentgateway.TargetSelector{{Group: "gateway.networking.k8s.io", Kind: "Gateway"}}
+		}, "spec.targetSelectors[0]: group, kind and matchLabels are required"},
+		{"selector kind", func(p *agentgateway.Policy) {
+			p.Spec.TargetRefs = nil
+			p.Spec.TargetSelectors = []agentgateway.TargetSelector{{Kind: "Service", MatchLabels: map[string]string{}}}
+		}, "spec.targetSelectors[0]: a traffic policy can only target"},
+	}
+	valid := fresh()
+	valid.Spec.TargetRefs = nil
+	valid.Spec.TargetSelectors = []agentgateway.TargetSelector{{Group: "gateway.networking.k8s.io", Kind: "Gateway", MatchLabels: map[string]string{"tier": "agents"}}}
+	if errs := agentgateway.Validate(valid); len(errs) != 0 {
+		t.Fatalf("a policy with targetSelectors instead of targetRefs is valid in the CRD: %v", errs)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
