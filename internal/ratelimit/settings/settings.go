@@ -449,66 +449,64 @@ func (s Settings) Windows() (window.Windows, error) {
 // Validate checks values and combinations.
 func (s Settings) Validate() error {
 	var errs []error
-	for _, p := range []struct {
-		name string
-		v    int
-	}{{"PORT", s.Port}, {"GRPC_PORT", s.GRPCPort}, {"DEBUG_PORT", s.DebugPort}} {
-		if p.v < 0 || p.v > 65535 {
-			errs = append(errs, fmt.Errorf("%s: %d is not a port", p.name, p.v))
+	name := s.envName // errors name the setting as the table binds it
+	for _, p := range []*int{&s.Port, &s.GRPCPort, &s.DebugPort} {
+		if *p < 0 || *p > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %d is not a port", name(p), *p))
 		}
 	}
 	if s.MemoryLimitRatio < 0 || s.MemoryLimitRatio > 1 {
-		errs = append(errs, fmt.Errorf("MEMORY_LIMIT_RATIO: %v not in [0,1]", s.MemoryLimitRatio))
+		errs = append(errs, fmt.Errorf("%s: %v not in [0,1]", name(&s.MemoryLimitRatio), s.MemoryLimitRatio))
 	}
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
-		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO: %v not in [0,1]", s.NearLimitRatio))
+		errs = append(errs, fmt.Errorf("%s: %v not in [0,1]", name(&s.NearLimitRatio), s.NearLimitRatio))
 	}
 	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
-		errs = append(errs, fmt.Errorf("GRPC_STREAM_WORKERS: %d not in [0,65536]", s.GRPCStreamWorkers))
+		errs = append(errs, fmt.Errorf("%s: %d not in [0,65536]", name(&s.GRPCStreamWorkers), s.GRPCStreamWorkers))
 	}
 	if s.GRPCServerImpl != "lean" && s.GRPCServerImpl != "grpc-go" {
-		errs = append(errs, fmt.Errorf("GRPC_SERVER_IMPL: %q is neither lean nor grpc-go", s.GRPCServerImpl))
+		errs = append(errs, fmt.Errorf("%s: %q is neither lean nor grpc-go", name(&s.GRPCServerImpl), s.GRPCServerImpl))
 	}
 	if s.GRPCMaxConnections < 0 {
-		errs = append(errs, fmt.Errorf("GRPC_MAX_CONNECTIONS: %d must not be negative", s.GRPCMaxConnections))
+		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.GRPCMaxConnections), s.GRPCMaxConnections))
 	}
 	if s.GRPCIdleTimeout < 0 {
-		errs = append(errs, fmt.Errorf("GRPC_IDLE_TIMEOUT: %v must not be negative", s.GRPCIdleTimeout))
+		errs = append(errs, fmt.Errorf("%s: %v must not be negative", name(&s.GRPCIdleTimeout), s.GRPCIdleTimeout))
 	}
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("VALKEY_MAX_FLUSH_DELAY: %v not in [0,10ms]", s.ValkeyMaxFlushDelay))
+		errs = append(errs, fmt.Errorf("%s: %v not in [0,10ms]", name(&s.ValkeyMaxFlushDelay), s.ValkeyMaxFlushDelay))
 	}
 	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
-		errs = append(errs, fmt.Errorf("VALKEY_IDEMPOTENCY_WINDOW: %v not in [1s,1h]", w))
+		errs = append(errs, fmt.Errorf("%s: %v not in [1s,1h]", name(&s.ValkeyIdempotencyWindow), w))
 	}
 	if s.StoreTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("STORE_TIMEOUT: %v must be positive", s.StoreTimeout))
+		errs = append(errs, fmt.Errorf("%s: %v must be positive", name(&s.StoreTimeout), s.StoreTimeout))
 	}
 	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
-		errs = append(errs, fmt.Errorf("LEDGER_RETENTION_DAYS: %d not in [%d, %d]", s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
+		errs = append(errs, fmt.Errorf("%s: %d not in [%d, %d]", name(&s.LedgerRetentionDays), s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
 	}
 	if s.ThresholdEventsURL != "" {
 		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, errors.New("THRESHOLD_EVENTS_URL: want an absolute http:// or https:// URL")) // the value may hold a token
+			errs = append(errs, fmt.Errorf("%s: want an absolute http:// or https:// URL", name(&s.ThresholdEventsURL))) // the value may hold a token
 		}
 	}
 	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
-		errs = append(errs, fmt.Errorf("MEMORY_SNAPSHOT_INTERVAL: %v not in [100ms,1h]", s.MemorySnapshotInterval))
+		errs = append(errs, fmt.Errorf("%s: %v not in [100ms,1h]", name(&s.MemorySnapshotInterval), s.MemorySnapshotInterval))
 	}
 	if s.MemorySnapshotPath != "" && !s.UseMemoryStore() {
-		errs = append(errs, errors.New("MEMORY_SNAPSHOT_PATH is for the embedded store; REDIS_URL is set"))
+		errs = append(errs, fmt.Errorf("%s is for the embedded store; %s is set", name(&s.MemorySnapshotPath), name(&s.RedisURL)))
 	}
 	if s.MemoryMaxCounters < 0 {
-		errs = append(errs, fmt.Errorf("MEMORY_MAX_COUNTERS: %d must not be negative", s.MemoryMaxCounters))
+		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.MemoryMaxCounters), s.MemoryMaxCounters))
 	}
 	if s.RedisAuth != "" && s.RedisAuthFile != "" {
-		errs = append(errs, errors.New("REDIS_AUTH and REDIS_AUTH_FILE are both set; set one"))
+		errs = append(errs, fmt.Errorf("%s and %s are both set; set one", name(&s.RedisAuth), name(&s.RedisAuthFile)))
 	}
 	if s.RedisSentinelAuth != "" && s.RedisSentinelAuthFile != "" {
-		errs = append(errs, errors.New("REDIS_SENTINEL_AUTH and REDIS_SENTINEL_AUTH_FILE are both set; set one"))
+		errs = append(errs, fmt.Errorf("%s and %s are both set; set one", name(&s.RedisSentinelAuth), name(&s.RedisSentinelAuthFile)))
 	}
 	if s.Grace < 0 {
-		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative"))
+		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative")) // Grace is parsed from raw.jitter, which envName cannot see
 	}
 	if _, err := s.Windows(); err != nil {
 		errs = append(errs, err)
@@ -516,26 +514,26 @@ func (s Settings) Validate() error {
 	switch strings.ToLower(s.LogLevel) {
 	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":
 	default:
-		errs = append(errs, fmt.Errorf("LOG_LEVEL: unknown level %q", s.LogLevel))
+		errs = append(errs, fmt.Errorf("%s: unknown level %q", name(&s.LogLevel), s.LogLevel))
 	}
 	switch strings.ToLower(s.HTTPJSON) {
 	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:
 	default:
-		errs = append(errs, fmt.Errorf("HTTP_JSON: %q is not auto, true or false", s.HTTPJSON))
+		errs = append(errs, fmt.Errorf("%s: %q is not auto, true or false", name(&s.HTTPJSON), s.HTTPJSON))
 	}
 	switch strings.ToLower(s.LogFormat) {
 	case "text", "json":
 	default:
-		errs = append(errs, fmt.Errorf("LOG_FORMAT: %q is not text or json", s.LogFormat))
+		errs = append(errs, fmt.Errorf("%s: %q is not text or json", name(&s.LogFormat), s.LogFormat))
 	}
 	switch s.ConfigType {
 	case "FILE", "GRPC_XDS_SOTW":
 	default:
-		errs = append(errs, fmt.Errorf("CONFIG_TYPE: %q is not FILE or GRPC_XDS_SOTW", s.ConfigType))
+		errs = append(errs, fmt.Errorf("%s: %q is not FILE or GRPC_XDS_SOTW", name(&s.ConfigType), s.ConfigType))
 	}
 	if s.RedisURL != "" {
 		if strings.ToLower(s.RedisSocketType) != "tcp" {
-			errs = append(errs, fmt.Errorf("REDIS_SOCKET_TYPE: %q is not supported (set tcp; REDIS_URL is set)", s.RedisSocketType))
+			errs = append(errs, fmt.Errorf("%s: %q is not supported (set tcp; %s is set)", name(&s.RedisSocketType), s.RedisSocketType, name(&s.RedisURL)))
 		}
 		if _, err := ParseRedis(s.RedisURL, s.RedisType); err != nil {
 			errs = append(errs, err)

@@ -123,6 +123,18 @@ func (st setting) help() string {
 	return st.doc + " (" + strings.Join(st.env, ", ") + ")"
 }
 
+// envName returns the first environment variable of the setting bound to
+// field (a pointer to a field of s), so Validate's errors name settings
+// from the table rather than by hand; "" when no setting binds it.
+func (s *Settings) envName(field any) string {
+	for _, st := range table(s, &raw{}) {
+		if v, ok := st.v.(interface{ field() any }); ok && v.field() == field && len(st.env) > 0 {
+			return st.env[0]
+		}
+	}
+	return ""
+}
+
 // Values: flag.Value over a Settings field. Errors say what was expected;
 // the caller names the setting and quotes the input.
 
@@ -131,6 +143,7 @@ type strValue struct{ p *string }
 func str(p *string) flag.Value        { return strValue{p} }
 func (v strValue) Set(s string) error { *v.p = s; return nil }
 func (v strValue) String() string     { return deref(v.p) }
+func (v strValue) field() any         { return v.p }
 func deref[T any](p *T) (z T) {
 	if p != nil {
 		z = *p
@@ -150,6 +163,7 @@ func (v intValue) Set(s string) error {
 	return nil
 }
 func (v intValue) String() string { return strconv.Itoa(deref(v.p)) }
+func (v intValue) field() any     { return v.p }
 
 type boolValue struct{ p *bool }
 
@@ -164,6 +178,7 @@ func (v boolValue) Set(s string) error {
 }
 func (v boolValue) String() string   { return strconv.FormatBool(deref(v.p)) }
 func (v boolValue) IsBoolFlag() bool { return true }
+func (v boolValue) field() any       { return v.p }
 
 type durationValue struct{ p *time.Duration }
 
@@ -177,6 +192,7 @@ func (v durationValue) Set(s string) error {
 	return nil
 }
 func (v durationValue) String() string { return deref(v.p).String() }
+func (v durationValue) field() any     { return v.p }
 
 type ratioValue struct{ p *float32 }
 
@@ -190,3 +206,4 @@ func (v ratioValue) Set(s string) error {
 	return nil
 }
 func (v ratioValue) String() string { return strconv.FormatFloat(float64(deref(v.p)), 'g', -1, 32) }
+func (v ratioValue) field() any     { return v.p }

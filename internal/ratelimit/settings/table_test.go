@@ -59,3 +59,39 @@ func TestTableValues(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestValidateNamesSettingsFromTable: with every validated setting out of
+// range, Validate reports each, and every error names a setting the table
+// binds (envName found it: no error starts with an empty name).
+func TestValidateNamesSettingsFromTable(t *testing.T) {
+	s := Defaults()
+	s.Port, s.GRPCPort, s.DebugPort = -1, 70000, -1
+	s.MemoryLimitRatio, s.NearLimitRatio = 2, -1
+	s.GRPCStreamWorkers, s.GRPCServerImpl, s.GRPCMaxConnections, s.GRPCIdleTimeout = -1, "x", -1, -1
+	s.ValkeyMaxFlushDelay, s.ValkeyIdempotencyWindow, s.StoreTimeout = time.Hour, time.Millisecond, 0
+	s.LedgerRetentionDays, s.ThresholdEventsURL = 0, "ftp://x"
+	s.MemorySnapshotInterval, s.MemorySnapshotPath, s.MemoryMaxCounters = 0, "snap", -1
+	s.RedisURL, s.RedisSocketType = "127.0.0.1:6379", "unix"
+	s.RedisAuth, s.RedisAuthFile, s.RedisSentinelAuth, s.RedisSentinelAuthFile = "a", "f", "a", "f"
+	s.LogLevel, s.HTTPJSON, s.LogFormat, s.ConfigType = "x", "x", "x", "x"
+	err := s.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	names := map[string]bool{}
+	for _, st := range table(&s, &raw{}) {
+		for _, e := range st.env {
+			names[e] = true
+		}
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 24 {
+		t.Errorf("%d errors, want one per broken setting (24):\n%v", len(lines), err)
+	}
+	for _, l := range lines {
+		first := strings.FieldsFunc(l, func(r rune) bool { return r == ':' || r == ' ' })
+		if len(first) == 0 || !names[first[0]] {
+			t.Errorf("error %q does not start with a setting of the table", l)
+		}
+	}
+}
