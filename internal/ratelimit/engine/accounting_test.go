@@ -23,6 +23,39 @@ import (
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
+// accountingEngine is the accounting tests' world: a Valkey store (opts,
+// replaying every 20 ms), its metrics and the engine's in one registry, and
+// an engine (eopts) over the store, wrapped by wrap when not nil, with no
+// over-limit cache (every call reaches the store) and one descriptor whose
+// cap never binds. Both are closed at cleanup, the engine first.
+func accountingEngine(t *testing.T, opts valkeystore.Options, wrap func(*valkeystore.Store) store.Store, eopts Options) (*valkeystore.Store, *Engine, *metrics.Metrics, *prometheus.Registry) {
+	t.Helper()
+	opts.ReplayInterval = 20 * time.Millisecond
+	vs, err := valkeystore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = vs.Close() })
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	storemetrics.Register(reg, vs)
+	eopts.Store, eopts.OverLimitCacheSize, eopts.Metrics = store.Store(vs), -1, m
+	if wrap != nil {
+		eopts.Store = wrap(vs)
+	}
+	e, err := New(eopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	e.SetConfig(mustConfig(t, `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+`))
+	return vs, e, m, reg
+}
+
 // slowProxy forwards TCP to a backend, holding every chunk sent towards
 // it for delay: a slow link, where calls miss their deadline and queue up
 // but nothing is torn down.
@@ -98,24 +131,7 @@ func TestExactAccountingBehindSlowLink(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	var delay atomic.Int64
 	proxy := slowProxy(t, srv.Addr, &delay)
-	vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{proxy}, ReplayInterval: 20 * time.Millisecond, MaxInFlight: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vs.Close()
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	storemetrics.Register(reg, vs)
-	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Metrics: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	e.SetConfig(mustConfig(t, `domain: d
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-`))
+	vs, e, m, reg := accountingEngine(t, valkeystore.Options{Addresses: []string{proxy}, MaxInFlight: 4}, nil, Options{})
 	// Warm the connections, then slow the link.
 	if _, err := e.ShouldRateLimit(context.Background(), req("d", 0, withHits(d("user", "warm"), 0))); err != nil {
 		t.Fatal(err)
@@ -245,24 +261,8 @@ func (l *lateValkey) Charge(ctx context.Context, cs []store.Counter, totals []ui
 // stall test's "Valkey total below sent - ambiguous" under load.
 func TestDeadlineInsideStoreCallIsBuffered(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	vs, err := valkeystore.New(valkeystore.Options{Addresses: []string{srv.Addr}, ReplayInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vs.Close()
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	storemetrics.Register(reg, vs)
-	e, err := New(Options{Store: &lateValkey{Store: vs}, OverLimitCacheSize: -1, Metrics: m, StoreTimeout: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	e.SetConfig(mustConfig(t, `domain: d
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-`))
+	vs, e, m, _ := accountingEngine(t, valkeystore.Options{Addresses: []string{srv.Addr}},
+		func(vs *valkeystore.Store) store.Store { return &lateValkey{Store: vs} }, Options{StoreTimeout: 5 * time.Millisecond})
 	var charged atomic.Uint64
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
