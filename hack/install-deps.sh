@@ -43,14 +43,14 @@ if ! command -v prlimit >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq util-linux >/dev/null
 fi
 
-# h2spec (HTTP/2 conformance, internal/ratelimit/server's TestH2Spec), built at a pinned version
-# into the repository's tools directory.
-H2SPEC_VERSION=v2.2.1+incompatible
+# h2spec (HTTP/2 conformance, internal/ratelimit/server's TestH2Spec), built into the repository's
+# tools directory from hack/tools/h2spec, whose go.mod and go.sum pin h2spec and its dependencies
+# (h2spec has no go.mod of its own: `go install ...@VERSION` would float them).
 tools="$(cd "$(dirname "$0")/.." && pwd)/.tools/bin"
 if [ ! -x "$tools/h2spec" ]; then
   mkdir -p "$tools"
-  GOBIN="$tools" GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION"
-  echo "install-deps: built h2spec $H2SPEC_VERSION into $tools"
+  (cd "$(dirname "$0")/tools/h2spec" && GOBIN="$tools" GOFLAGS=-mod=readonly go install github.com/summerwind/h2spec/cmd/h2spec)
+  echo "install-deps: built h2spec $(grep summerwind/h2spec "$(dirname "$0")/tools/h2spec/go.mod" | awk '{print $NF}') into $tools"
 fi
 
 # @grpc/grpc-js (a non-Go gRPC client, internal/ratelimit/server's TestGRPCJSClient), pinned, into
