@@ -70,16 +70,13 @@ func TestCompareDirMissingAndInvalid(t *testing.T) {
 	}
 }
 
+// listDir is list with each file's content: name=content.
 func listDir(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for _, name := range list(t, dir) {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		out = append(out, name+"="+string(b))
 	}
-	var names []string
-	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		names = append(names, e.Name()+"="+string(b))
-	}
-	return names
+	return out
 }
