@@ -328,7 +328,11 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 			covered, RequiredFullDays, ev.From, ev.To, first.Format(report.DateLayout)))
 	}
 	if principalDays == 0 {
-		reasons = append(reasons, "evidence has no measured principal-days for "+budget)
+		why := ""
+		if eb.NoData != "" {
+			why = ": " + eb.NoData
+		}
+		reasons = append(reasons, "evidence has no measured principal-days for "+budget+why)
 	} else {
 		maxShare := o.MaxLimitedShare
 		if maxShare == 0 {

@@ -211,6 +211,11 @@ func TestPromoteEvidence(t *testing.T) {
 		{"days before shadow do not count", evidence("2026-10-15", 7, 100, 0, 5000000), 0, "covers 5 of the 7"},
 		{"no data", evidence("2026-10-17", 7, 0, 0, 5000000), 0, "no measured principal-days"},
 		{"cap changed", evidence("2026-10-17", 7, 100, 0, 4000000), 0, "cap of 4000000"},
+		{"no data, with the report's reason", func() *report.Report {
+			ev := evidence("2026-10-17", 7, 0, 0, 5000000)
+			ev.Budgets[0].NoData = "not measured: per-run has caps per month only"
+			return ev
+		}(), 0, "no measured principal-days for per-run: not measured: per-run has caps per month only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := Promote(src, "per-run", Options{Now: now, Evidence: tc.ev, MaxLimitedShare: tc.max})

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,44 @@ spec:
 	}
 	if len(r.Warnings) != 0 {
 		t.Errorf("warnings: %v", r.Warnings)
+	}
+}
+
+// A budget whose caps are all per hour, week or month is enforced but never
+// in the ledger (it measures day-window rules): the report says so for it
+// instead of "no measurements in ...", and a budget with a day cap next to
+// a month one is measured as before.
+func TestReportSaysWhyABudgetWithoutDayCapIsNotMeasured(t *testing.T) {
+	doc := `apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetSet
+metadata: {name: s}
+spec:
+  gateways: [{namespace: edge, name: gw1}]
+  identities: {x-user: {jwtClaim: sub}}
+  budgets:
+    - {name: monthly, perPrincipal: x-user, limits: [{tokens: 30000, per: month}, {tokens: 5000, per: week}]}
+    - {name: daily, perPrincipal: x-user, limits: [{tokens: 1000, per: day}, {tokens: 20000, per: month}]}
+`
+	bs, err := spec.Load([]byte(doc), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := MappingFromSpec(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build(nil, m, Options{Now: time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC), Days: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, b := range r.Budgets {
+		got[b.Name] = b.NoData
+	}
+	if want := "not measured: the shadow-week ledger measures day caps, and monthly has caps per month and week only"; !strings.HasPrefix(got["monthly"], want) {
+		t.Errorf("monthly: NoData %q, want it to start %q", got["monthly"], want)
+	}
+	if !strings.HasPrefix(got["daily"], "no measurements in ") {
+		t.Errorf("daily (has a day cap): NoData %q, want the usual no-measurements reason", got["daily"])
 	}
 }

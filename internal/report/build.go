@@ -55,6 +55,9 @@ type BudgetInfo struct {
 	Group bool
 	// Currency is set for a money budget: caps and usage count 1/10,000 of it.
 	Currency string
+	// Unmeasured, when set, is why the budget can have no measurements (no
+	// day cap: the ledger measures day windows); it is the report's NoData.
+	Unmeasured string
 }
 
 // Mapping is the rule-to-budget map (from the spec via render, or from the
@@ -211,7 +214,8 @@ func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
 		def       *population
 		overrides map[string]*population
 		rules     map[string]bool
-		todayData bool // data today, outside the window (no IncludeToday)
+		todayData bool   // data today, outside the window (no IncludeToday)
+		why       string // BudgetInfo.Unmeasured
 	}
 	budgets := map[string]*acc{}
 	get := func(name string) *acc {
@@ -220,6 +224,7 @@ func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
 			a = &acc{b: Budget{Name: name}, def: newPopulation(len(window)), overrides: map[string]*population{}, rules: map[string]bool{}}
 			if bi, ok := m.Budgets[name]; ok {
 				a.b.Mode, a.b.Cap, a.b.Overrides, a.b.Shared, a.b.Currency = bi.Mode, bi.Cap, bi.Overrides, bi.Group, bi.Currency
+				a.why = bi.Unmeasured
 				for p := range bi.Overrides {
 					a.overrides[p] = newPopulation(len(window))
 				}
@@ -327,6 +332,8 @@ func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
 		covered := pr.covered
 		if a.b.Summary.PrincipalDays > 0 {
 			a.b.SuggestedCap, a.b.SuggestionBasis = suggest(pr.distribution, a.b.Summary.Principals, a.b.Shared, o)
+		} else if a.why != "" {
+			a.b.NoData = a.why
 		} else {
 			a.b.NoData = noDataWhy(a.todayData)
 		}

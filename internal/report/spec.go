@@ -2,7 +2,9 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
@@ -32,6 +34,7 @@ func MappingFromSpec(bs *spec.BudgetSet) (Mapping, error) {
 	}
 	for _, ref := range bs.Refs() {
 		bi := BudgetInfo{Mode: string(ref.Rollout.Mode), Cap: uint64(ref.TokensPerDay), Group: ref.Kind == spec.KindGroup || ref.Kind == spec.KindFrontier}
+		bi.Unmeasured = unmeasured(ref)
 		if ref.Budget != nil && len(ref.Budget.Overrides) > 0 {
 			bi.Overrides = map[string]uint64{}
 			for _, o := range ref.Budget.Overrides {
@@ -86,4 +89,31 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 		}
 	}
 	return m, nil
+}
+
+// unmeasured says why a budget has no measurements when none of its caps is
+// per day: the ledger records the usage of day-window rules only, so the
+// caps of a budget with hour, week or month windows alone are enforced but
+// never reported. "" when the budget has a day cap.
+func unmeasured(ref spec.Ref) string {
+	var ls []spec.Limit
+	switch {
+	case ref.Budget != nil:
+		ls = ref.Budget.AllLimits()
+	case ref.Frontier != nil:
+		ls = ref.Frontier.AllLimits()
+	}
+	var windows []string
+	for _, l := range ls {
+		if l.Window() == spec.PeriodDay {
+			return ""
+		}
+		if w := string(l.Window()); !slices.Contains(windows, w) {
+			windows = append(windows, w)
+		}
+	}
+	if len(windows) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("not measured: the shadow-week ledger measures day caps, and %s has caps per %s only (enforced, never reported); add a day cap to measure it", ref.Name, strings.Join(windows, " and "))
 }
