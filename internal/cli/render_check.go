@@ -101,7 +101,9 @@ func writeChange(w io.Writer, path string, c atomicfile.Change) error {
 	if len(lines) > maxDiffLines {
 		lines = append(lines[:maxDiffLines], fmt.Sprintf("... %d more diff lines in %s\n", len(lines)-maxDiffLines, path))
 	}
-	fmt.Fprintf(w, "%s: would %s\n", path, c.Kind)
+	if _, err := fmt.Fprintf(w, "%s: would %s\n", path, c.Kind); err != nil {
+		return err
+	}
 	for _, l := range lines {
 		if _, err := io.WriteString(w, l); err != nil {
 			return err
