@@ -84,6 +84,21 @@ type Entry struct {
 	Window string `yaml:"window"`
 	// Mode is ModeShadow or ModeEnforce.
 	Mode string `yaml:"mode"`
+	// Reserve, when set, is the tokens a check on this rule holds for each
+	// admitted, unfinished request (the spec's reserve and reserveInitial).
+	Reserve *Reserve `yaml:"reserve,omitempty"`
+}
+
+// ReserveAuto is the spec's `reserve: auto`.
+const ReserveAuto = "auto"
+
+// Reserve is a rule's reservation: Tokens held per admitted request, or Auto
+// (learned by the service from the budget's recent charges; Initial until it
+// has seen enough of them).
+type Reserve struct {
+	Tokens  int64 `yaml:"tokens,omitempty"`
+	Auto    bool  `yaml:"auto,omitempty"`
+	Initial int64 `yaml:"initial,omitempty"`
 }
 
 // DescriptorEntry is one level of a descriptor path.

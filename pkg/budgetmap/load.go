@@ -247,9 +247,30 @@ func validate(m *Map, pos map[string]int, file string) ErrorList {
 		if e.Mode != ModeShadow && e.Mode != ModeEnforce {
 			c.fail(p+".mode", "must be %s or %s, got %q", ModeShadow, ModeEnforce, e.Mode)
 		}
+		if r := e.Reserve; r != nil {
+			c.reserve(p+".reserve", e, r)
+		}
 	}
 	slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
 	return c.errs
+}
+
+// reserve checks one entry's reservation: a fixed number of tokens, or auto
+// with an initial value, on a token budget.
+func (c *checker) reserve(p string, e *Entry, r *Reserve) {
+	if e.Kind != KindTokens {
+		c.fail(p, "only a %s rule reserves, this one is %s", KindTokens, e.Kind)
+	}
+	switch {
+	case r.Auto && r.Tokens != 0:
+		c.fail(p+".tokens", "set tokens or auto, not both")
+	case !r.Auto && r.Tokens <= 0:
+		c.fail(p+".tokens", "must be > 0 (or set auto), got %d", r.Tokens)
+	case !r.Auto && r.Initial != 0:
+		c.fail(p+".initial", "is only for auto")
+	case r.Auto && r.Initial <= 0:
+		c.fail(p+".initial", "must be > 0 with auto, got %d", r.Initial)
+	}
 }
 
 // identity is an unambiguous string for (domain, descriptor path).

@@ -55,6 +55,10 @@ type RateLimit struct {
 	// domain and descriptor in the counter key by the budget's bucket and the
 	// principal, so every Gateway's rule of one budget shares one counter.
 	Scope *Scope
+	// Budget, when set, is what the budget map says of the limit's rule
+	// (budget name, window, mode, Gateway, reservation), for metrics, the
+	// ledger and reservations; nil when no budget map names the rule.
+	Budget *Budget
 }
 
 // PathEntry is one level of a limit's config path.
@@ -74,9 +78,50 @@ type Scope struct {
 	Fixed     bool
 }
 
-// ScopeFunc resolves the scope of a limit from its domain and config path;
-// nil means the limit keeps its own counter.
-type ScopeFunc func(domain string, path []PathEntry) *Scope
+// Budget is what the budget map says of one limit's rule. It never holds
+// request values, so its fields are safe as metric labels.
+type Budget struct {
+	// Name is the budget's name ("frontier" for the frontier cap).
+	Name string
+	// Kind is "tokens" or "killswitch" (budgetmap.KindTokens, KindKillSwitch).
+	Kind string
+	// Window is the rule's window (hour, day, week, month).
+	Window string
+	// Mode is "shadow" or "enforce".
+	Mode string
+	// Gateway names the Gateway whose policy holds the rule:
+	// "<kind>:<namespace>/<name>".
+	Gateway string
+	// Bucket is the budget's counter scope (budgetmap Entry.Bucket).
+	Bucket string
+	// Reserve is the budget's reservation; the zero value is none.
+	Reserve Reserve
+}
+
+// Reserve is how many tokens a check on a reserving rule holds for each
+// admitted, unfinished request: a fixed Tokens, or Auto (learned from the
+// budget's recent charges, Initial until there are enough).
+type Reserve struct {
+	Tokens  uint64
+	Auto    bool
+	Initial uint64
+}
+
+// On reports whether the rule reserves.
+func (r Reserve) On() bool { return r.Tokens > 0 || r.Auto }
+
+// Resolved is what a ScopeFunc says of one limit.
+type Resolved struct {
+	// Scope, when set, is the limit's budget counter scope; nil keeps the
+	// limit's own counter.
+	Scope *Scope
+	// Budget, when set, is the budget the limit's rule implements.
+	Budget *Budget
+}
+
+// ScopeFunc resolves the scope and budget of a limit from its domain and
+// config path.
+type ScopeFunc func(domain string, path []PathEntry) Resolved
 
 type node struct {
 	children map[string]*node

@@ -465,7 +465,8 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 				Path:     here,
 			}
 			if c.scope != nil {
-				lim.Scope = c.scope(domain, here)
+				r := c.scope(domain, here)
+				lim.Scope, lim.Budget = r.Scope, r.Budget
 			}
 			c.limits = append(c.limits, lim)
 			n.limit = lim

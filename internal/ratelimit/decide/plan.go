@@ -54,6 +54,15 @@ type Item struct {
 	Over  bool   // above the limit, before shadow and quota modes
 	Near  bool   // OK but above the near-limit ratio
 
+	// Reservations (a rule whose budget reserves, config.Budget.Reserve):
+	// Reserve is what a check on it holds if admitted (0: none, or not a
+	// check); Reserved the tokens held by the bucket's unfinished requests
+	// after the call; Held that this check was admitted and holds Reserve;
+	// ReserveDenied that it is Over only because of the holds (the counter
+	// alone was within the limit).
+	Reserve, Reserved   uint64
+	Held, ReserveDenied bool
+
 	share            []string // config.Match.SharePatterns
 	keyStart, keyEnd int
 }

@@ -18,20 +18,34 @@ const budgetMapSource = "budget_map"
 // ScopeFromMap returns the scope function of a validated budget map: a limit
 // whose domain and config path the map names as a token budget is counted in
 // the entry's bucket; kill switch rules and unnamed limits keep their own
-// counters.
+// counters. Every limit the map names (kill switches too) gets its Budget.
 func ScopeFromMap(m *budgetmap.Map) config.ScopeFunc {
 	ix := budgetmap.NewIndex(m)
-	return func(domain string, path []config.PathEntry) *config.Scope {
+	return func(domain string, path []config.PathEntry) config.Resolved {
 		p := make([]budgetmap.DescriptorEntry, len(path))
 		for i, e := range path {
 			p[i] = budgetmap.DescriptorEntry{Key: e.Key, Value: e.Value}
 		}
 		e := ix.Lookup(domain, p)
-		if e == nil || e.Kind != budgetmap.KindTokens {
-			return nil
+		if e == nil {
+			return config.Resolved{}
 		}
-		return &config.Scope{Bucket: e.Bucket, Principal: e.OverridePrincipal, Fixed: e.OverridePrincipal != ""}
+		r := config.Resolved{Budget: budgetOf(e)}
+		if e.Kind == budgetmap.KindTokens {
+			r.Scope = &config.Scope{Bucket: e.Bucket, Principal: e.OverridePrincipal, Fixed: e.OverridePrincipal != ""}
+		}
+		return r
 	}
+}
+
+// budgetOf is the config's view of a map entry.
+func budgetOf(e *budgetmap.Entry) *config.Budget {
+	b := &config.Budget{Name: e.Budget, Kind: e.Kind, Window: e.Window, Mode: e.Mode, Bucket: e.Bucket,
+		Gateway: e.Gateway.Kind + ":" + e.Gateway.Namespace + "/" + e.Gateway.Name}
+	if r := e.Reserve; r != nil {
+		b.Reserve = config.Reserve{Tokens: uint64(max(r.Tokens, 0)), Auto: r.Auto, Initial: uint64(max(r.Initial, 0))}
+	}
+	return b
 }
 
 // BudgetMapFile watches a budget map file by polling, like Files, and applies
