@@ -59,9 +59,11 @@ type Item struct {
 	// check); Reserved the tokens held by the bucket's unfinished requests
 	// after the call; Held that this check was admitted and holds Reserve;
 	// ReserveDenied that it is Over only because of the holds (the counter
-	// alone was within the limit).
-	Reserve, Reserved   uint64
-	Held, ReserveDenied bool
+	// alone was within the limit). Expired is the tokens of the bucket's
+	// holds this call found past their expiry and released (their charge
+	// never came).
+	Reserve, Reserved, Expired uint64
+	Held, ReserveDenied        bool
 
 	share            []string // config.Match.SharePatterns
 	keyStart, keyEnd int
