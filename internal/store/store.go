@@ -26,6 +26,52 @@ type Counter struct {
 	// Ledger.Field of hash Ledger.Key (the shadow-week ledger, internal/ledger) in
 	// the same round trip. Its failure never fails the charge.
 	Ledger HashIncr
+	// Start marks the first counter of a request in a call that carries
+	// several requests (the charger's batches); the first counter of a call
+	// always starts one. A request's holds are placed all or none.
+	Start bool
+	// Limit and Enforce matter only in a request with a reserving check
+	// (Hold.Reserve > 0): the store admits that request iff no counter with
+	// Enforce is over its Limit (a reserving check is over when
+	// total + reserved >= Limit, any other when total > Limit), and only
+	// then places its holds.
+	Limit   uint64
+	Enforce bool
+	// Hold makes the counter reservation-aware; the zero value is a plain
+	// counter.
+	Hold Hold
+}
+
+// Hold is the reservation part of a counter of a reserving budget: a check
+// (Hits == 0) holds Reserve tokens for its admitted, unfinished request, and
+// the request's charge (Hits > 0, Release 1) adds its real count and releases
+// one hold. Holds are kept per counter, oldest first, and expire.
+type Hold struct {
+	// Reserve is what a check holds if its request is admitted (0: none).
+	Reserve uint64
+	// Release is how many of the counter's oldest live holds the call
+	// releases (a request's charge: 1; none left: nothing, never below zero).
+	Release uint64
+	// ExpireAt is when a hold placed by this call expires, its charge never
+	// having come; the store drops and counts it then (Result.Expired).
+	ExpireAt time.Time
+}
+
+// On reports whether the counter touches holds.
+func (h Hold) On() bool { return h.Reserve > 0 || h.Release > 0 }
+
+// Result is one counter's outcome.
+type Result struct {
+	// Total is the counter after the call's add (its value, for a check).
+	Total uint64
+	// Reserved is the tokens held by the counter's unfinished requests after
+	// the call (reservation-aware counters only).
+	Reserved uint64
+	// Expired is the tokens of the counter's holds this call found past
+	// their expiry and dropped.
+	Expired uint64
+	// Held: this check's request was admitted and its hold placed.
+	Held bool
 }
 
 // HashIncr names one hash field a counter's hits are also added to.
@@ -35,11 +81,13 @@ type HashIncr struct {
 
 // Store charges and reads counters.
 type Store interface {
-	// Charge adds each counter's Hits and writes each counter's value after the
-	// add into totals (len(totals) == len(counters)), in one round trip.
-	// On error no total is meaningful; the caller applies its failure policy.
+	// Charge adds each counter's Hits, places and releases holds, and writes
+	// each counter's outcome into results (len(results) == len(counters)),
+	// in one round trip, counting every hit exactly once (a call that fails
+	// is buffered or replayed by the store, never silently dropped). On
+	// error no result is meaningful; the caller applies its failure policy.
 	// Implementations must return by ctx's deadline.
-	Charge(ctx context.Context, counters []Counter, totals []uint64) error
+	Charge(ctx context.Context, counters []Counter, results []Result) error
 	// Close releases connections. Charge must not be called after Close.
 	Close() error
 }

@@ -113,6 +113,9 @@ func startSvc(t testing.TB, o svcOptions) *svc {
 func tryStartSvc(t testing.TB, o svcOptions) (*svc, error) {
 	t.Helper()
 	env := merge(baseEnv(), o.Env)
+	if _, ok := env["XDG_STATE_HOME"]; !ok {
+		env["XDG_STATE_HOME"] = t.TempDir() // the embedded store's default snapshot, this service's own
+	}
 	logs := o.Logs
 	if logs == nil {
 		logs = &syncBuffer{}

@@ -33,7 +33,7 @@ type batcher struct {
 
 type pending struct {
 	counters []store.Counter
-	totals   []uint64
+	results  []store.Result
 	deadline time.Time
 	done     chan error
 }
@@ -52,15 +52,15 @@ func newBatcher(c *Charger, workers int) *batcher {
 
 // charge queues one request's counters and waits for its totals or its
 // deadline. The returned error wraps store.ErrUnavailable on timeout.
-func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, totals []uint64) error {
+func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, results []store.Result) error {
 	// p owns copies: a request that gives up at its deadline returns while
 	// a flusher may still read p, and the caller reuses its buffers.
 	p := pendingPool.Get().(*pending)
 	p.counters = append(p.counters[:0], counters...)
-	if cap(p.totals) < len(totals) {
-		p.totals = make([]uint64, len(totals))
+	if cap(p.results) < len(results) {
+		p.results = make([]store.Result, len(results))
 	}
-	p.totals = p.totals[:len(totals)]
+	p.results = p.results[:len(results)]
 	p.deadline = now.Add(b.timeout)
 	b.mu.Lock()
 	if b.closed {
@@ -77,7 +77,7 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 	wait := b.deadlines.after(now, b.timeout)
 	select {
 	case err := <-p.done:
-		copy(totals, p.totals)
+		copy(results, p.results)
 		clear(p.counters)
 		pendingPool.Put(p)
 		return err
@@ -94,7 +94,7 @@ func (b *batcher) flusher() {
 	defer b.workers.Done()
 	var batch []*pending
 	var counters []store.Counter
-	var totals []uint64
+	var results []store.Result
 	var orphans []store.Counter
 	for {
 		b.mu.Lock()
@@ -121,7 +121,10 @@ func (b *batcher) flusher() {
 		for _, p := range batch {
 			if !now.Before(p.deadline) {
 				for _, c := range p.counters {
-					if c.Hits > 0 {
+					if c.Hits > 0 || c.Hold.Release > 0 {
+						// Answered by the failure policy: its hits still
+						// count, but it holds nothing.
+						c.Hold.Reserve, c.Start = 0, true
 						orphans = append(orphans, c)
 					}
 				}
@@ -139,12 +142,12 @@ func (b *batcher) flusher() {
 		}
 		counters = append(counters, orphans...)
 		if len(counters) > 0 {
-			if cap(totals) < len(counters) {
-				totals = make([]uint64, len(counters))
+			if cap(results) < len(counters) {
+				results = make([]store.Result, len(counters))
 			}
-			totals = totals[:len(counters)]
+			results = results[:len(counters)]
 			ctx := b.deadlines.after(now, earliest.Sub(now))
-			err := b.c.send(ctx, counters, totals)
+			err := b.c.send(ctx, counters, results)
 			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, store.ErrRefused) {
 				// The store refused the call whole, untouched (the memory
 				// store does when it needs a new counter at its bound); one
@@ -152,7 +155,7 @@ func (b *batcher) flusher() {
 				// cardinality flood would otherwise fail existing principals
 				// open). Charge each request on its own.
 				for _, p := range live {
-					err := b.c.send(ctx, p.counters, p.totals)
+					err := b.c.send(ctx, p.counters, p.results)
 					b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
 					p.done <- err
 				}
@@ -160,7 +163,7 @@ func (b *batcher) flusher() {
 				for i := range orphans {
 					// Answered by the failure policy long ago: a refusal is
 					// reported, not silent.
-					b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], totals[:1]), false)
+					b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], results[:1]), false)
 				}
 			} else {
 				b.c.refused(counters[:len(counters)-len(orphans)], err, true)
@@ -170,7 +173,7 @@ func (b *batcher) flusher() {
 			for _, p := range live {
 				n := len(p.counters)
 				if err == nil {
-					copy(p.totals, totals[off:off+n])
+					copy(p.results, results[off:off+n])
 				}
 				off += n
 				p.done <- err

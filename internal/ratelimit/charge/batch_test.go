@@ -20,7 +20,7 @@ type gateStore struct {
 	release chan struct{}
 }
 
-func (g *gateStore) Charge(ctx context.Context, c []store.Counter, totals []uint64) error {
+func (g *gateStore) Charge(ctx context.Context, c []store.Counter, totals []store.Result) error {
 	first := false
 	g.once.Do(func() { first = true })
 	if first {
@@ -46,7 +46,7 @@ func TestQueuedPastDeadlineStillCharged(t *testing.T) {
 
 	first := make(chan error, 1)
 	go func() {
-		first <- b.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+		first <- b.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 	}()
 	<-g.entered // the only flusher is now stuck in the store
 
@@ -57,7 +57,7 @@ func TestQueuedPastDeadlineStillCharged(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			counters := []store.Counter{{Key: "b", Hits: 7, ExpireAt: exp}, {Key: "c", Hits: 0, ExpireAt: exp}}
-			errs[i] = b.charge(context.Background(), time.Now(), counters, make([]uint64, 2))
+			errs[i] = b.charge(context.Background(), time.Now(), counters, make([]store.Result, 2))
 		}()
 	}
 	wg.Wait()
@@ -70,11 +70,11 @@ func TestQueuedPastDeadlineStillCharged(t *testing.T) {
 	<-first
 	b.close() // flushers drain the queue before they stop
 
-	totals := make([]uint64, 3)
+	totals := make([]store.Result, 3)
 	if err := mem.Charge(context.Background(), []store.Counter{{Key: "a"}, {Key: "b"}, {Key: "c"}}, totals); err != nil {
 		t.Fatal(err)
 	}
-	if totals[0] != 1 || totals[1] != 70 || totals[2] != 0 {
+	if totals[0].Total != 1 || totals[1].Total != 70 || totals[2].Total != 0 {
 		t.Fatalf("totals a, b, c = %v, want [1 70 0]: hits of requests answered at their deadline were lost or doubled", totals)
 	}
 }
@@ -95,7 +95,7 @@ func TestChargeAfterCloseDefers(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := time.Now().Add(time.Hour)
-	err = c.batch.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 4, ExpireAt: exp}, {Key: "b", ExpireAt: exp}}, make([]uint64, 2))
+	err = c.batch.charge(context.Background(), time.Now(), []store.Counter{{Key: "a", Hits: 4, ExpireAt: exp}, {Key: "b", ExpireAt: exp}}, make([]store.Result, 2))
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}

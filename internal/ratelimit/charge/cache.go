@@ -39,6 +39,7 @@ type cacheEntry struct {
 	windowEnd int64 // Unix seconds; the entry is useless from then on
 	expireAt  time.Time
 	pending   uint64
+	releases  uint64 // holds the pending charges release
 }
 
 const cacheShards = 32
@@ -63,8 +64,8 @@ func (c *overCache) shard(k []byte) *cacheShard {
 }
 
 // hit reports whether key is known over limit at nowSec, and if so adds hits
-// to its pending charge.
-func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits uint64) bool {
+// (and the holds they release) to its pending charge.
+func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uint64) bool {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e := sh.m[string(k)]
@@ -79,6 +80,7 @@ func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits uint64) bool 
 	} else {
 		e.pending += hits
 	}
+	e.releases += releases
 	sh.mu.Unlock()
 	return true
 }
@@ -97,7 +99,7 @@ func (c *overCache) put(k []byte, observed uint64, nowSec, windowEnd int64, expi
 	}
 	if len(sh.m) >= c.perShard {
 		for key, e := range sh.m {
-			if nowSec >= e.windowEnd && e.pending == 0 {
+			if nowSec >= e.windowEnd && e.pending == 0 && e.releases == 0 {
 				delete(sh.m, key)
 			}
 		}
@@ -115,9 +117,9 @@ func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			if e.pending > 0 {
-				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt})
-				e.pending = 0
+			if e.pending > 0 || e.releases > 0 {
+				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases}})
+				e.pending, e.releases = 0, 0
 			}
 			if nowSec >= e.windowEnd {
 				delete(sh.m, k)

@@ -35,6 +35,9 @@ const (
 	DefaultFlushInterval = 100 * time.Millisecond
 	// DefaultBatchWorkers coalesce store calls (see Options.BatchWorkers).
 	DefaultBatchWorkers = 4
+	// DefaultHoldExpiry is how long a reservation is held for a request
+	// whose charge never comes (an upstream error, a lost stream-done call).
+	DefaultHoldExpiry = 10 * time.Minute
 )
 
 // Classes of hits that were in no store call (Events.Unsent).
@@ -88,6 +91,12 @@ type Options struct {
 	// DefaultBatchWorkers, negative sends one store call per request from
 	// the request's goroutine.
 	BatchWorkers int
+	// HoldExpiry is how long a reservation holds budget for a request whose
+	// charge never comes; default DefaultHoldExpiry.
+	HoldExpiry time.Duration
+	// ShadowMode is the global SHADOW_MODE: no request is denied, so every
+	// admitted reserving check holds.
+	ShadowMode bool
 	// Events, optional.
 	Events Events
 	// Logger, default slog.Default().
@@ -131,6 +140,9 @@ func New(o Options) (*Charger, error) {
 	if o.BatchWorkers == 0 {
 		o.BatchWorkers = DefaultBatchWorkers
 	}
+	if o.HoldExpiry <= 0 {
+		o.HoldExpiry = DefaultHoldExpiry
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -159,11 +171,11 @@ func (noEvents) Charged(time.Duration, error)         {}
 func (noEvents) Flushed(uint64, time.Duration, error) {}
 func (noEvents) Unsent(string, uint64)                {}
 
-// Scratch holds a request's counters and totals between calls (one per
+// Scratch holds a request's counters and results between calls (one per
 // goroutine, reused).
 type Scratch struct {
 	counters []store.Counter
-	totals   []uint64
+	results  []store.Result
 }
 
 // Annotator is told about each limited item as it is charged (the ledger's
@@ -177,21 +189,73 @@ type Annotator interface {
 }
 
 // Charge charges a planned request: items the over-limit cache knows are
-// marked Cached (their hits charged later), the others get a Slot in the
-// returned totals, all in one store call. It returns the store's error, if
-// any (wrapping store.ErrUnavailable on a deadline); the totals are then
+// marked Cached (their hits charged later), the others get a Slot and are
+// sent in one store call, whose outcome it writes into the items (Total,
+// Reserved, Held, Expired). It returns the store's error, if any (wrapping
+// store.ErrUnavailable on a deadline); the items' outcomes are then
 // meaningless and decide.Answer applies the failure policy. ann may be nil.
-func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time, s *Scratch, ann Annotator) ([]uint64, error) {
+func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time, s *Scratch, ann Annotator) error {
+	counters, denied := c.counters(items, now, s.counters[:0], ann)
+	defer func() {
+		clear(counters) // drop key strings so the pool does not pin them
+		s.counters = counters[:0]
+	}()
+	if len(counters) == 0 {
+		return nil
+	}
+	if denied {
+		// An enforcing item is over (the cache knew): the request is
+		// denied, so its checks hold nothing.
+		for i := range counters {
+			counters[i].Hold.Reserve = 0
+		}
+	}
+	if cap(s.results) < len(counters) {
+		s.results = make([]store.Result, 0, 2*len(counters))
+	}
+	results := s.results[:len(counters)]
+	s.results = results
+	err := c.call(ctx, counters, results)
+	if err != nil {
+		return err
+	}
 	unix := now.Unix()
-	counters := s.counters[:0]
+	for i := range items {
+		it := &items[i]
+		if it.Limit == nil || it.Cached {
+			continue
+		}
+		r := &results[it.Slot]
+		it.Total, it.Reserved, it.Held, it.Expired = r.Total, r.Reserved, r.Held, r.Expired
+		if c.cache != nil && r.Total > uint64(it.Limit.RequestsPerUnit) {
+			if !c.cache.put(it.Key, r.Total, unix, it.WindowEnd, counters[it.Slot].ExpireAt) {
+				c.ev.CacheFull()
+			}
+		}
+	}
+	return nil
+}
+
+// counters builds a request's store counters from its items; denied tells
+// that the over-limit cache answered an enforcing item (the request is
+// denied whatever the store says).
+func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.Counter, ann Annotator) (_ []store.Counter, denied bool) {
+	unix := now.Unix()
 	for i := range items {
 		it := &items[i]
 		l := it.Limit
 		if l == nil {
 			continue
 		}
-		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits) {
+		reserving := l.Budget != nil && l.Budget.Reserve.On()
+		release := uint64(0)
+		if reserving && it.Hits > 0 {
+			release = 1
+		}
+		enforce := !l.ShadowMode && !l.QuotaMode && !c.o.ShadowMode
+		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits, release) {
 			it.Cached = true
+			denied = denied || enforce
 			c.ev.CacheHit()
 			if ann != nil {
 				ann.Cached(i, it)
@@ -199,36 +263,36 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 			continue
 		}
 		it.Slot = len(counters)
-		counters = append(counters, store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it)})
+		k := store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it), Start: len(counters) == 0,
+			Limit: uint64(l.RequestsPerUnit), Enforce: enforce}
+		k.Hold.Release = release
+		if reserving && it.Hits == 0 && it.Reserve > 0 {
+			k.Hold.Reserve, k.Hold.ExpireAt = it.Reserve, now.Add(c.o.HoldExpiry)
+		}
+		counters = append(counters, k)
 		if ann != nil {
 			ann.Counter(i, it, &counters[len(counters)-1])
 		}
 	}
-	defer func() {
-		clear(counters) // drop key strings so the pool does not pin them
-		s.counters = counters[:0]
-	}()
-	if len(counters) == 0 {
-		return nil, nil
-	}
-	if cap(s.totals) < len(counters) {
-		s.totals = make([]uint64, 0, 2*len(counters))
-	}
-	totals := s.totals[:len(counters)]
-	s.totals = totals
+	return counters, denied
+}
+
+// call sends a request's counters (batched, or on its own) and maps the
+// store's refusals.
+func (c *Charger) call(ctx context.Context, counters []store.Counter, results []store.Result) error {
 	start := time.Now()
 	var err error
 	if cerr := ctx.Err(); cerr != nil {
 		c.ev.Unsent(UnsentCallerGone, sumHits(counters))
 		err = fmt.Errorf("%w: %w", store.ErrUnavailable, cerr) // the caller is gone
 	} else if c.batch != nil {
-		err = c.batch.charge(ctx, start, counters, totals)
+		err = c.batch.charge(ctx, start, counters, results)
 	} else {
-		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, totals)
+		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, results)
 		c.refused(counters, err, true)
 	}
 	if err != nil && errors.Is(err, store.ErrOverflow) {
-		err = c.saturate(counters, totals, err)
+		err = c.saturate(counters, results, err)
 	}
 	if err != nil && errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable) {
 		// A bounded store refused a new counter and asks to enforce: deny,
@@ -236,23 +300,7 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 		err = fmt.Errorf("%w: %w", decide.ErrDenied, err)
 	}
 	c.ev.Charged(time.Since(start), err)
-	if err != nil {
-		return nil, err
-	}
-	if c.cache != nil {
-		for i := range items {
-			it := &items[i]
-			if it.Limit == nil || it.Cached {
-				continue
-			}
-			if total := totals[it.Slot]; total > uint64(it.Limit.RequestsPerUnit) {
-				if !c.cache.put(it.Key, total, unix, it.WindowEnd, counters[it.Slot].ExpireAt) {
-					c.ev.CacheFull()
-				}
-			}
-		}
-	}
-	return totals, nil
+	return err
 }
 
 // saturate answers a call that failed because a counter is at the store's
@@ -260,20 +308,20 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 // failed open); the others get their real totals. A store that refused the
 // call whole (store.ErrRefused) applied nothing, so the other counters are
 // charged again on their own; otherwise they were applied and are read.
-func (c *Charger) saturate(counters []store.Counter, totals []uint64, callErr error) error {
+func (c *Charger) saturate(counters []store.Counter, results []store.Result, callErr error) error {
 	read := make([]store.Counter, len(counters))
 	for i, k := range counters {
 		read[i] = store.Counter{Key: k.Key, ExpireAt: k.ExpireAt}
 	}
-	if err := c.st.Charge(c.deadlines.after(time.Now(), c.o.StoreTimeout), read, totals); err != nil {
+	if err := c.st.Charge(c.deadlines.after(time.Now(), c.o.StoreTimeout), read, results); err != nil {
 		return callErr
 	}
 	refused := errors.Is(callErr, store.ErrRefused)
 	var again []store.Counter
 	var at []int
 	for i, k := range counters {
-		if k.Hits > 0 && totals[i] > math.MaxInt64-k.Hits {
-			totals[i] = math.MaxInt64
+		if k.Hits > 0 && results[i].Total > math.MaxInt64-k.Hits {
+			results[i] = store.Result{Total: math.MaxInt64}
 			if refused {
 				c.ev.Unsent(UnsentSaturated, k.Hits) // a store that refused did not count them
 			}
@@ -285,12 +333,12 @@ func (c *Charger) saturate(counters []store.Counter, totals []uint64, callErr er
 		}
 	}
 	if len(again) > 0 {
-		sub := make([]uint64, len(again))
+		sub := make([]store.Result, len(again))
 		if err := c.send(c.deadlines.after(time.Now(), c.o.StoreTimeout), again, sub); err != nil {
 			return err
 		}
 		for j, i := range at {
-			totals[i] = sub[j]
+			results[i] = sub[j]
 		}
 	}
 	return nil
@@ -306,12 +354,12 @@ func (c *Charger) expireAt(it *decide.Item) time.Time {
 // also pass between this check and the store's own one (a preempted
 // flusher on a loaded machine): the store then returns store.ErrNotSent,
 // having kept nothing, and the hits are deferred the same way.
-func (c *Charger) send(ctx context.Context, counters []store.Counter, totals []uint64) error {
+func (c *Charger) send(ctx context.Context, counters []store.Counter, results []store.Result) error {
 	if err := ctx.Err(); err != nil {
 		c.unsent(counters)
 		return fmt.Errorf("%w: deadline passed before the store call: %w", store.ErrUnavailable, err)
 	}
-	err := c.st.Charge(ctx, counters, totals)
+	err := c.st.Charge(ctx, counters, results)
 	if err != nil && errors.Is(err, store.ErrNotSent) {
 		c.unsent(counters)
 	}
@@ -391,10 +439,10 @@ func (c *Charger) Flush() {
 		n := min(len(counters), 512)
 		batch := counters[:n]
 		counters = counters[n:]
-		totals := make([]uint64, n)
+		results := make([]store.Result, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*c.o.StoreTimeout)
 		start := time.Now()
-		err := c.send(ctx, batch, totals)
+		err := c.send(ctx, batch, results)
 		cancel()
 		c.ev.Flushed(sumHits(batch), time.Since(start), err)
 		if err != nil {

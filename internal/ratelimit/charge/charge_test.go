@@ -52,7 +52,7 @@ func (d *deferStore) Defer(cs []store.Counter) {
 	d.mu.Unlock()
 }
 
-func (d *deferStore) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+func (d *deferStore) Charge(ctx context.Context, cs []store.Counter, totals []store.Result) error {
 	if d.refuseUntilDone {
 		<-ctx.Done()
 		return fmt.Errorf("%w: full", store.ErrRefused)
@@ -85,7 +85,7 @@ func TestDeadlineBeforeCallDefersHits(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
 	defer cancel()
 	exp := time.Now().Add(time.Hour)
-	err = c.send(ctx, []store.Counter{{Key: "a", Hits: 5, ExpireAt: exp}, {Key: "b", Hits: 0, ExpireAt: exp}}, make([]uint64, 2))
+	err = c.send(ctx, []store.Counter{{Key: "a", Hits: 5, ExpireAt: exp}, {Key: "b", Hits: 0, ExpireAt: exp}}, make([]store.Result, 2))
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -103,7 +103,7 @@ func TestDeadlineBeforeCallDefersHits(t *testing.T) {
 	defer c2.Close()
 	nd := struct{ store.Store }{mem} // hides memory's Defer
 	c2.st, c2.deferrer = nd, nil
-	_ = c2.send(ctx, []store.Counter{{Key: "a", Hits: 3, ExpireAt: exp}}, make([]uint64, 1))
+	_ = c2.send(ctx, []store.Counter{{Key: "a", Hits: 3, ExpireAt: exp}}, make([]store.Result, 1))
 	if got := ev.get(UnsentDropped); got != 3 {
 		t.Fatalf("unsent dropped = %d, want 3", got)
 	}
@@ -133,7 +133,7 @@ func TestRefusedBatchPastDeadlineDefers(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			cs := []store.Counter{{Key: fmt.Sprint("k", i), Hits: uint64(i + 1), ExpireAt: exp}}
-			if err := c.batch.charge(context.Background(), time.Now(), cs, make([]uint64, 1)); !errors.Is(err, store.ErrUnavailable) {
+			if err := c.batch.charge(context.Background(), time.Now(), cs, make([]store.Result, 1)); !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("request %d: err = %v", i, err)
 			}
 		}(i)
@@ -158,7 +158,7 @@ type lateStore struct {
 	mu    sync.Mutex
 }
 
-func (l *lateStore) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+func (l *lateStore) Charge(ctx context.Context, cs []store.Counter, totals []store.Result) error {
 	l.mu.Lock()
 	l.calls++
 	l.mu.Unlock()
@@ -195,7 +195,7 @@ func TestDeadlinePassingInsideTheCallDefersHits(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					items := []decide.Item{{Key: []byte(fmt.Sprint("k", h)), Hits: h, Limit: &config.RateLimit{RequestsPerUnit: 1000}, WindowEnd: exp.Unix()}}
-					if _, err := c.Charge(context.Background(), items, time.Now(), &Scratch{}, nil); !errors.Is(err, store.ErrUnavailable) {
+					if err := c.Charge(context.Background(), items, time.Now(), &Scratch{}, nil); !errors.Is(err, store.ErrUnavailable) {
 						t.Errorf("charge %d: err = %v, want ErrUnavailable", h, err)
 					}
 				}()
@@ -207,11 +207,11 @@ func TestDeadlinePassingInsideTheCallDefersHits(t *testing.T) {
 			}
 			var got uint64
 			for i := 1; i <= 8; i++ {
-				totals := make([]uint64, 1)
+				totals := make([]store.Result, 1)
 				if err := mem.Charge(context.Background(), []store.Counter{{Key: fmt.Sprint("k", i)}}, totals); err != nil {
 					t.Fatal(err)
 				}
-				got += totals[0]
+				got += totals[0].Total
 			}
 			if got != want || ev.get(UnsentDeferred) != want {
 				t.Fatalf("stored %d, deferred %d; want %d each: hits of calls whose deadline passed inside the call were lost", got, ev.get(UnsentDeferred), want)

@@ -70,6 +70,13 @@ type Verdict struct {
 	GlobalShadowed bool
 }
 
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
 // oneResponse holds a single-descriptor response and its parts, so the
 // common answer costs one allocation.
 type oneResponse struct {
@@ -79,13 +86,20 @@ type oneResponse struct {
 	d    [1]durationpb.Duration
 }
 
-// Answer builds the response from the charged items: totals are the store
-// call's (indexed by Item.Slot), storeErr its error (nil if it succeeded or
-// no call was needed), now the request's instant in Unix seconds. It sets
-// each item's Total, Over and Near. Under FailError a store error is
-// returned as *StoreError and no response. A store error wrapping ErrDenied
-// denies every limited item whatever the policy.
-func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) (*rlpb.RateLimitResponse, Verdict, error) {
+// Answer builds the response from the charged items (their Total, and for a
+// reserving budget Reserved and Held, set by the charger), storeErr the
+// store call's error (nil if it succeeded or no call was needed), now the
+// request's instant in Unix seconds. It sets each item's Over, Near and
+// ReserveDenied. Under FailError a store error is returned as *StoreError
+// and no response. A store error wrapping ErrDenied denies every limited
+// item whatever the policy.
+//
+// An item of a reserving budget answers what is left once the holds of
+// unfinished requests are set aside: limit - total - reserved. A reserving
+// check (Reserve > 0) is admitted iff total + reserved < limit (the store
+// then holds its Reserve); it is ReserveDenied when the counter alone would
+// have admitted it (total <= limit), so false denials can be counted.
+func Answer(items []Item, storeErr error, now int64, p Policy) (*rlpb.RateLimitResponse, Verdict, error) {
 	denied := storeErr != nil && errors.Is(storeErr, ErrDenied)
 	if storeErr != nil && p.Failure == FailError && !denied {
 		return nil, Verdict{}, &StoreError{Err: storeErr}
@@ -115,7 +129,7 @@ func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) 
 		st := &statuses[i]
 		ptrs[i] = st
 		st.Code = rlpb.RateLimitResponse_OK
-		it.Total, it.Over, it.Near = 0, false, false
+		it.Over, it.Near, it.ReserveDenied = false, false, false
 		if it.Unlimited {
 			st.LimitRemaining = math.MaxUint32
 			continue
@@ -133,19 +147,25 @@ func Answer(items []Item, totals []uint64, storeErr error, now int64, p Policy) 
 		limit := uint64(l.RequestsPerUnit)
 		switch {
 		case it.Cached:
+			it.Total = 0
 			it.Over = true
 		case storeErr != nil:
+			it.Total, it.Reserved, it.Held = 0, 0, false
 			it.Over = p.Failure == FailDeny || denied
 			if !it.Over {
 				st.LimitRemaining = l.RequestsPerUnit
 			}
 		default:
-			it.Total = totals[it.Slot]
-			if it.Total > limit {
-				it.Over = true
+			used := satAdd(it.Total, it.Reserved)
+			if it.Reserve > 0 {
+				it.Over = !it.Held && used >= limit
+				it.ReserveDenied = it.Over && it.Total <= limit
 			} else {
-				st.LimitRemaining = uint32(limit - it.Total)
-				it.Near = it.Total > uint64(math.Floor(float64(float32(limit)*nearF)))
+				it.Over = it.Total > limit
+			}
+			if !it.Over {
+				st.LimitRemaining = uint32(limit - min(limit, used))
+				it.Near = used > uint64(math.Floor(float64(float32(limit)*nearF)))
 			}
 		}
 		if it.Over && !l.ShadowMode {

@@ -69,17 +69,15 @@ func (s *sim) do(t *testing.T, now time.Time, r *rlpb.RateLimitRequest) (*rlpb.R
 		t.Fatal(err)
 	}
 	items := s.planner.Plan(s.cfg, r, now, &s.sc)
-	var totals []uint64
 	for i := range items {
 		it := &items[i]
 		if it.Limit == nil {
 			continue
 		}
-		it.Slot = len(totals)
 		s.counters[string(it.Key)] += it.Hits
-		totals = append(totals, s.counters[string(it.Key)])
+		it.Total = s.counters[string(it.Key)]
 	}
-	resp, v, err := Answer(items, totals, nil, now.Unix(), s.policy)
+	resp, v, err := Answer(items, nil, now.Unix(), s.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,14 +227,14 @@ func TestFailureAndCache(t *testing.T) {
 	} {
 		var sc Scratch
 		items := Planner{}.Plan(cfg, r, noon, &sc)
-		resp, _, err := Answer(items, nil, storeErr, noon.Unix(), Policy{Failure: tc.policy})
+		resp, _, err := Answer(items, storeErr, noon.Unix(), Policy{Failure: tc.policy})
 		if err != nil || describe(resp) != tc.want {
 			t.Fatalf("%s: %v %v, want %s", tc.policy, err, resp, tc.want)
 		}
 	}
 	var sc Scratch
 	items := Planner{}.Plan(cfg, r, noon, &sc)
-	_, _, err := Answer(items, nil, storeErr, noon.Unix(), Policy{Failure: FailError})
+	_, _, err := Answer(items, storeErr, noon.Unix(), Policy{Failure: FailError})
 	var se *StoreError
 	if !errors.As(err, &se) || !errors.Is(err, storeErr) {
 		t.Fatalf("FailError: err = %v, want a *StoreError wrapping the store's", err)
@@ -245,7 +243,7 @@ func TestFailureAndCache(t *testing.T) {
 	// denies under every policy, FailError included
 	for _, pol := range []FailurePolicy{FailAllow, FailDeny, FailError} {
 		items = Planner{}.Plan(cfg, r, noon, &sc)
-		resp, _, err := Answer(items, nil, fmt.Errorf("%w: full", ErrDenied), noon.Unix(), Policy{Failure: pol})
+		resp, _, err := Answer(items, fmt.Errorf("%w: full", ErrDenied), noon.Unix(), Policy{Failure: pol})
 		if err != nil || describe(resp) != "OVER_LIMIT OVER_LIMIT/0@5/DAY OK/0@2/DAY OK/0 OK/max" {
 			t.Fatalf("ErrDenied under %s: %v %v", pol, err, resp)
 		}
@@ -253,7 +251,7 @@ func TestFailureAndCache(t *testing.T) {
 	// cached: over whatever the totals, no store slot read
 	items = Planner{}.Plan(cfg, rq("diff", 0, dsc("user", "a")), noon, &sc)
 	items[0].Cached = true
-	resp, v, err := Answer(items, nil, nil, noon.Unix(), Policy{})
+	resp, v, err := Answer(items, nil, noon.Unix(), Policy{})
 	if err != nil || describe(resp) != "OVER_LIMIT OVER_LIMIT/0@5/DAY" || !v.Over {
 		t.Fatalf("cached: %v %v %+v", err, resp, v)
 	}
@@ -354,14 +352,12 @@ func FuzzDecide(f *testing.F) {
 		}
 		var sc Scratch
 		items := Planner{Keys: key.Encoder{Format: key.Envoy}}.Plan(cfg, &r, noon, &sc)
-		var totals []uint64
 		for i := range items {
 			if items[i].Limit != nil {
-				items[i].Slot = len(totals)
-				totals = append(totals, total)
+				items[i].Total = total
 			}
 		}
-		resp, _, err := Answer(items, totals, nil, noon.Unix(), Policy{})
+		resp, _, err := Answer(items, nil, noon.Unix(), Policy{})
 		if err != nil || len(resp.Statuses) != len(r.Descriptors) {
 			t.Fatalf("answer %v, %v for %d descriptors", resp, err, len(r.Descriptors))
 		}

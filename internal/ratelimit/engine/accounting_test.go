@@ -245,7 +245,7 @@ type lateValkey struct {
 	n atomic.Int64
 }
 
-func (l *lateValkey) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+func (l *lateValkey) Charge(ctx context.Context, cs []store.Counter, totals []store.Result) error {
 	if l.n.Add(1)%2 == 0 {
 		<-ctx.Done()
 	}

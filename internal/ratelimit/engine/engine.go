@@ -24,6 +24,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/reserve"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
@@ -86,6 +87,8 @@ type Options struct {
 	FlushInterval time.Duration
 	// BatchWorkers: see charge.Options.BatchWorkers.
 	BatchWorkers int
+	// HoldExpiry: see charge.Options.HoldExpiry (RESERVATION_EXPIRY).
+	HoldExpiry time.Duration
 	// MaxDescriptors, MaxEntries, MaxStringBytes bound requests (defaults above).
 	MaxDescriptors, MaxEntries, MaxStringBytes int
 	// Metrics, optional.
@@ -112,6 +115,7 @@ type Engine struct {
 	policy    decide.Policy
 	limits    decide.Limits
 	charger   *charge.Charger
+	reserves  reserve.Learner
 	ledger    *observe.Ledger // nil when neither ledger nor thresholds
 	observers observe.Multi
 	pool      sync.Pool
@@ -154,7 +158,7 @@ func New(o Options) (*Engine, error) {
 	e.observers = append(e.observers, o.Observers...)
 	c, err := charge.New(charge.Options{Store: o.Store, Now: o.Now, StoreTimeout: o.StoreTimeout, Grace: o.Grace,
 		OverLimitCacheSize: o.OverLimitCacheSize, FlushInterval: o.FlushInterval, BatchWorkers: o.BatchWorkers,
-		Events: events, Logger: o.Logger})
+		HoldExpiry: o.HoldExpiry, ShadowMode: o.ShadowMode, Events: events, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -169,6 +173,13 @@ func New(o Options) (*Engine, error) {
 func (e *Engine) SetConfig(c *config.Config) {
 	if c != nil {
 		e.observers.SetConfig(c)
+		buckets := map[string]bool{}
+		for _, l := range c.Limits() {
+			if l.Budget != nil {
+				buckets[l.Budget.Bucket] = true
+			}
+		}
+		e.reserves.Forget(func(b string) bool { return buckets[b] })
 	}
 	e.cfg.Store(c)
 }
@@ -223,6 +234,24 @@ func (e *Engine) request(ctx context.Context, r *observe.Request) {
 	}
 }
 
+// sizeHolds gives each check of a reserving budget the tokens it holds if
+// admitted (a check is a descriptor whose hits_addend is explicitly 0: Envoy's
+// request-time call, agentgateway's without tokenization), and feeds the
+// charges of auto-reserving budgets to their estimate.
+func (e *Engine) sizeHolds(items []decide.Item) {
+	for i := range items {
+		it := &items[i]
+		if it.Limit == nil || it.Limit.Budget == nil || !it.Limit.Budget.Reserve.On() {
+			continue
+		}
+		if it.Hits == 0 {
+			it.Reserve = e.reserves.Size(it.Limit.Budget)
+		} else {
+			e.reserves.Observe(it.Limit.Budget, it.Hits)
+		}
+	}
+}
+
 // ShouldRateLimit decides one request: validate -> plan -> charge -> answer
 // -> observe. Errors are *decide.InvalidError for a malformed request,
 // decide.ErrNoConfig when no config is loaded, *decide.StoreError when the
@@ -241,6 +270,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	defer e.pool.Put(sc)
 	now := e.o.Now()
 	items := e.planner.Plan(cfg, req, now, &sc.plan)
+	e.sizeHolds(items)
 
 	var ann charge.Annotator
 	if e.ledger != nil {
@@ -255,11 +285,11 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		ann = &sc.ann
 	}
 	defer func() { sc.ann.req = nil; sc.desc = observe.Descriptor{} }() // pin no request
-	totals, storeErr := e.charger.Charge(ctx, items, now, &sc.charge, ann)
+	storeErr := e.charger.Charge(ctx, items, now, &sc.charge, ann)
 	if storeErr != nil {
 		e.o.Logger.Debug("store charge failed", "domain", req.Domain, "policy", e.o.FailurePolicy.String(), "err", storeErr)
 	}
-	resp, verdict, err := decide.Answer(items, totals, storeErr, now.Unix(), e.policy)
+	resp, verdict, err := decide.Answer(items, storeErr, now.Unix(), e.policy)
 	if err != nil {
 		e.request(ctx, &observe.Request{Class: observe.RequestUnavailable, FailurePolicy: FailError.String()})
 		return nil, err

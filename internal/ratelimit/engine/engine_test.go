@@ -77,7 +77,7 @@ type recStore struct {
 	block bool
 }
 
-func (r *recStore) Charge(ctx context.Context, cs []store.Counter, totals []uint64) error {
+func (r *recStore) Charge(ctx context.Context, cs []store.Counter, totals []store.Result) error {
 	r.calls.Add(1)
 	r.mu.Lock()
 	r.last = append([]store.Counter(nil), cs...)
@@ -123,11 +123,11 @@ func newFixture(t *testing.T, kind string, o Options, yaml string) *fixture {
 		mem := memory.New(memory.Options{Now: clk.Now})
 		inner = mem
 		total = func(k string) uint64 {
-			tot := []uint64{0}
+			tot := []store.Result{{}}
 			if err := mem.Charge(context.Background(), []store.Counter{{Key: k}}, tot); err != nil {
 				t.Fatal(err)
 			}
-			return tot[0]
+			return tot[0].Total
 		}
 	case "valkey":
 		srv := valkeytest.Start(t, valkeytest.Options{})
@@ -742,7 +742,7 @@ func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
 		day := f.clk.Now().Unix() / 86400 * 86400
 		full := string(key.Encoder{}.Append(nil, "d", d("user", "full").Entries, nil, 86400, day))
 		exp := time.Unix(day+86400, 0).Add(DefaultGrace)
-		if err := f.st.Store.Charge(context.Background(), []store.Counter{{Key: full, Hits: math.MaxInt64, ExpireAt: exp}}, make([]uint64, 1)); err != nil {
+		if err := f.st.Store.Charge(context.Background(), []store.Counter{{Key: full, Hits: math.MaxInt64, ExpireAt: exp}}, make([]store.Result, 1)); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {

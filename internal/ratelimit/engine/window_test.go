@@ -21,7 +21,7 @@ type recordingStore struct {
 	expiry map[string]time.Time
 }
 
-func (s *recordingStore) Charge(_ context.Context, cs []store.Counter, totals []uint64) error {
+func (s *recordingStore) Charge(_ context.Context, cs []store.Counter, totals []store.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range cs {
@@ -29,7 +29,7 @@ func (s *recordingStore) Charge(_ context.Context, cs []store.Counter, totals []
 		if _, ok := s.expiry[c.Key]; !ok && c.Hits > 0 {
 			s.expiry[c.Key] = c.ExpireAt
 		}
-		totals[i] = s.totals[c.Key]
+		totals[i] = store.Result{Total: s.totals[c.Key]}
 	}
 	return nil
 }

@@ -143,7 +143,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	eng, err := engine.New(engine.Options{
 		Ledger: rec, Thresholds: det,
 		Store: st, Keys: keyEncoder(s), Windows: windows, NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
-		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace,
+		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace, HoldExpiry: s.ReservationExpiry,
 		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
 	})
 	if err != nil {
@@ -341,9 +341,20 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 	if lm != nil {
 		sn.Ledger = lm
 	}
+	release, err := sn.Claim()
+	if err != nil {
+		return nil, fmt.Errorf("%w (set MEMORY_SNAPSHOT_PATH to a writable file of this service's own, or to off to keep no state)", err)
+	}
 	rs, err := sn.Restore()
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("%w (move it away to start empty)", err)
+	}
+	// Write once now, so an unwritable place stops the start instead of
+	// losing the budgets at the first restart.
+	if err := sn.Write(); err != nil {
+		release()
+		return nil, fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", s.MemorySnapshotPath, err)
 	}
 	startup.Warn("memory snapshot restored", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
@@ -356,6 +367,7 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 		if err := sn.Write(); err != nil {
 			log.Error("shutdown memory snapshot failed; the previous one is kept", "err", err)
 		}
+		release()
 	}, nil
 }
 
@@ -380,8 +392,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memo
 		Username: user, Password: pass, SentinelUsername: suser, SentinelPassword: spass,
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
-		Idempotent: s.ValkeyIdempotentCharges, IdempotencyWindow: s.ValkeyIdempotencyWindow,
-		KnownExpiries: s.ValkeyKnownExpiries,
+		IdempotencyWindow: s.ValkeyIdempotencyWindow, KeyPrefix: s.CacheKeyPrefix,
 	}
 	switch s.Redis.Type {
 	case settings.RedisCluster:

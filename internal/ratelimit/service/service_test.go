@@ -48,7 +48,8 @@ type svc struct {
 func startService(t *testing.T, dir string, env map[string]string, args ...string) *svc {
 	t.Helper()
 	logs := &syncBuffer{}
-	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "CONFIG_POLL_INTERVAL": "20ms"}
+	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "CONFIG_POLL_INTERVAL": "20ms",
+		"XDG_STATE_HOME": t.TempDir()} // the embedded store's default snapshot, this test's own
 	if suiteTransport != "" {
 		base["GRPC_SERVER_IMPL"] = suiteTransport
 	}
@@ -183,7 +184,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 		"invalid config": {map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, "bad.yaml:2:1: nope: unknown key"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1"}
+			env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": t.TempDir()}
 			for k, v := range tc.env {
 				env[k] = v
 			}

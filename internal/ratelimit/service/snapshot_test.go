@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +43,7 @@ func chargeUser(t *testing.T, c rlpb.RateLimitServiceClient, user string, n uint
 // function that ends it cleanly (as SIGTERM does) and returns Run's error.
 func runInProcess(t *testing.T, dir string, env map[string]string) (rlpb.RateLimitServiceClient, func() error) {
 	t.Helper()
-	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1"}
+	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": t.TempDir()}
 	for k, v := range env {
 		base[k] = v
 	}
@@ -82,14 +83,15 @@ func runInProcess(t *testing.T, dir string, env map[string]string) (rlpb.RateLim
 	return rlpb.NewRateLimitServiceClient(conn), stop
 }
 
-// TestSnapshotCleanRestart (seed 000): 900,000 of a 1,000,000 day budget
-// spent, the service stopped cleanly and started again on the same
-// MEMORY_SNAPSHOT_PATH: 100,000 remain, not 999,999. The interval is an hour,
-// so only the shutdown snapshot can carry it.
+// TestSnapshotCleanRestart: 900,000 of a 1,000,000 day budget spent, the
+// service stopped cleanly and started again with the default snapshot
+// settings (the state directory is a temporary one here): 100,000 remain,
+// not 999,999. The interval is an hour, so only the shutdown snapshot can
+// carry it.
 func TestSnapshotCleanRestart(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, "d.yaml", snapConfig)
-	env := map[string]string{"MEMORY_SNAPSHOT_PATH": filepath.Join(t.TempDir(), "snap"), "MEMORY_SNAPSHOT_INTERVAL": "1h"}
+	env := map[string]string{"XDG_STATE_HOME": t.TempDir(), "MEMORY_SNAPSHOT_INTERVAL": "1h"}
 	c, stop := runInProcess(t, dir, env)
 	for range 9 {
 		chargeUser(t, c, "alice", 100_000)
@@ -123,9 +125,10 @@ func TestSnapshotCorruptStops(t *testing.T) {
 	}
 }
 
-// TestSnapshotSIGKILL: the service as a real process, SIGKILLed. What was
-// charged at least one interval before the kill survives; at most what was
-// charged in the last interval is lost (docs/reliability.md).
+// TestSnapshotSIGKILL: the service as a real process with default settings
+// (its state directory a temporary one), SIGKILLed. What was charged at
+// least one interval before the kill survives; at most what was charged in
+// the last interval is lost (docs/reliability.md).
 func TestSnapshotSIGKILL(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "ratelimit")
 	build := exec.Command("go", "build", "-o", bin, "github.com/budgetgen/budgetgen/cmd/ratelimit")
@@ -134,12 +137,13 @@ func TestSnapshotSIGKILL(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeConfig(t, dir, "d.yaml", snapConfig)
-	path := filepath.Join(t.TempDir(), "snap")
-	const interval = 200 * time.Millisecond
+	state := t.TempDir()
+	path := filepath.Join(state, "budgetgen", "ratelimit-memory-0.snapshot") // the default, GRPC_PORT 0
+	const interval = 10 * time.Second                                        // the default
 	start := func() (rlpb.RateLimitServiceClient, *exec.Cmd) {
 		cmd := exec.Command(bin, "--config-dir", dir)
-		cmd.Env = append(os.Environ(), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-			"LOG_FORMAT=json", "MEMORY_SNAPSHOT_PATH="+path, "MEMORY_SNAPSHOT_INTERVAL="+interval.String())
+		cmd.Env = append(withoutEnv(os.Environ(), "MEMORY_SNAPSHOT_PATH", "MEMORY_SNAPSHOT_INTERVAL", "REDIS_URL"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+			"LOG_FORMAT=json", "XDG_STATE_HOME="+state)
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -181,9 +185,9 @@ func TestSnapshotSIGKILL(t *testing.T) {
 	// Wait for a snapshot begun after the last charge was answered: it
 	// holds the 900,000 (checked on the file, not assumed from the clock).
 	charged := time.Now()
-	deadline := charged.Add(10 * time.Second)
+	deadline := charged.Add(3 * interval)
 	for {
-		time.Sleep(interval / 4)
+		time.Sleep(interval / 20)
 		if fi, err := os.Stat(path); err == nil && fi.ModTime().After(charged.Add(10*time.Millisecond)) {
 			break
 		}
@@ -211,4 +215,35 @@ func TestSnapshotSIGKILL(t *testing.T) {
 		t.Fatalf("after SIGKILL and restart: %d remaining, want between %d and 99,999 (the 900,000 survive; at most the last interval's %d hits lost)", got, 99_999-late, late)
 	}
 	t.Logf("after SIGKILL: %d remaining: %d of the %d hits of the last interval were lost", got, got-(99_999-late), late)
+}
+
+// withoutEnv drops the named variables from env (KEY=value entries).
+func withoutEnv(env []string, names ...string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, n := range names {
+			drop = drop || k == n
+		}
+		if !drop {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// TestSnapshotClaimed: two services never keep their state in one snapshot
+// (each would overwrite the other's budgets): the second start names the
+// file and fails.
+func TestSnapshotClaimed(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "d.yaml", snapConfig)
+	path := filepath.Join(t.TempDir(), "snap")
+	runInProcess(t, dir, map[string]string{"MEMORY_SNAPSHOT_PATH": path})
+	env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "MEMORY_SNAPSHOT_PATH": path}
+	err := Run(context.Background(), []string{"--config-dir", dir}, func(k string) string { return env[k] }, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second service on one snapshot: err = %v, want an error naming %s as in use", err, path)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,17 +125,6 @@ type Settings struct {
 	// ValkeyPipelineMultiplex (VALKEY_PIPELINE_MULTIPLEX, ours; 0 = the
 	// store's default): 2^n connections per node.
 	ValkeyPipelineMultiplex int
-	// ValkeyKnownExpiries (VALKEY_KNOWN_EXPIRIES, ours; 0 = the store's
-	// default, 200,000) bounds the counters remembered as having their
-	// expiry set, about 190 B each; negative sends PEXPIREAT NX with every
-	// charge.
-	ValkeyKnownExpiries int
-	// ValkeyIdempotentCharges (VALKEY_IDEMPOTENT_CHARGES, ours; false)
-	// charges through one Lua script per call that records the call's id, so
-	// a charge sent but unanswered (a stall, CLIENT PAUSE, a black hole) is
-	// replayed and counted exactly once instead of at most once. It costs
-	// Valkey CPU per call (docs/benchmarks.md), hence off by default.
-	ValkeyIdempotentCharges bool
 	// ValkeyIdempotencyWindow (VALKEY_IDEMPOTENCY_WINDOW, ours; 0 = the
 	// store's default of 1m) is how long a call's id is kept in Valkey, and
 	// so how long an ambiguous charge may be replayed; within [1s, 1h].
@@ -200,15 +191,21 @@ type Settings struct {
 	// or failure-policy (FAILURE_POLICY answers; allow lets it through
 	// uncounted).
 	MemoryFullPolicy memory.FullPolicy
-	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; empty = none) is a
-	// file the embedded store's counters and usage ledger are written to
-	// every MemorySnapshotInterval and at shutdown, atomically, and restored
-	// from at start (windows that ended are dropped; a corrupt file stops the
+	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; default
+	// DefaultSnapshotPath, "off" = none) is a file the embedded store's
+	// counters, holds and usage ledger are written to every
+	// MemorySnapshotInterval and at shutdown, atomically, and restored from
+	// at start (windows that ended are dropped; a corrupt file stops the
 	// start with an error naming it). A crash loses at most one interval.
+	// Load resolves the default; after Load, empty means off.
 	MemorySnapshotPath string
 	// MemorySnapshotInterval (MEMORY_SNAPSHOT_INTERVAL, ours; 10s, within
 	// [100ms, 1h]).
 	MemorySnapshotInterval time.Duration
+	// ReservationExpiry (RESERVATION_EXPIRY, ours; 10m, within [1s, 24h])
+	// is how long a reserving budget's hold outlives a request whose charge
+	// never comes (an upstream error, a lost stream-done call).
+	ReservationExpiry time.Duration
 	// LedgerRetentionDays (LEDGER_RETENTION_DAYS, ours; default 10, within
 	// [8, 92]) keeps each day of shadow-week measurements (internal/ledger) this
 	// many days after it ends.
@@ -242,6 +239,7 @@ func Defaults() Settings {
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
 		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
+		ReservationExpiry: 10 * time.Minute,
 	}
 }
 
@@ -397,11 +395,45 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 		}
 	}
 	sort.Strings(s.Unsupported)
+	s.MemorySnapshotPath = snapshotPath(s.MemorySnapshotPath, s.UseMemoryStore(), getenv, s.GRPCPort)
 	errs = append(errs, s.Validate())
 	if s.RedisURL != "" {
 		s.Redis, _ = ParseRedis(s.RedisURL, s.RedisType) // its errors are Validate's
 	}
 	return s, errors.Join(errs...)
+}
+
+// SnapshotOff is the MEMORY_SNAPSHOT_PATH that turns the embedded store's
+// snapshots off.
+const SnapshotOff = "off"
+
+// DefaultSnapshotPath is where the embedded store keeps its snapshot when
+// MEMORY_SNAPSHOT_PATH is unset: ratelimit-memory-<gRPC port>.snapshot (the
+// port tells two services on one host apart) in $XDG_STATE_HOME/budgetgen/
+// (the container image sets XDG_STATE_HOME=/var/lib), else
+// $HOME/.local/state/budgetgen/ (a plain `go run`), else the temporary
+// directory.
+func DefaultSnapshotPath(getenv func(string) string, grpcPort int) string {
+	file := "ratelimit-memory-" + strconv.Itoa(grpcPort) + ".snapshot"
+	switch {
+	case getenv("XDG_STATE_HOME") != "":
+		return filepath.Join(getenv("XDG_STATE_HOME"), "budgetgen", file)
+	case getenv("HOME") != "":
+		return filepath.Join(getenv("HOME"), ".local", "state", "budgetgen", file)
+	}
+	return filepath.Join(os.TempDir(), "budgetgen-"+file)
+}
+
+// snapshotPath resolves MEMORY_SNAPSHOT_PATH: the default for the embedded
+// store when unset, none when "off" (or with Valkey, which keeps the state).
+func snapshotPath(set string, memoryStore bool, getenv func(string) string, grpcPort int) string {
+	switch {
+	case strings.EqualFold(set, SnapshotOff):
+		return ""
+	case set == "" && memoryStore:
+		return DefaultSnapshotPath(getenv, grpcPort)
+	}
+	return set
 }
 
 // parseWindowMode sets WindowMode from WINDOW_MODE and the reference's
@@ -489,6 +521,9 @@ func (s Settings) Validate() error {
 		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s: want an absolute http:// or https:// URL", name(&s.ThresholdEventsURL))) // the value may hold a token
 		}
+	}
+	if s.ReservationExpiry < time.Second || s.ReservationExpiry > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("%s: %v not in [1s,24h]", name(&s.ReservationExpiry), s.ReservationExpiry))
 	}
 	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("%s: %v not in [100ms,1h]", name(&s.MemorySnapshotInterval), s.MemorySnapshotInterval))

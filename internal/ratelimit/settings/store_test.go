@@ -9,28 +9,42 @@ import (
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
-// TestStoreSettings: the store settings of issue 16 (idempotent Valkey
-// charges, the memory store's full policy and snapshot) parse, default and
-// refuse bad values with the setting's name.
+// TestStoreSettings: the store settings (the idempotency window, the
+// memory store's full policy, snapshot and reservation expiry) parse,
+// default and refuse bad values with the setting's name.
 func TestStoreSettings(t *testing.T) {
-	s, err := Load(nil, envOf(nil), io.Discard)
+	s, err := Load(nil, envOf(map[string]string{"HOME": "/home/u"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ValkeyIdempotentCharges || s.ValkeyIdempotencyWindow != 0 || s.MemoryFullPolicy != memory.FullDeny {
+	if s.ValkeyIdempotencyWindow != 0 || s.MemoryFullPolicy != memory.FullDeny || s.ReservationExpiry != 10*time.Minute {
 		t.Fatalf("defaults: %+v", s)
 	}
+	// The embedded store snapshots by default, under the user's state
+	// directory (XDG_STATE_HOME wins; the image sets it).
+	if s.MemorySnapshotPath != "/home/u/.local/state/budgetgen/ratelimit-memory-8081.snapshot" || s.MemorySnapshotInterval != 10*time.Second {
+		t.Fatalf("snapshot defaults: %q every %v", s.MemorySnapshotPath, s.MemorySnapshotInterval)
+	}
 	s, err = Load(nil, envOf(map[string]string{
-		"VALKEY_IDEMPOTENT_CHARGES": "true", "VALKEY_IDEMPOTENCY_WINDOW": "2m", "MEMORY_FULL_POLICY": "failure-policy",
+		"VALKEY_IDEMPOTENCY_WINDOW": "2m", "MEMORY_FULL_POLICY": "failure-policy", "RESERVATION_EXPIRY": "90s",
+		"XDG_STATE_HOME": "/var/lib", "HOME": "/home/u",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.ValkeyIdempotentCharges || s.ValkeyIdempotencyWindow != 2*time.Minute || s.MemoryFullPolicy != memory.FullFailurePolicy {
-		t.Fatalf("set: idempotent %v window %v full policy %v", s.ValkeyIdempotentCharges, s.ValkeyIdempotencyWindow, s.MemoryFullPolicy)
+	if s.ValkeyIdempotencyWindow != 2*time.Minute || s.MemoryFullPolicy != memory.FullFailurePolicy || s.ReservationExpiry != 90*time.Second {
+		t.Fatalf("set: window %v full policy %v hold expiry %v", s.ValkeyIdempotencyWindow, s.MemoryFullPolicy, s.ReservationExpiry)
 	}
-	if s.MemorySnapshotPath != "" || s.MemorySnapshotInterval != 10*time.Second {
-		t.Fatalf("snapshot defaults: %q every %v", s.MemorySnapshotPath, s.MemorySnapshotInterval)
+	if s.MemorySnapshotPath != "/var/lib/budgetgen/ratelimit-memory-8081.snapshot" {
+		t.Fatalf("snapshot path under XDG_STATE_HOME: %q", s.MemorySnapshotPath)
+	}
+	for _, off := range []string{"off", "OFF"} {
+		if s, err = Load(nil, envOf(map[string]string{"MEMORY_SNAPSHOT_PATH": off, "HOME": "/home/u"}), io.Discard); err != nil || s.MemorySnapshotPath != "" {
+			t.Fatalf("MEMORY_SNAPSHOT_PATH=%s: %q, %v; want snapshots off", off, s.MemorySnapshotPath, err)
+		}
+	}
+	if s, err = Load(nil, envOf(map[string]string{"REDIS_URL": "127.0.0.1:6379", "REDIS_SOCKET_TYPE": "tcp", "HOME": "/home/u"}), io.Discard); err != nil || s.MemorySnapshotPath != "" {
+		t.Fatalf("with Valkey: snapshot path %q, %v; want none (Valkey keeps the state)", s.MemorySnapshotPath, err)
 	}
 	s, err = Load(nil, envOf(map[string]string{"MEMORY_SNAPSHOT_PATH": "/var/lib/rl/snap", "MEMORY_SNAPSHOT_INTERVAL": "30s"}), io.Discard)
 	if err != nil || s.MemorySnapshotPath != "/var/lib/rl/snap" || s.MemorySnapshotInterval != 30*time.Second {
@@ -43,6 +57,7 @@ func TestStoreSettings(t *testing.T) {
 		{map[string]string{"VALKEY_IDEMPOTENCY_WINDOW": "2h"}, "VALKEY_IDEMPOTENCY_WINDOW"},
 		{map[string]string{"MEMORY_FULL_POLICY": "allow"}, "MEMORY_FULL_POLICY"},
 		{map[string]string{"MEMORY_SNAPSHOT_INTERVAL": "10ms"}, "MEMORY_SNAPSHOT_INTERVAL"},
+		{map[string]string{"RESERVATION_EXPIRY": "100ms"}, "RESERVATION_EXPIRY"},
 		{map[string]string{"MEMORY_SNAPSHOT_PATH": "/tmp/snap", "REDIS_URL": "127.0.0.1:6379"}, "MEMORY_SNAPSHOT_PATH"},
 	} {
 		_, err := Load(nil, envOf(tc.env), io.Discard)

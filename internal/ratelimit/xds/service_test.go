@@ -41,6 +41,7 @@ func TestServiceWithEnvoyGatewaySettings(t *testing.T) {
 	eg.set("1", cfg("llm/budgets", 2))
 
 	env := map[string]string{
+		"XDG_STATE_HOME":                     t.TempDir(), // the embedded store's snapshot, this test's own
 		"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
 		"CONFIG_GRPC_XDS_SERVER_URL":         eg.addr,
 		"CONFIG_GRPC_XDS_NODE_ID":            "envoy-ratelimit",
@@ -161,6 +162,7 @@ func TestServiceForceStartWithoutInitialConfig(t *testing.T) {
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": plain.addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "USE_STATSD": "false", "LOG_LEVEL": "warn",
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+		"XDG_STATE_HOME": t.TempDir(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -28,7 +28,7 @@ func BenchmarkCharge(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				cs := make([]store.Counter, n)
-				totals := make([]uint64, n)
+				totals := make([]store.Result, n)
 				ctx := context.Background()
 				for pb.Next() {
 					i := next.Add(1)

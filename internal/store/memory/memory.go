@@ -103,6 +103,9 @@ type Options struct {
 	// FullPolicy is what a call needing a new counter gets at the bound.
 	// Default FullDeny.
 	FullPolicy FullPolicy
+	// MaxHolds bounds the holds one counter keeps (reservations). Default
+	// DefaultMaxHolds.
+	MaxHolds int
 	// Now is the clock used for expiry. Default time.Now.
 	Now func() time.Time
 	// Ledger receives Counter.Ledger writes (the shadow-week ledger,
@@ -132,6 +135,7 @@ type Store struct {
 	swept    atomic.Uint64
 	evicted  atomic.Uint64
 	grace    int64 // ns
+	maxHolds int
 	fullErr  error
 	sweepNow chan struct{} // asks the janitor for a full sweep at the bound
 
@@ -153,7 +157,8 @@ type shard struct {
 
 type counter struct {
 	value    int64
-	expireAt int64 // Unix nanoseconds
+	expireAt int64  // Unix nanoseconds
+	holds    *holdQ // reserving counters only
 }
 
 var _ store.Store = (*Store)(nil)
@@ -176,7 +181,11 @@ func New(opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxHolds <= 0 {
+		opts.MaxHolds = DefaultMaxHolds
+	}
 	s := &Store{
+		maxHolds: opts.MaxHolds,
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
@@ -206,8 +215,9 @@ func (s *Store) Stats() Stats {
 
 // Charge implements store.Store. The whole call is atomic: every shard it
 // touches is locked (in index order) for its duration, so a call is either
-// applied entirely or refused entirely.
-func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []uint64) error {
+// applied entirely or refused entirely, and a request's holds are decided
+// with every counter of the request in view.
+func (s *Store) Charge(ctx context.Context, counters []store.Counter, results []store.Result) error {
 	if err := ctx.Err(); err != nil {
 		// Nothing applied: the caller accounts for the hits (store.ErrNotSent).
 		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
@@ -215,7 +225,7 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 	if s.closed.Load() {
 		return errClosed
 	}
-	if err := validate(counters, totals); err != nil {
+	if err := validate(counters, results); err != nil {
 		return err
 	}
 	if len(counters) == 0 {
@@ -238,17 +248,48 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 			s.shards[v].mu.Unlock()
 		}
 	}()
-
 	now := s.now().UnixNano()
-	// First pass: refuse overflows and count the counters this call may
-	// create, so a refused call changes nothing.
+	reserve, err := s.admit(counters, idx, locks, now)
+	if err != nil {
+		return err
+	}
+	created := int64(0)
+	for start := 0; start < len(counters); {
+		end := start + 1
+		for end < len(counters) && !counters[end].Start {
+			end++
+		}
+		created += s.apply(counters[start:end], idx[start:end], results[start:end], now)
+		start = end
+	}
+	s.count.Add(created - reserve)
+	if s.ledger != nil {
+		for _, c := range counters {
+			if c.Ledger.Key != "" && c.Hits > 0 {
+				s.ledger.HIncrBy(c.Ledger.Key, c.Ledger.Field, c.Hits)
+			}
+		}
+	}
+	return nil
+}
+
+// creates reports whether counter c needs a new entry if its key has none
+// live: an add, or a reserving check (its holds live in the entry).
+func creates(c *store.Counter) bool { return c.Hits > 0 || (c.Hold.Reserve > 0 && c.Hits == 0) }
+
+// admit refuses a call that would overflow a counter or needs new entries
+// beyond the bound (after reclaiming expired and ended-window ones in the
+// shards it holds), so a refused call changes nothing. It returns the
+// entries it reserved in the count.
+func (s *Store) admit(counters []store.Counter, idx, locks []int, now int64) (int64, error) {
 	reserve := int64(0)
 	var earlier map[string]uint64 // hits of earlier counters per key, for long calls
 	if len(counters) > 16 {
 		earlier = make(map[string]uint64, len(counters))
 	}
-	for i, c := range counters {
-		if c.Hits == 0 {
+	for i := range counters {
+		c := &counters[i]
+		if !creates(c) {
 			continue
 		}
 		cur, ok := s.shards[idx[i]].m[c.Key]
@@ -264,8 +305,8 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 			sum = satAdd(sum, prev)
 			earlier[c.Key] = satAdd(prev, c.Hits)
 		} else {
-			for _, p := range counters[:i] {
-				if p.Key == c.Key && p.Hits > 0 {
+			for j := range counters[:i] {
+				if p := &counters[j]; p.Key == c.Key && creates(p) {
 					dup = true
 					sum = satAdd(sum, p.Hits)
 				}
@@ -274,15 +315,13 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		if sum > math.MaxInt64 {
 			// Refused whole, like a call at the counter bound: the other
 			// counters may be charged on their own.
-			return fmt.Errorf("%w (%w): counter %d would overflow", store.ErrOverflow, store.ErrRefused, i)
+			return 0, fmt.Errorf("%w (%w): counter %d would overflow", store.ErrOverflow, store.ErrRefused, i)
 		}
 		if !live && !dup {
 			reserve++
 		}
 	}
 	if reserve > 0 && s.count.Add(reserve) > s.max {
-		// Reclaim expired and ended-window counters in the shards we
-		// hold, then decide.
 		for _, si := range locks {
 			s.reclaimLocked(&s.shards[si], now)
 		}
@@ -293,29 +332,37 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 			case s.sweepNow <- struct{}{}: // the other shards, off this call's path
 			default:
 			}
-			return s.fullErr
+			return 0, s.fullErr
 		}
 	}
-	delta := int64(0) // exact change in stored counters
-	for i, c := range counters {
+	return reserve, nil
+}
+
+// apply applies one request's counters (the shards are locked): adds,
+// reads, hold releases and expiries, then the request's holds if no
+// enforcing counter of it is over. It returns the change in stored entries.
+func (s *Store) apply(counters []store.Counter, idx []int, results []store.Result, now int64) int64 {
+	delta := int64(0)
+	denied := false
+	for i := range counters {
+		c, r := &counters[i], &results[i]
 		m := s.shards[idx[i]].m
 		cur, ok := m[c.Key]
-		live := ok && cur.expireAt > now
-		if c.Hits == 0 {
-			totals[i] = 0
-			if live {
-				totals[i] = uint64(cur.value)
+		*r = store.Result{}
+		if !ok || cur.expireAt <= now {
+			if !creates(c) {
+				continue // a check creates nothing
 			}
-			continue
-		}
-		if !live {
 			cur = counter{expireAt: c.ExpireAt.UnixNano()}
 		}
 		cur.value += int64(c.Hits)
-		totals[i] = uint64(cur.value)
+		r.Total = uint64(cur.value)
+		if c.Hold.On() {
+			cur.holds = cur.holds.touch(now, c.Hold.Release, r)
+		}
+		denied = denied || (c.Enforce && s.over(c, r, cur.holds))
 		if cur.expireAt <= now {
-			// Written with an expiry already past: like Valkey, the add is
-			// answered and the counter is gone at once.
+			// Written with an expiry already past: gone at once, like Valkey.
 			if ok {
 				delete(m, c.Key)
 				delta--
@@ -327,15 +374,38 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, totals []u
 		}
 		m[c.Key] = cur
 	}
-	s.count.Add(delta - reserve)
-	if s.ledger != nil {
-		for _, c := range counters {
-			if c.Ledger.Key != "" && c.Hits > 0 {
-				s.ledger.HIncrBy(c.Ledger.Key, c.Ledger.Field, c.Hits)
-			}
-		}
+	if !denied {
+		s.placeHolds(counters, idx, results, now)
 	}
-	return nil
+	return delta
+}
+
+// over reports whether counter c of a request with a reserving check is
+// over its limit: a reserving check when total + reserved >= limit (or its
+// counter keeps the most holds), any other counter when total > limit.
+func (s *Store) over(c *store.Counter, r *store.Result, q *holdQ) bool {
+	if c.Hold.Reserve > 0 && c.Hits == 0 {
+		return r.Total+r.Reserved >= c.Limit || q.len() >= s.maxHolds
+	}
+	return r.Total > c.Limit
+}
+
+// placeHolds places the holds of a request's admitted reserving checks.
+func (s *Store) placeHolds(counters []store.Counter, idx []int, results []store.Result, now int64) {
+	for i := range counters {
+		c, r := &counters[i], &results[i]
+		if c.Hold.Reserve == 0 || c.Hits != 0 || s.over(c, r, nil) {
+			continue
+		}
+		m := s.shards[idx[i]].m
+		cur, ok := m[c.Key]
+		if !ok || cur.holds.len() >= s.maxHolds {
+			continue
+		}
+		cur.holds = cur.holds.push(hold{exp: c.Hold.ExpireAt.UnixNano(), tokens: c.Hold.Reserve})
+		m[c.Key] = cur
+		r.Reserved, r.Held = cur.holds.reserved, true
+	}
 }
 
 func satAdd(a, b uint64) uint64 {
@@ -371,16 +441,19 @@ func lockOrder(idx, out []int) []int {
 	return out
 }
 
-func validate(counters []store.Counter, totals []uint64) error {
-	if len(totals) != len(counters) {
-		return fmt.Errorf("charge: %d totals for %d counters", len(totals), len(counters))
+func validate(counters []store.Counter, results []store.Result) error {
+	if len(results) != len(counters) {
+		return fmt.Errorf("charge: %d results for %d counters", len(results), len(counters))
 	}
 	for i, c := range counters {
 		if c.Hits > math.MaxInt64 {
 			return fmt.Errorf("charge: counter %d: hits %d above %d", i, c.Hits, int64(math.MaxInt64))
 		}
-		if c.Hits > 0 && c.ExpireAt.IsZero() {
+		if (c.Hits > 0 || c.Hold.On()) && c.ExpireAt.IsZero() {
 			return fmt.Errorf("charge: counter %d: zero ExpireAt would never expire", i)
+		}
+		if c.Hold.Reserve > 0 && c.Hold.ExpireAt.IsZero() {
+			return fmt.Errorf("charge: counter %d: a hold needs its expiry", i)
 		}
 	}
 	return nil

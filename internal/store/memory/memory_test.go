@@ -32,9 +32,9 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func charge(t *testing.T, s *Store, key string, hits uint64, exp time.Time) (uint64, error) {
 	t.Helper()
-	totals := make([]uint64, 1)
+	totals := make([]store.Result, 1)
 	err := s.Charge(context.Background(), []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}}, totals)
-	return totals[0], err
+	return totals[0].Total, err
 }
 
 func TestInjectedClockExpiry(t *testing.T) {
@@ -110,7 +110,7 @@ func TestBoundRefusesNewKeysNeverDropsCounts(t *testing.T) {
 		t.Fatalf("11th key: err = %v, want ErrFull wrapping store.ErrFull, not ErrUnavailable (the default policy denies)", err)
 	}
 	// A multi-counter call needing one new key is refused as a whole.
-	totals := make([]uint64, 2)
+	totals := make([]store.Result, 2)
 	err = s.Charge(context.Background(), []store.Counter{{Key: "k0", Hits: 1, ExpireAt: exp}, {Key: "new2", Hits: 1, ExpireAt: exp}}, totals)
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("mixed call: %v", err)
@@ -193,13 +193,13 @@ func TestLongCallDuplicatesAndOverflow(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		cs = append(cs, store.Counter{Key: fmt.Sprint("k", i%4), Hits: 1, ExpireAt: exp})
 	}
-	totals := make([]uint64, len(cs))
+	totals := make([]store.Result, len(cs))
 	if err := s.Charge(context.Background(), cs, totals); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range totals {
-		if v != uint64(i/4+1) {
-			t.Fatalf("totals[%d] = %d, want %d", i, v, i/4+1)
+		if v.Total != uint64(i/4+1) {
+			t.Fatalf("totals[%d] = %d, want %d", i, v.Total, i/4+1)
 		}
 	}
 	cs[39].Hits = 1 << 62

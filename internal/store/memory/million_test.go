@@ -42,7 +42,7 @@ func millionPrincipals(b *testing.B, gc int) {
 	exp := time.Now().Add(24 * time.Hour)
 	uk := ledger.UsageKey("", ledger.RuleID{Domain: "default/llm", Rule: "per-user"}, ledger.DayOf(time.Now()))
 	cs := make([]store.Counter, 1)
-	totals := make([]uint64, 1)
+	totals := make([]store.Result, 1)
 	ctx := context.Background()
 	var peak int64
 	for i := range n {

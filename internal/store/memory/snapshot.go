@@ -12,7 +12,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
@@ -342,4 +344,31 @@ func (sn *Snapshotter) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// ErrSnapshotInUse is wrapped by Claim's error when another process holds
+// the snapshot.
+var ErrSnapshotInUse = errors.New("memory snapshot in use by another process")
+
+// Claim takes an exclusive lock on the snapshot (an flock on Path + ".lock",
+// since Path itself is replaced by every write), so two services never keep
+// their state in one file: each would overwrite the other's budgets. It
+// creates Path's directory. The lock lasts until release (or the process
+// ends).
+func (sn *Snapshotter) Claim() (release func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(sn.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	f, err := os.OpenFile(sn.Path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close() // a lock we did not get
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, ErrSnapshotInUse)
+		}
+		return nil, fmt.Errorf("memory snapshot %s: lock: %w", sn.Path, err)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock
 }

@@ -33,7 +33,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		{Key: "day|bob", Hits: 7, ExpireAt: day, Ledger: store.HashIncr{Key: "u", Field: "bob"}},
 		{Key: "minute|alice", Hits: 3, ExpireAt: minute},
 	}
-	if err := s.Charge(context.Background(), cs, make([]uint64, len(cs))); err != nil {
+	if err := s.Charge(context.Background(), cs, make([]store.Result, len(cs))); err != nil {
 		t.Fatal(err)
 	}
 	if err := lm.Apply(context.Background(), ledger.Batch{Expire: map[string]time.Time{"u": day.Add(10 * 24 * time.Hour)}}); err != nil {
@@ -61,11 +61,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if st.Counters != 2 || st.ExpiredCounters != 1 || st.Hashes != 1 {
 		t.Fatalf("restore stats %+v: want 2 counters, 1 expired, 1 hash", st)
 	}
-	totals := make([]uint64, 3)
+	totals := make([]store.Result, 3)
 	if err := s2.Charge(context.Background(), []store.Counter{{Key: "day|alice", Hits: 1, ExpireAt: day}, {Key: "day|bob", ExpireAt: day}, {Key: "minute|alice", ExpireAt: minute}}, totals); err != nil {
 		t.Fatal(err)
 	}
-	if totals[0] != 900_001 || totals[1] != 7 || totals[2] != 0 {
+	if totals[0].Total != 900_001 || totals[1].Total != 7 || totals[2].Total != 0 {
 		t.Fatalf("after restore: %v, want [900001 7 0]", totals)
 	}
 	// The expiry is the original absolute one, not a new one.
@@ -133,7 +133,7 @@ func TestSnapshotMissingAndCorrupt(t *testing.T) {
 func FuzzDecodeSnapshot(f *testing.F) {
 	s := New(Options{})
 	defer s.Close()
-	if err := s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 3, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1)); err != nil {
+	if err := s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 3, ExpireAt: time.Now().Add(time.Hour)}}, make([]store.Result, 1)); err != nil {
 		f.Fatal(err)
 	}
 	lm := ledger.NewMemory("", nil)

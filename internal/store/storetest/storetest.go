@@ -41,6 +41,10 @@ func Run(t *testing.T, newStore NewStore) {
 		{"BadInput", testBadInput},
 		{"Overflow", testOverflow},
 		{"Close", testClose},
+		{"HoldsAdmitAndRelease", testHoldsAdmitAndRelease},
+		{"HoldsAllOrNone", testHoldsAllOrNone},
+		{"HoldsExpire", testHoldsExpire},
+		{"HoldsConcurrent", testHoldsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,11 +76,11 @@ func ctx(t *testing.T) context.Context {
 // charge charges one counter and returns its total, failing the test on error.
 func charge(t *testing.T, s store.Store, key string, hits uint64, exp time.Time) uint64 {
 	t.Helper()
-	totals := []uint64{math.MaxUint64}
+	totals := []store.Result{{Total: math.MaxUint64}}
 	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}}, totals); err != nil {
 		t.Fatalf("Charge(%s, %d): %v", key, hits, err)
 	}
-	return totals[0]
+	return totals[0].Total
 }
 
 func hour() time.Time { return time.Now().Add(time.Hour) }
@@ -183,7 +187,7 @@ func testManyCounters(t *testing.T, s store.Store, k keyer) {
 	for i := 0; i < 10; i++ {
 		cs = append(cs, store.Counter{Key: k.key(fmt.Sprintf("n%d", i)), Hits: uint64(i + 1), ExpireAt: exp})
 	}
-	totals := make([]uint64, len(cs))
+	totals := make([]store.Result, len(cs))
 	if err := s.Charge(ctx(t), cs, totals); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func testManyCounters(t *testing.T, s store.Store, k keyer) {
 		want = append(want, uint64(i+1))
 	}
 	for i := range want {
-		if totals[i] != want[i] {
+		if totals[i].Total != want[i] {
 			t.Fatalf("totals = %v, want %v", totals, want)
 		}
 	}
@@ -214,7 +218,7 @@ func testConcurrent(t *testing.T, s store.Store, k keyer) {
 		go func(w int) {
 			defer wg.Done()
 			local := make([]uint64, 0, perWorker)
-			totals := make([]uint64, 2)
+			totals := make([]store.Result, 2)
 			for i := 0; i < perWorker; i++ {
 				hits := uint64(i%3 + 1)
 				c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -226,7 +230,7 @@ func testConcurrent(t *testing.T, s store.Store, k keyer) {
 				}
 				// Each add returns the counter right after it, so totals
 				// seen by different adds of hits>=1 are all distinct.
-				local = append(local, totals[0])
+				local = append(local, totals[0].Total)
 			}
 			mu.Lock()
 			seen = append(seen, local...)
@@ -266,7 +270,7 @@ func testContextDeadline(t *testing.T, s store.Store, k keyer) {
 	defer cancel()
 	<-c.Done()
 	start := time.Now()
-	err := s.Charge(c, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 1))
+	err := s.Charge(c, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]store.Result, 1))
 	if took := time.Since(start); took > 250*time.Millisecond {
 		t.Fatalf("Charge with an expired context took %v", took)
 	}
@@ -279,7 +283,7 @@ func testContextDeadline(t *testing.T, s store.Store, k keyer) {
 	// A live deadline is met.
 	c2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if err := s.Charge(c2, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 1)); err != nil {
+	if err := s.Charge(c2, []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]store.Result, 1)); err != nil {
 		t.Fatalf("Charge with a 1 s deadline: %v", err)
 	}
 	if dl, _ := c2.Deadline(); time.Now().After(dl) {
@@ -292,13 +296,13 @@ func testBadInput(t *testing.T, s store.Store, k keyer) {
 	if err := s.Charge(ctx(t), nil, nil); err != nil {
 		t.Fatalf("empty call: %v", err)
 	}
-	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 2)); err == nil {
+	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]store.Result, 2)); err == nil {
 		t.Fatal("len(totals) != len(counters) accepted")
 	}
-	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1}}, make([]uint64, 1)); err == nil {
+	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1}}, make([]store.Result, 1)); err == nil {
 		t.Fatal("a charge with a zero ExpireAt (a counter that never expires) accepted")
 	}
-	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: math.MaxInt64 + 1, ExpireAt: hour()}}, make([]uint64, 1)); err == nil {
+	if err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: math.MaxInt64 + 1, ExpireAt: hour()}}, make([]store.Result, 1)); err == nil {
 		t.Fatal("hits above MaxInt64 accepted")
 	}
 	if got := charge(t, s, key, 0, hour()); got != 0 {
@@ -311,7 +315,7 @@ func testOverflow(t *testing.T, s store.Store, k keyer) {
 	if got := charge(t, s, key, math.MaxInt64, hour()); got != math.MaxInt64 {
 		t.Fatalf("charge MaxInt64 = %d", got)
 	}
-	err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]uint64, 1))
+	err := s.Charge(ctx(t), []store.Counter{{Key: key, Hits: 1, ExpireAt: hour()}}, make([]store.Result, 1))
 	if !errors.Is(err, store.ErrMalformedReply) {
 		t.Fatalf("overflowing add: err = %v, want ErrMalformedReply", err)
 	}
@@ -328,7 +332,7 @@ func testClose(t *testing.T, s store.Store, k keyer) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	err := s.Charge(ctx(t), []store.Counter{{Key: k.key("x"), Hits: 1, ExpireAt: hour()}}, make([]uint64, 1))
+	err := s.Charge(ctx(t), []store.Counter{{Key: k.key("x"), Hits: 1, ExpireAt: hour()}}, make([]store.Result, 1))
 	if err == nil {
 		t.Fatal("Charge after Close succeeded")
 	}

@@ -25,22 +25,14 @@ func benchKeys() []string {
 
 // BenchmarkCharge: parallel charges (64 goroutines) against a real Valkey on
 // loopback over 10,000 principals, 1 and 3 counters per call (1 s deadline:
-// this measures throughput and CPU, the fault tests measure deadlines), with
-// plain INCRBY and with idempotent charges (the Lua script).
+// this measures throughput and CPU, the fault tests measure deadlines),
+// through the charge script under a call id (exactly once).
 func BenchmarkCharge(b *testing.B) {
 	srv := valkeytest.Start(b, valkeytest.Options{})
 	keys := benchKeys()
-	for _, c := range []struct {
-		n          int
-		idempotent bool
-	}{{1, false}, {3, false}, {1, true}, {3, true}} {
-		n := c.n
-		name := "counters=" + strconv.Itoa(n)
-		if c.idempotent {
-			name += "/idempotent"
-		}
-		b.Run(name, func(b *testing.B) {
-			s, err := New(Options{Addresses: []string{srv.Addr}, Idempotent: c.idempotent})
+	for _, n := range []int{1, 3} {
+		b.Run("counters="+strconv.Itoa(n), func(b *testing.B) {
+			s, err := New(Options{Addresses: []string{srv.Addr}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -59,7 +51,7 @@ func BenchmarkCharge(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				cs := make([]store.Counter, n)
-				totals := make([]uint64, n)
+				totals := make([]store.Result, n)
 				for pb.Next() {
 					i := next.Add(1)
 					for j := range cs {

@@ -27,22 +27,6 @@ func (c commands) get(key string) valkey.Completed {
 	return c.b.Arbitrary("GET").Args(key).Build()
 }
 
-func (c commands) incrby(key string, n uint64) valkey.Completed {
-	if c.slotted {
-		return c.b.Incrby().Key(key).Increment(int64(n)).Build()
-	}
-	return c.b.Arbitrary("INCRBY").Args(key, strconv.FormatInt(int64(n), 10)).Build()
-}
-
-// pexpireatNX sets an absolute expiry (ms) unless the key already has one:
-// idempotent, so it is always safe to send again.
-func (c commands) pexpireatNX(key, ms string) valkey.Completed {
-	if c.slotted {
-		return c.b.Arbitrary("PEXPIREAT").Keys(key).Args(ms, "NX").Build()
-	}
-	return c.b.Arbitrary("PEXPIREAT").Args(key, ms, "NX").Build()
-}
-
 func (c commands) hincrby(key, field string, n uint64) valkey.Completed {
 	if c.slotted {
 		return c.b.Hincrby().Key(key).Field(field).Increment(int64(n)).Build()

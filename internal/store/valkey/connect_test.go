@@ -40,7 +40,7 @@ func TestConnectInBackground(t *testing.T) {
 	const calls = 50
 	for i := range calls {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		err := s.Charge(ctx, []store.Counter{{Key: "bg", Hits: uint64(i + 1), ExpireAt: exp}}, make([]uint64, 1))
+		err := s.Charge(ctx, []store.Counter{{Key: "bg", Hits: uint64(i + 1), ExpireAt: exp}}, make([]store.Result, 1))
 		cancel()
 		if !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("charge %d before connecting: %v, want ErrUnavailable", i, err)
@@ -67,9 +67,9 @@ func TestConnectInBackground(t *testing.T) {
 	if got, _ := srv.Do("GET", "bg"); got != fmt.Sprint(want) {
 		t.Fatalf("GET bg = %s later, want %d (replayed once)", got, want)
 	}
-	totals := make([]uint64, 1)
-	if err := s.Charge(context.Background(), []store.Counter{{Key: "bg", Hits: 1, ExpireAt: exp}}, totals); err != nil || totals[0] != want+1 {
-		t.Fatalf("charge after connecting: %v, total %d", err, totals[0])
+	totals := make([]store.Result, 1)
+	if err := s.Charge(context.Background(), []store.Counter{{Key: "bg", Hits: 1, ExpireAt: exp}}, totals); err != nil || totals[0].Total != want+1 {
+		t.Fatalf("charge after connecting: %v, total %d", err, totals[0].Total)
 	}
 	if st := s.Stats(); st.Replayed != want || st.Lost != 0 {
 		t.Fatalf("stats %+v", st)
@@ -87,7 +87,7 @@ func TestConnectInBackgroundClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = s.Charge(context.Background(), []store.Counter{{Key: "x", Hits: 4, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1))
+	_ = s.Charge(context.Background(), []store.Counter{{Key: "x", Hits: 4, ExpireAt: time.Now().Add(time.Hour)}}, make([]store.Result, 1))
 	done := make(chan struct{})
 	go func() { s.Close(); close(done) }()
 	select {

@@ -11,9 +11,10 @@ func (s *Store) Defer(counters []store.Counter) {
 	s.entry.RLock() // Close waits, so these hits are buffered before it drains
 	defer s.entry.RUnlock()
 	if s.closed.Load() {
-		for _, k := range counters {
-			s.loss(k.Hits, "store closed")
+		for i := range counters {
+			s.countWrite(&counters[i], store.Lost)
 		}
+		s.logs.loss(s.log, "store closed", s.Stats())
 		return
 	}
 	if s.testHookDeferred != nil {

@@ -100,7 +100,7 @@ func TestDeadlineWhenClientIgnoresContext(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			t0 := time.Now()
-			errs[i] = s.Charge(ctx, []store.Counter{{Key: "k", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+			errs[i] = s.Charge(ctx, []store.Counter{{Key: "k", Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 			lat[i] = time.Since(t0)
 		}(i)
 	}
@@ -199,7 +199,7 @@ func TestShortReplyCountedAmbiguous(t *testing.T) {
 	defer s.Close()
 	exp := time.Now().Add(time.Hour)
 	cs := []store.Counter{{Key: "a", Hits: 3, ExpireAt: exp, Ledger: store.HashIncr{Key: "h", Field: "f"}}, {Key: "b", Hits: 0, ExpireAt: exp}, {Key: "c", Hits: 4, ExpireAt: exp}}
-	err = s.Charge(context.Background(), cs, make([]uint64, len(cs)))
+	err = s.Charge(context.Background(), cs, make([]store.Result, len(cs)))
 	if !errors.Is(err, store.ErrMalformedReply) {
 		t.Fatalf("err = %v, want ErrMalformedReply", err)
 	}
@@ -221,7 +221,7 @@ func TestChargeAfterCloseCountedLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	err = s.Charge(context.Background(), []store.Counter{{Key: "a", Hits: 5, ExpireAt: time.Now().Add(time.Hour)}}, make([]uint64, 1))
+	err = s.Charge(context.Background(), []store.Counter{{Key: "a", Hits: 5, ExpireAt: time.Now().Add(time.Hour)}}, make([]store.Result, 1))
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}

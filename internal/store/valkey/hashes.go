@@ -26,7 +26,7 @@ func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
 		// keeps the batch and sends it at its next flush.
 		return fmt.Errorf("%w: not connected to valkey yet: ledger write not sent", store.ErrUnavailable)
 	}
-	if since, stalled := s.stalled(); stalled {
+	if since, stalled := s.stall.stalled(); stalled {
 		return fmt.Errorf("%w: valkey has answered nothing for %v: ledger write not sent", store.ErrUnavailable, since.Round(time.Millisecond))
 	}
 	select {
@@ -45,13 +45,7 @@ func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
 	for _, e := range w.Expire {
 		cmds = append(cmds, s.b.Expireat().Key(e.Key).Timestamp(e.At.Unix()).Build())
 	}
-	if s.unansweredSince.Load() == 0 {
-		s.unansweredSince.CompareAndSwap(0, s.mono())
-	}
-	res := s.client.DoMulti(ctx, cmds...)
-	if answered(res) {
-		s.unansweredSince.Store(0)
-	}
+	res := s.do(ctx, cmds)
 	for i, r := range res {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("ledger write (%d of %d commands): %w", i+1, len(cmds), wrapErr(err))

@@ -47,7 +47,7 @@ func TestLedgerFlushThroughStore(t *testing.T) {
 	exp := now.Add(time.Hour)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := s.Charge(ctx, []store.Counter{{Key: "g", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+		err := s.Charge(ctx, []store.Counter{{Key: "g", Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 		cancel()
 		if err != nil {
 			break

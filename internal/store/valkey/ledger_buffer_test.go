@@ -47,7 +47,7 @@ func TestOutageBufferLedger(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		err := s.Charge(ctx, cs, make([]uint64, len(cs)))
+		err := s.Charge(ctx, cs, make([]store.Result, len(cs)))
 		for _, c := range cs {
 			wantC[c.Key] += c.Hits
 			wantL[c.Ledger] += c.Hits
@@ -145,7 +145,7 @@ func TestOutageBufferLedgerBound(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		c := store.Counter{Key: "b" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp, Ledger: usage("r", "p"+strconv.Itoa(i))}
-		err := s.Charge(ctx, []store.Counter{c}, make([]uint64, 1))
+		err := s.Charge(ctx, []store.Counter{c}, make([]store.Result, 1))
 		cancel()
 		if err == nil {
 			t.Fatal("charge succeeded with Valkey down")
@@ -192,9 +192,9 @@ func TestLedgerWrongTypeNotBuffered(t *testing.T) {
 	if _, err := srv.Do("SET", "notahash", "x"); err != nil {
 		t.Fatal(err)
 	}
-	totals := make([]uint64, 1)
+	totals := make([]store.Result, 1)
 	err := s.Charge(context.Background(), []store.Counter{{Key: "c", Hits: 7, ExpireAt: time.Now().Add(time.Hour), Ledger: store.HashIncr{Key: "notahash", Field: "f"}}}, totals)
-	if err != nil || totals[0] != 7 {
+	if err != nil || totals[0].Total != 7 {
 		t.Fatalf("charge = %v, %v; want nil, 7", err, totals)
 	}
 	if st := s.Stats(); st.LedgerLost != 7 || st.BufferKeys != 0 || st.Lost != 0 {

@@ -92,7 +92,7 @@ func startLoad(s *Store, prefix string, workers int, deadline time.Duration) *lo
 			defer l.wg.Done()
 			key := l.key(w)
 			local := make([]rec, 0, 1024)
-			totals := make([]uint64, 1)
+			totals := make([]store.Result, 1)
 			mine := uint64(0) // hits this worker saw acknowledged
 			for i := 0; i < l.maxCalls; i++ {
 				select {
@@ -112,7 +112,7 @@ func startLoad(s *Store, prefix string, workers int, deadline time.Duration) *lo
 					mine++
 					// Only this worker charges its key, so the total can
 					// never be below what it saw acknowledged.
-					if totals[0] < mine {
+					if totals[0].Total < mine {
 						l.wrong.Add(1)
 					}
 				}
@@ -343,7 +343,7 @@ func TestFaultStall(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
 				defer cancel()
 				t0 := time.Now()
-				err := s.Charge(ctx, []store.Counter{{Key: fmt.Sprintf("burst:%d", i), Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+				err := s.Charge(ctx, []store.Counter{{Key: fmt.Sprintf("burst:%d", i), Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 				d := time.Since(t0)
 				if err == nil {
 					burstOK.Add(1)
@@ -430,9 +430,9 @@ func TestFaultAOFRestart(t *testing.T) {
 	charge := func(hits uint64) (uint64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		totals := make([]uint64, 1)
+		totals := make([]store.Result, 1)
 		err := s.Charge(ctx, []store.Counter{{Key: "aof", Hits: hits, ExpireAt: exp}}, totals)
-		return totals[0], err
+		return totals[0].Total, err
 	}
 	for i := 0; i < 10; i++ {
 		if _, err := charge(3); err != nil {
@@ -473,7 +473,7 @@ func TestOutageBufferExact(t *testing.T) {
 	charge := func(key string, hits uint64) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		return s.Charge(ctx, []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}, {Key: "shared", Hits: 1, ExpireAt: exp}}, make([]uint64, 2))
+		return s.Charge(ctx, []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}, {Key: "shared", Hits: 1, ExpireAt: exp}}, make([]store.Result, 2))
 	}
 	for i := 0; i < 20; i++ {
 		k := "buf:" + strconv.Itoa(i%5)
@@ -542,7 +542,7 @@ func TestOutageBufferBound(t *testing.T) {
 	var lostWant uint64
 	for i := 0; i < 10; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := s.Charge(ctx, []store.Counter{{Key: "b" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp}}, make([]uint64, 1))
+		err := s.Charge(ctx, []store.Counter{{Key: "b" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp}}, make([]store.Result, 1))
 		cancel()
 		if err == nil {
 			t.Fatal("charge succeeded with Valkey down")

@@ -24,7 +24,7 @@ func TestStallGuard(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		t0 := time.Now()
-		err := s.Charge(ctx, []store.Counter{{Key: "g", Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+		err := s.Charge(ctx, []store.Counter{{Key: "g", Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 		return time.Since(t0), err
 	}
 	if _, err := charge(time.Second); err != nil {

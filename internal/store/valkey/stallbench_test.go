@@ -47,7 +47,7 @@ func BenchmarkStallBurst(b *testing.B) {
 		srv := valkeytest.Start(b, valkeytest.Options{})
 		s := mustNew(b, Options{Addresses: []string{srv.Addr}})
 		stallBurst(b, srv, func(ctx context.Context, key string) {
-			_ = s.Charge(ctx, []store.Counter{{Key: key, Hits: 1, ExpireAt: exp}}, make([]uint64, 1))
+			_ = s.Charge(ctx, []store.Counter{{Key: key, Hits: 1, ExpireAt: exp}}, make([]store.Result, 1))
 		})
 	})
 }

@@ -40,14 +40,14 @@ func TestClusterOneCallManySlots(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		cs = append(cs, store.Counter{Key: "k" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp})
 	}
-	totals := make([]uint64, len(cs))
+	totals := make([]store.Result, len(cs))
 	if err := s.Charge(context.Background(), cs, totals); err != nil {
 		t.Fatal(err)
 	}
 	owners := map[string]bool{}
 	for i, k := range cs {
-		if totals[i] != k.Hits {
-			t.Fatalf("total %d = %d", i, totals[i])
+		if totals[i].Total != k.Hits {
+			t.Fatalf("total %d = %d", i, totals[i].Total)
 		}
 		slot, _ := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", k.Key)
 		n, _ := strconv.Atoi(slot)
@@ -90,15 +90,17 @@ func TestTLSAndACL(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 	tlsConf := &tls.Config{RootCAs: caPool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 	logger, logs := testLogger(t)
-	s := mustNew(t, Options{Addresses: []string{addr}, Username: "budget", Password: password, TLS: tlsConf, Logger: logger})
+	// The store's own keys (call ids) start with the key prefix, as the
+	// counters do: the user's key pattern covers both.
+	s := mustNew(t, Options{Addresses: []string{addr}, Username: "budget", Password: password, TLS: tlsConf, Logger: logger, KeyPrefix: "bg:"})
 	exp := time.Now().Add(time.Hour)
-	totals := make([]uint64, 1)
+	totals := make([]store.Result, 1)
 	for i := 1; i <= 3; i++ {
 		if err := s.Charge(context.Background(), []store.Counter{{Key: "bg:a", Hits: 2, ExpireAt: exp}}, totals); err != nil {
 			t.Fatalf("charge over TLS: %v", err)
 		}
-		if totals[0] != uint64(2*i) {
-			t.Fatalf("total = %d", totals[0])
+		if totals[0].Total != uint64(2*i) {
+			t.Fatalf("total = %d", totals[0].Total)
 		}
 	}
 	err := s.Charge(context.Background(), []store.Counter{{Key: "other", Hits: 1, ExpireAt: exp}}, totals)

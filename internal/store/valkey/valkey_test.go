@@ -62,7 +62,7 @@ func TestCheckCreatesNoKey(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
 	exp := time.Now().Add(time.Hour)
-	totals := make([]uint64, 2)
+	totals := make([]store.Result, 2)
 	if err := s.Charge(context.Background(), []store.Counter{{Key: "a", ExpireAt: exp}, {Key: "b", Hits: 2, ExpireAt: exp}}, totals); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestMalformedCounter(t *testing.T) {
 	}
 	exp := time.Now().Add(time.Hour)
 	for _, c := range []store.Counter{{Key: "list", Hits: 1, ExpireAt: exp}, {Key: "list", ExpireAt: exp}, {Key: "text", ExpireAt: exp}, {Key: "text", Hits: 1, ExpireAt: exp}} {
-		err := s.Charge(context.Background(), []store.Counter{c}, make([]uint64, 1))
+		err := s.Charge(context.Background(), []store.Counter{c}, make([]store.Result, 1))
 		if !errors.Is(err, store.ErrMalformedReply) {
 			t.Errorf("counter %+v: err = %v, want ErrMalformedReply", c, err)
 		}

@@ -96,11 +96,11 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	e.Flush() // the over-limit cache's deferred hit of the old month
 	prev, _, _ := w.Bounds(window.Month, boundary-1)
 	old := key.Encoder{Prefix: prefix}.Append(nil, "d", []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}, nil, boundary-prev, prev)
-	totals := []uint64{0}
+	totals := []store.Result{{}}
 	if err := s.Charge(context.Background(), []store.Counter{{Key: string(old), ExpireAt: time.Now().Add(time.Hour)}}, totals); err != nil {
 		t.Fatal(err)
 	}
-	if got := totals[0]; got != 11 {
+	if got := totals[0].Total; got != 11 {
 		t.Fatalf("old month's counter = %d, want 11 (10 + the denied hit, charged as the reference does)", got)
 	}
 

@@ -11,23 +11,8 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/store"
-	"github.com/budgetgen/budgetgen/internal/store/storetest"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
-
-func TestBehaviourStandaloneIdempotent(t *testing.T) {
-	srv := valkeytest.Start(t, valkeytest.Options{})
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return mustNew(t, Options{Addresses: []string{srv.Addr}, Idempotent: true})
-	})
-}
-
-func TestBehaviourClusterIdempotent(t *testing.T) {
-	c := valkeytest.StartCluster(t, 3)
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return mustNew(t, Options{Addresses: c.Addrs, Mode: Cluster, Idempotent: true})
-	})
-}
 
 // TestKeySlotAndTags: our slot function agrees with the server's CLUSTER
 // KEYSLOT (hash tags included), and every slot's id tag hashes to it.
@@ -44,31 +29,31 @@ func TestKeySlotAndTags(t *testing.T) {
 	}
 	tags := slotTags()
 	for sl, tag := range tags {
-		if got := keySlot("bgidem:{" + tag + "}:x"); int(got) != sl {
+		if got := keySlot("bgid|{" + tag + "}x"); int(got) != sl {
 			t.Fatalf("tag %q of slot %d hashes to %d", tag, sl, got)
 		}
 	}
 }
 
-// TestClusterIdempotentManySlots: one call over counters of the three nodes
-// is one script call per slot, each applied on its own node.
-func TestClusterIdempotentManySlots(t *testing.T) {
+// TestClusterManySlots: one call over counters of the three nodes is one
+// script call per slot, each applied on its own node.
+func TestClusterManySlots(t *testing.T) {
 	c := valkeytest.StartCluster(t, 3)
-	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster, Idempotent: true})
+	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster})
 	exp := time.Now().Add(time.Hour)
 	var cs []store.Counter
 	for i := 0; i < 12; i++ {
 		cs = append(cs, store.Counter{Key: "k" + strconv.Itoa(i), Hits: uint64(i + 1), ExpireAt: exp})
 	}
 	cs = append(cs, store.Counter{Key: "k0"}) // check only
-	totals := make([]uint64, len(cs))
+	totals := make([]store.Result, len(cs))
 	for round := uint64(1); round <= 2; round++ {
 		if err := s.Charge(context.Background(), cs, totals); err != nil {
 			t.Fatal(err)
 		}
 		for i, k := range cs[:12] {
-			if totals[i] != round*k.Hits {
-				t.Fatalf("round %d: total %d = %d, want %d", round, i, totals[i], round*k.Hits)
+			if totals[i].Total != round*k.Hits {
+				t.Fatalf("round %d: total %d = %d, want %d", round, i, totals[i].Total, round*k.Hits)
 			}
 		}
 	}
@@ -85,27 +70,27 @@ func TestClusterIdempotentManySlots(t *testing.T) {
 	}
 }
 
-// TestIdempotentReplayOnce: a batch replayed under an id Valkey has already
-// seen is not counted again (the first send was applied), and one under a
-// new id is.
-func TestIdempotentReplayOnce(t *testing.T) {
+// TestReplayOnce: a call replayed under an id Valkey has already seen is not
+// counted again (the first send was applied), and one under a new id is.
+func TestReplayOnce(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Idempotent: true})
-	exp := time.Now().Add(time.Hour).UnixMilli()
-	b := s.idem.newBatch(0, time.Now())
-	b.add("once", 7, exp)
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
+	now := time.Now()
+	exp := now.Add(time.Hour).UnixMilli()
+	g := &group{id: s.ids.next(0, now), hasID: true, ops: []op{{key: "once", hits: 7, exp: exp, ci: -1}}}
 	for range 2 {
-		res := s.client.DoMulti(context.Background(), s.scriptCmd(b, false))
-		s.retryNoScript(context.Background(), []*batch{b}, res)
-		if _, err := parseScriptReply(res[0], 1); err != nil {
+		res := s.client.DoMulti(context.Background(), s.scriptCmd(g, false, now))
+		s.retryNoScript(context.Background(), []*group{g}, res, now)
+		if _, err := parseReply(res[0], g.ops, make([]opResult, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got, _ := srv.Do("GET", "once"); got != "7" {
 		t.Fatalf("after two sends of one id: %s, want 7", got)
 	}
-	// The replayer path: an ambiguous call kept with its id.
-	s.keepBatch(b)
+	// The replayer path: an unanswered call kept with its id.
+	s.tally.Add(store.TargetCounter, store.Ambiguous, 7)
+	s.keep(g, store.AmbiguousDropped)
 	waitDrained(t, s, 2*time.Second)
 	if got, _ := srv.Do("GET", "once"); got != "7" {
 		t.Fatalf("after the replay: %s, want 7", got)
@@ -117,7 +102,7 @@ func TestIdempotentReplayOnce(t *testing.T) {
 	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Charge(context.Background(), []store.Counter{{Key: "once", Hits: 1, ExpireAt: time.UnixMilli(exp)}}, make([]uint64, 1)); err != nil {
+	if err := s.Charge(context.Background(), []store.Counter{{Key: "once", Hits: 1, ExpireAt: time.UnixMilli(exp)}}, make([]store.Result, 1)); err != nil {
 		t.Fatalf("charge after SCRIPT FLUSH: %v", err)
 	}
 	if got, _ := srv.Do("GET", "once"); got != "8" {
@@ -125,13 +110,13 @@ func TestIdempotentReplayOnce(t *testing.T) {
 	}
 }
 
-// checkIdempotentHits asserts the exact accounting of idempotent charges:
+// checkExactHits asserts the exact accounting of charges:
 // every attempted hit is in exactly one class on the charge path, every
 // buffered or ambiguous hit was resolved, none given up, and Valkey holds
 // exactly acknowledged + applied-on-error + replayed + ambiguous-applied +
 // ambiguous-replayed = attempted - canceled (calls whose context was done on
 // entry, when the load stops: never sent).
-func checkIdempotentHits(t *testing.T, s *Store, attempted, acked, final uint64) {
+func checkExactHits(t *testing.T, s *Store, attempted, acked, final uint64) {
 	t.Helper()
 	st := s.Stats()
 	t.Logf("attempted %d, acknowledged %d, stats %+v, in valkey %d", attempted, acked, st, final)
@@ -155,14 +140,14 @@ func checkIdempotentHits(t *testing.T, s *Store, attempted, acked, final uint64)
 // faultOptions tear a silent connection down quickly (about 0.6 s), so a
 // 3 s fault certainly leaves calls sent but unanswered.
 func faultOptions(addr string) Options {
-	return Options{Addresses: []string{addr}, Idempotent: true, PingInterval: 200 * time.Millisecond, ConnWriteTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond}
+	return Options{Addresses: []string{addr}, PingInterval: 200 * time.Millisecond, ConnWriteTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond}
 }
 
-// TestIdempotentPauseWrite: CLIENT PAUSE WRITE for 3 s under load. Calls in
+// TestPauseWriteExactlyOnce: CLIENT PAUSE WRITE for 3 s under load. Calls in
 // flight when the pause starts block, their connections are torn down, and
 // they are ambiguous; each is replayed under its id, so Valkey ends with
 // exactly the hits charged.
-func TestIdempotentPauseWrite(t *testing.T) {
+func TestPauseWriteExactlyOnce(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, faultOptions(srv.Addr))
 	l := startLoad(s, "pause", 8, callDeadline)
@@ -177,16 +162,16 @@ func TestIdempotentPauseWrite(t *testing.T) {
 	if st.Ambiguous == 0 {
 		t.Fatalf("no call was ambiguous: the pause tested nothing (%+v)", st)
 	}
-	checkIdempotentHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
+	checkExactHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
 }
 
-// TestIdempotentBlackHole: a loopback proxy between the store and Valkey
+// TestBlackHoleExactlyOnce: a loopback proxy between the store and Valkey
 // stops forwarding in both directions for 3 s without closing anything.
 // The requests held on a connection the client tears down meanwhile are
 // delivered to Valkey (applied, the answer lost) or dropped (never
 // applied), so each way of resolving an ambiguous call occurs; Valkey ends
 // exact either way.
-func TestIdempotentBlackHole(t *testing.T) {
+func TestBlackHoleExactlyOnce(t *testing.T) {
 	for _, deliver := range []bool{true, false} {
 		t.Run("delivered="+strconv.FormatBool(deliver), func(t *testing.T) {
 			srv := valkeytest.Start(t, valkeytest.Options{})
@@ -210,37 +195,8 @@ func TestIdempotentBlackHole(t *testing.T) {
 			if !deliver && st.AmbiguousReplayed == 0 {
 				t.Errorf("held requests dropped, yet no replay applied a call: %+v", st)
 			}
-			checkIdempotentHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
+			checkExactHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
 		})
-	}
-}
-
-// TestNotIdempotentAmbiguousNotReplayed is the control: the same pause
-// without idempotent charges leaves ambiguous hits never re-sent.
-func TestNotIdempotentAmbiguousNotReplayed(t *testing.T) {
-	srv := valkeytest.Start(t, valkeytest.Options{})
-	o := faultOptions(srv.Addr)
-	o.Idempotent = false
-	s := mustNew(t, o)
-	l := startLoad(s, "ctl", 8, callDeadline)
-	time.Sleep(500 * time.Millisecond)
-	if _, err := srv.Do("CLIENT", "PAUSE", "3000", "WRITE"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(4 * time.Second)
-	l.finish()
-	waitDrained(t, s, 10*time.Second)
-	st := s.Stats()
-	final, attempted := sumKeys(t, srv.Addr, l), l.attempted.Load()
-	t.Logf("attempted %d, in valkey %d, stats %+v", attempted, final, st)
-	if st.Ambiguous == 0 || st.AmbiguousApplied+st.AmbiguousReplayed+st.AmbiguousDropped != 0 {
-		t.Fatalf("want ambiguous hits, none resolved: %+v", st)
-	}
-	// At most once: what was ambiguous (on the charge path or in a replay)
-	// is missing unless the server applied it before the teardown.
-	lower := l.okHits.Load() + st.AppliedOnError + st.Replayed
-	if final < lower || final > lower+st.Ambiguous || final > attempted {
-		t.Fatalf("valkey holds %d, want in [%d, %d] and <= attempted %d", final, lower, lower+st.Ambiguous, attempted)
 	}
 }
 

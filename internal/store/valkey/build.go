@@ -1,0 +1,241 @@
+package valkey
+
+import (
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// op is one counter's part of a script call (chargeScript), or a buffered
+// write being replayed.
+type op struct {
+	key, holdKey string
+	hits         uint64
+	exp          int64 // the counter's absolute expiry, ms
+	flags        uint8
+	limit        uint64
+	reserve      uint64 // tokens a check holds if admitted
+	holdExp      int64  // ms
+	releases     uint64 // holds a charge releases
+	ci           int    // the counter's index in its call; -1 for a buffered write
+}
+
+// width is the number of reply values of the op.
+func (o *op) width() int {
+	if o.flags&flagHold != 0 {
+		return 5
+	}
+	return 1
+}
+
+// group is one script call: the ops of one slot, under one id when they
+// write. It is also what the outage buffer keeps of an ambiguous call.
+type group struct {
+	slot  uint16
+	id    idRef
+	hasID bool
+	ops   []op
+	// buffered: the ops were summed from the outage buffer (their hits are
+	// counted Buffered and resolve into Replayed), not a call's own writes
+	// (counted Ambiguous, resolving into AmbiguousApplied or Replayed).
+	buffered bool
+}
+
+// writes reports whether a replay of the group must keep it: it adds hits
+// or releases holds (a hold not placed is never placed later: its request
+// has had its answer).
+func (g *group) writes() bool {
+	for i := range g.ops {
+		if g.ops[i].hits > 0 || g.ops[i].releases > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hits sums the group's counter hits.
+func (g *group) hits() uint64 {
+	var n uint64
+	for i := range g.ops {
+		n += g.ops[i].hits
+	}
+	return n
+}
+
+// replay returns the part of g a replay sends: its writes, without holds to
+// place, limits or request starts.
+func (g *group) replay() *group {
+	r := &group{slot: g.slot, id: g.id, hasID: g.hasID, buffered: g.buffered}
+	for _, o := range g.ops {
+		if o.hits == 0 && o.releases == 0 {
+			continue
+		}
+		o.flags &= flagHold
+		o.limit, o.reserve, o.ci = 0, 0, -1
+		r.ops = append(r.ops, o)
+	}
+	return r
+}
+
+// plan sorts a call's counters into script groups (one per slot; one off a
+// cluster), plain GETs and ledger writes. A counter goes into its slot's
+// script when it writes (hits or a hold), when its request has a reserving
+// check (which needs every counter's limit to decide), or when its slot has
+// a script anyway (so a check reads in order with the call's writes); any
+// other check is a plain GET, creating no id.
+func (s *Store) plan(c *call, now time.Time) {
+	var buf [8]uint16
+	scripted := buf[:0] // slots with a script
+	s.eachRequest(c, func(i, start int, reserving bool) {
+		if k := &c.counters[i]; k.Hits > 0 || k.Hold.On() || reserving {
+			if sl := s.slotOf(k.Key); !slices.Contains(scripted, sl) {
+				scripted = append(scripted, sl)
+			}
+		}
+	})
+	s.eachRequest(c, func(i, start int, reserving bool) {
+		k := &c.counters[i]
+		c.pos[i] = -1
+		if slices.Contains(scripted, s.slotOf(k.Key)) {
+			s.addOp(c, i, start, reserving, now)
+		} else {
+			c.gets = append(c.gets, i)
+		}
+		if k.Hits > 0 && k.Ledger.Key != "" {
+			c.ledgers = append(c.ledgers, i)
+		}
+	})
+	for _, g := range c.groups {
+		if g.writes() {
+			g.id, g.hasID = s.ids.next(g.slot, now), true
+		}
+	}
+}
+
+// eachRequest calls f for every counter of c with the index its request
+// starts at and whether the request has a reserving check.
+func (s *Store) eachRequest(c *call, f func(i, start int, reserving bool)) {
+	start, reserving := 0, false
+	for i := range c.counters {
+		if i == 0 || c.counters[i].Start {
+			start, reserving = i, requestReserves(c.counters[i:])
+		}
+		f(i, start, reserving)
+	}
+}
+
+func (s *Store) slotOf(key string) uint16 {
+	if !s.slotted {
+		return 0
+	}
+	return keySlot(key)
+}
+
+// requestReserves reports whether the request starting at counters[0] has a
+// reserving check.
+func requestReserves(counters []store.Counter) bool {
+	for i := range counters {
+		if i > 0 && counters[i].Start {
+			return false
+		}
+		if counters[i].Hold.Reserve > 0 && counters[i].Hits == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// addOp puts counter i, of the request starting at counter start, in its
+// slot's group.
+func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
+	k := &c.counters[i]
+	gi, g := c.groupFor(s.slotOf(k.Key))
+	o := op{key: k.Key, hits: k.Hits, exp: k.ExpireAt.UnixMilli(), ci: i}
+	if len(g.ops) == 0 || g.ops[len(g.ops)-1].ci < start {
+		o.flags |= flagStart
+	}
+	if withLimit {
+		o.flags |= flagLimit
+		o.limit = k.Limit
+		if k.Enforce {
+			o.flags |= flagEnforce
+		}
+	}
+	if k.Hold.On() {
+		o.flags |= flagHold
+		o.holdKey = s.keys.hold(k.Key, s.ids.tags)
+		if k.Hits == 0 {
+			o.reserve = k.Hold.Reserve
+			o.holdExp = k.Hold.ExpireAt.UnixMilli()
+			if o.holdExp <= now.UnixMilli() {
+				o.holdExp = now.UnixMilli() + 1
+			}
+		}
+		o.releases = k.Hold.Release
+	}
+	g.ops = append(g.ops, o)
+	c.pos[i] = int32(gi)<<16 | int32(len(g.ops)-1)
+}
+
+// scriptCmd builds g's script call (EVALSHA, or EVAL after NOSCRIPT).
+func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
+	keys := make([]string, 0, 1+2*len(g.ops))
+	args := make([]string, 0, 4+6*len(g.ops))
+	if g.hasID {
+		keys = append(keys, g.id.key)
+		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg())
+	} else {
+		keys = append(keys, g.ops[0].key)
+		args = append(args, "-1", "0")
+	}
+	args = append(args, s.nowString(now), s.maxHolds)
+	for i := range g.ops {
+		o := &g.ops[i]
+		keys = append(keys, o.key)
+		args = append(args, strconv.Itoa(int(o.flags)), strconv.FormatUint(o.hits, 10), s.msString(o.exp))
+		if o.flags&flagLimit != 0 {
+			args = append(args, strconv.FormatUint(o.limit, 10))
+		}
+		if o.flags&flagHold != 0 {
+			keys = append(keys, o.holdKey)
+			args = append(args, strconv.FormatUint(o.reserve, 10), strconv.FormatInt(o.holdExp, 10), strconv.FormatUint(o.releases, 10))
+		}
+	}
+	name, body := "EVALSHA", chargeSHA
+	if eval {
+		name, body = "EVAL", chargeScript
+	}
+	if s.slotted {
+		// Keys(...) gives valkey-go the slot to route by (all keys share it).
+		return s.b.Arbitrary(name).Args(body, strconv.Itoa(len(keys))).Keys(keys...).Args(args...).Build()
+	}
+	return s.b.Arbitrary(name).Args(body, strconv.Itoa(len(keys))).Args(keys...).Args(args...).Build()
+}
+
+// tsString caches the decimal form of the last time formatted: most
+// counters of a window share their expiry, and calls of one millisecond
+// their now, so the hot path formats few numbers.
+type tsString struct {
+	ms int64
+	s  string
+}
+
+type atomicTS = atomic.Pointer[tsString]
+
+func cachedMs(p *atomicTS, ms int64) string {
+	if v := p.Load(); v != nil && v.ms == ms {
+		return v.s
+	}
+	v := &tsString{ms: ms, s: strconv.FormatInt(ms, 10)}
+	p.Store(v)
+	return v.s
+}
+
+func (s *Store) msString(ms int64) string { return cachedMs(&s.ts, ms) }
+
+func (s *Store) nowString(now time.Time) string { return cachedMs(&s.nowTS, now.UnixMilli()) }

@@ -1,0 +1,301 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// call is one Charge in flight, owned by the caller until it gives up
+// (abandoned), then by the goroutine that runs it.
+type call struct {
+	counters []store.Counter
+	results  []store.Result
+	groups   []*group // script calls (cmds[:len(groups)])
+	spare    []*group // groups of earlier calls, reused
+	gets     []int    // counters read by a plain GET, after the scripts
+	ledgers  []int    // counters with a ledger write, after the GETs
+	pos      []int32  // per counter: group<<16 | op, or -1
+	seqs     []int64  // per counter: the hold it placed (withdraw)
+	replies  []opResult
+	cmds     []valkey.Completed
+	now      time.Time
+	err      error
+	applied  [2]uint64    // counter hits and releases Valkey confirmed
+	state    atomic.Int32 // running, finished, abandoned
+	done     chan struct{}
+}
+
+const (
+	running int32 = iota
+	finished
+	abandoned
+)
+
+// groupFor returns the call's group of slot sl, adding one.
+func (c *call) groupFor(sl uint16) (int, *group) {
+	for i, g := range c.groups {
+		if g.slot == sl {
+			return i, g
+		}
+	}
+	var g *group
+	if n := len(c.spare); n > 0 {
+		g, c.spare = c.spare[n-1], c.spare[:n-1]
+	} else {
+		g = new(group)
+	}
+	*g = group{slot: sl, ops: g.ops[:0]}
+	c.groups = append(c.groups, g)
+	return len(c.groups) - 1, g
+}
+
+// Charge implements store.Store.
+func (s *Store) Charge(ctx context.Context, counters []store.Counter, results []store.Result) error {
+	if err := ctx.Err(); err != nil {
+		// The caller's deadline passed before it asked: nothing is sent or
+		// buffered here; the hits are handed back (store.ErrNotSent), and the
+		// engine's charger defers them.
+		for i := range counters {
+			s.countWrite(&counters[i], store.NotSent)
+		}
+		return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNotSent, err)
+	}
+	if err := validate(counters, results); err != nil {
+		return err
+	}
+	s.entry.RLock()
+	c, err := s.start(ctx, counters, results)
+	s.entry.RUnlock()
+	if c == nil {
+		return err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(running, abandoned) {
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+		}
+		<-c.done // finished just now
+	}
+	err = c.err
+	if err == nil {
+		copy(results, c.results)
+	}
+	s.release(c)
+	return err
+}
+
+// start is Charge from its closed check to its call goroutine's start, run
+// under entry's read lock. It returns the running call, or nil and the
+// error to return (the writes are then accounted for: buffered, or lost).
+func (s *Store) start(ctx context.Context, counters []store.Counter, results []store.Result) (*call, error) {
+	if s.closed.Load() {
+		// A contract breach by the caller, but its hits are counted.
+		for i := range counters {
+			s.countWrite(&counters[i], store.Lost)
+		}
+		s.logs.loss(s.log, "store closed", s.Stats())
+		return nil, errClosed
+	}
+	if len(counters) == 0 {
+		return nil, nil
+	}
+	if !s.ready.Load() {
+		s.notConnected.Add(1)
+		s.notSent(counters)
+		return nil, fmt.Errorf("%w: not connected to valkey yet: not sent", store.ErrUnavailable)
+	}
+	if since, stalled := s.stall.stalled(); stalled {
+		s.noSlot.Add(1)
+		s.stalledCalls.Add(1)
+		s.notSent(counters)
+		return nil, fmt.Errorf("%w: valkey has answered nothing for %v: not sent", store.ErrUnavailable, since.Round(time.Millisecond))
+	}
+	if !s.acquire(ctx) {
+		// Every slot is held by calls Valkey has not answered: this one
+		// certainly was not sent.
+		s.noSlot.Add(1)
+		s.notSent(counters)
+		return nil, fmt.Errorf("%w: no free slot (%d calls waiting for valkey): %w", store.ErrUnavailable, cap(s.sem), ctx.Err())
+	}
+	c := s.calls.Get().(*call)
+	c.state.Store(running)
+	c.err, c.applied, c.now = nil, [2]uint64{}, s.now()
+	c.counters = append(c.counters[:0], counters...)
+	c.results = append(c.results[:0], results...)
+	c.pos = resize(c.pos, len(counters))
+	c.seqs = resize(c.seqs, len(counters))
+	s.plan(c, c.now)
+	s.build(c)
+	s.workers.Add(1)
+	go s.run(c)
+	return c, nil
+}
+
+// resize returns s with length n, zeroed, reusing its array when it can.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// acquire takes an in-flight slot, waiting no longer than ctx.
+func (s *Store) acquire(ctx context.Context) bool {
+	select {
+	case s.sem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// build lays out the call's commands: scripts, then GETs, then ledger writes.
+func (s *Store) build(c *call) {
+	for _, g := range c.groups {
+		c.cmds = append(c.cmds, s.scriptCmd(g, false, c.now))
+	}
+	for _, i := range c.gets {
+		c.cmds = append(c.cmds, s.cmd.get(c.counters[i].Key))
+	}
+	for _, i := range c.ledgers {
+		k := &c.counters[i]
+		c.cmds = append(c.cmds, s.cmd.hincrby(k.Ledger.Key, k.Ledger.Field, k.Hits))
+	}
+}
+
+func (s *Store) release(c *call) {
+	clear(c.counters) // drop key references
+	c.counters = c.counters[:0]
+	for _, g := range c.groups {
+		clear(g.ops)
+		g.id = idRef{}
+	}
+	c.spare = append(c.spare, c.groups...)
+	clear(c.groups)
+	c.groups = c.groups[:0]
+	c.gets, c.ledgers, c.pos = c.gets[:0], c.ledgers[:0], c.pos[:0]
+	clear(c.cmds)
+	c.cmds = c.cmds[:0]
+	s.calls.Put(c)
+}
+
+// sharedCtx is a deadline context shared by the calls of about one second,
+// so the hot path allocates no context and timer per call.
+type sharedCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	until  time.Time
+}
+
+// detached returns a context ending between detach-1s and detach from now.
+func (s *Store) detached() context.Context {
+	now := time.Now()
+	if p := s.dctx.Load(); p != nil && p.until.Sub(now) > s.detach-time.Second {
+		return p.ctx
+	}
+	until := now.Add(s.detach)
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	// Calls still using the previous context keep it; its timer releases
+	// it at its deadline.
+	s.dctx.Store(&sharedCtx{ctx: ctx, cancel: cancel, until: until})
+	return ctx
+}
+
+// run executes c on its own goroutine, holding a slot until valkey-go
+// returns, then settles what became of its writes.
+func (s *Store) run(c *call) {
+	defer s.workers.Done()
+	ctx := s.detached()
+	res := s.do(ctx, c.cmds)
+	if len(res) == len(c.cmds) {
+		s.retryNoScript(ctx, c.groups, res, c.now)
+	}
+	c.err = s.collect(c, res)
+	if c.err == nil {
+		c.err = s.withdraw(ctx, c)
+	}
+	<-s.sem
+	class := store.AppliedOnError
+	if c.state.CompareAndSwap(running, finished) {
+		if c.err == nil {
+			class = store.Applied
+		}
+		s.tally.Add(store.TargetCounter, class, c.applied[0])
+		s.tally.Add(store.TargetRelease, class, c.applied[1])
+		c.done <- struct{}{}
+		return
+	}
+	// The caller gave up: nobody else holds c.
+	s.tally.Add(store.TargetCounter, class, c.applied[0])
+	s.tally.Add(store.TargetRelease, class, c.applied[1])
+	s.release(c)
+}
+
+// do sends cmds, keeping the stall guard informed.
+func (s *Store) do(ctx context.Context, cmds []valkey.Completed) []valkey.ValkeyResult {
+	s.stall.sent()
+	res := s.client.DoMulti(ctx, cmds...)
+	if answered(res) {
+		s.stall.answered()
+	}
+	return res
+}
+
+// retryNoScript re-sends as EVAL the script calls answered NOSCRIPT (Valkey
+// restarted, failed over or flushed its script cache): an error reply, so
+// nothing was applied. EVAL loads the script for the next EVALSHA.
+func (s *Store) retryNoScript(ctx context.Context, gs []*group, res []valkey.ValkeyResult, now time.Time) {
+	var idx []int
+	for i := range gs {
+		if noScript(res[i]) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	cmds := make([]valkey.Completed, len(idx))
+	for n, i := range idx {
+		cmds[n] = s.scriptCmd(gs[i], true, now)
+	}
+	again := s.client.DoMulti(ctx, cmds...)
+	if len(again) != len(idx) {
+		return
+	}
+	for n, i := range idx {
+		res[i] = again[n]
+	}
+}
+
+func validate(counters []store.Counter, results []store.Result) error {
+	if len(results) != len(counters) {
+		return fmt.Errorf("charge: %d results for %d counters", len(results), len(counters))
+	}
+	for i, c := range counters {
+		if c.Hits > math.MaxInt64 {
+			return fmt.Errorf("charge: counter %d: hits %d above %d", i, c.Hits, int64(math.MaxInt64))
+		}
+		if (c.Hits > 0 || c.Hold.On()) && c.ExpireAt.IsZero() {
+			return fmt.Errorf("charge: counter %d: zero ExpireAt would never expire", i)
+		}
+		if c.Hold.Reserve > 0 && c.Hold.ExpireAt.IsZero() {
+			return fmt.Errorf("charge: counter %d: a hold needs its expiry", i)
+		}
+	}
+	return nil
+}

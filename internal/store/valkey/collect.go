@@ -1,0 +1,172 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// collect reads a call's replies into its results and settles what became of
+// each write: applied (counted in c.applied), or handed to outcome.go
+// (buffered, kept under its id, lost). It returns the call's first error.
+func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
+	if len(res) != len(c.cmds) {
+		// Not a valkey-go reply shape: every command was handed to the
+		// client, so any may have been applied; none is known.
+		for _, g := range c.groups {
+			s.groupFailed(g, maybeApplied)
+		}
+		for _, i := range c.ledgers {
+			s.countLedger(&c.counters[i], store.Ambiguous)
+		}
+		return fmt.Errorf("%w: %d replies for %d commands", store.ErrMalformedReply, len(res), len(c.cmds))
+	}
+	var first error
+	for gi, g := range c.groups {
+		first = cmp(first, s.collectGroup(c, g, res[gi]))
+	}
+	j := len(c.groups)
+	for _, i := range c.gets {
+		v, err := counterValue(res[j], true)
+		j++
+		if err != nil {
+			first = cmp(first, fmt.Errorf("read counter %d: %w", i, err))
+			continue
+		}
+		c.results[i] = store.Result{Total: v}
+	}
+	for _, i := range c.ledgers {
+		if err := res[j].Error(); err != nil {
+			// A measurement: its failure never fails the charge.
+			s.ledgerFailed(&c.counters[i], err)
+		} else {
+			s.countLedger(&c.counters[i], store.Applied)
+		}
+		j++
+	}
+	return first
+}
+
+// collectGroup reads one script reply into the results of its ops.
+func (s *Store) collectGroup(c *call, g *group, r valkey.ValkeyResult) error {
+	if cap(c.replies) < len(g.ops) {
+		c.replies = make([]opResult, len(g.ops))
+	}
+	reps := c.replies[:len(g.ops)]
+	if _, err := parseReply(r, g.ops, reps); err != nil {
+		out := classify(r.Error())
+		if r.Error() == nil {
+			// The script ran but its answer is not ours: maybe applied, and
+			// a replay would find its id.
+			out = maybeApplied
+		}
+		s.groupFailed(g, out)
+		if !errors.Is(err, store.ErrMalformedReply) {
+			err = wrapErr(err)
+		}
+		return fmt.Errorf("charge %d counters: %w", len(g.ops), err)
+	}
+	if g.hasID && g.id.expiryArg() != "0" {
+		g.id.expiryDone()
+	}
+	var first error
+	for oi := range g.ops {
+		o, rep := &g.ops[oi], &reps[oi]
+		if rep.err != nil {
+			// The key holds something that is not a counter: this op did
+			// nothing, the others of the script applied.
+			s.countOp(o, store.Lost)
+			s.logs.loss(s.log, "the key holds something that is not a counter", s.Stats())
+			verb := "charge"
+			if o.hits == 0 {
+				verb = "read"
+			}
+			first = cmp(first, fmt.Errorf("%s counter %d: %w", verb, o.ci, rep.err))
+			continue
+		}
+		c.applied[0] += o.hits
+		c.applied[1] += o.releases
+		c.results[o.ci] = rep.Result
+		c.seqs[o.ci] = rep.seq
+	}
+	return first
+}
+
+// withdraw keeps a request's holds all or none across slots (a cluster):
+// where another slot's part of a request was over an enforcing limit, the
+// holds placed for it in other slots are withdrawn in a second round trip.
+// Off a cluster a request is one script, which decided that already.
+func (s *Store) withdraw(ctx context.Context, c *call) error {
+	if len(c.groups) < 2 {
+		return nil
+	}
+	var keys, args []string
+	var undo []int
+	start := 0
+	for i := range c.counters {
+		if i > 0 && c.counters[i].Start {
+			keys, args, undo = s.withdrawRequest(c, start, i, keys, args, undo)
+			start = i
+		}
+	}
+	keys, args, undo = s.withdrawRequest(c, start, len(c.counters), keys, args, undo)
+	if len(keys) == 0 {
+		return nil
+	}
+	var first error
+	for n, k := range keys {
+		// One script per hold: each key may be in its own slot.
+		cmd := s.b.Arbitrary("EVAL").Args(unholdScript, "1").Keys(k).Args(args[2*n], args[2*n+1]).Build()
+		if err := s.client.DoMulti(ctx, cmd)[0].Error(); err != nil {
+			// The hold stays until it expires: the budget is held a little
+			// longer, never overspent.
+			first = cmp(first, fmt.Errorf("withdraw a hold of counter %d: %w", undo[n], wrapErr(err)))
+			continue
+		}
+		r := &c.results[undo[n]]
+		r.Reserved -= min(r.Reserved, c.counters[undo[n]].Hold.Reserve)
+		r.Held = false
+	}
+	if first != nil {
+		s.log.Warn("valkey store: a denied request's hold could not be withdrawn; it expires on its own", "err", first)
+	}
+	return nil
+}
+
+// withdrawRequest adds the holds of counters [from, to) to withdraw if the
+// request is denied.
+func (s *Store) withdrawRequest(c *call, from, to int, keys, args []string, undo []int) ([]string, []string, []int) {
+	denied, held := false, false
+	for i := from; i < to; i++ {
+		k, r := &c.counters[i], &c.results[i]
+		if c.pos[i] < 0 {
+			continue
+		}
+		held = held || r.Held
+		switch {
+		case !k.Enforce:
+		case k.Hold.Reserve > 0 && k.Hits == 0:
+			denied = denied || (!r.Held && r.Total+r.Reserved >= k.Limit)
+		default:
+			denied = denied || r.Total > k.Limit
+		}
+	}
+	if !denied || !held {
+		return keys, args, undo
+	}
+	for i := from; i < to; i++ {
+		if c.pos[i] < 0 || !c.results[i].Held {
+			continue
+		}
+		g, o := c.groups[c.pos[i]>>16], int(c.pos[i]&0xffff)
+		keys = append(keys, g.ops[o].holdKey)
+		args = append(args, strconv.FormatInt(c.seqs[i], 10), strconv.FormatUint(c.counters[i].Hold.Reserve, 10))
+		undo = append(undo, i)
+	}
+	return keys, args, undo
+}

@@ -1,0 +1,184 @@
+package valkey
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Call ids: how a call that was sent but not answered is replayed exactly
+// once.
+//
+// Each call that writes gets an id: a bit in a bitmap key of this store
+// instance (a random name per process, so two replicas or restarts never
+// share ids), one bitmap per epoch of IdempotencyWindow (per slot on a
+// cluster, its key hash-tagged into that slot). The charge script sets the
+// bit with SETBIT, which returns the old bit, and writes only if it was
+// clear; a replay of the same call under the same id therefore writes
+// nothing if the first send was applied, and everything if it was not,
+// whichever reaches Valkey first. A bit costs an eighth of a byte in Valkey
+// and a SETBIT on a string (the key per call of a SET NX id cost about 4x
+// more server CPU, docs/benchmarks.md).
+//
+// A bitmap expires two windows after its epoch starts, so a call can be
+// replayed for at least one window; an ambiguous call still unanswered then
+// is dropped and counted (store.AmbiguousDropped), since a replay could then
+// count twice.
+
+type ids struct {
+	prefix string // KeyPrefix + "bgid|" + instance + "|"
+	window time.Duration
+	margin time.Duration // a replay is only sent this long before its id expires
+	tags   []string      // cluster: a hash tag per slot; nil otherwise
+	cur    atomic.Pointer[epochIDs]
+}
+
+// epochIDs are the id sequences of one epoch: one per slot (one off a
+// cluster), and whether each slot's bitmap is known to have its expiry.
+type epochIDs struct {
+	epoch  int64
+	seq    []atomic.Int64
+	expSet []atomic.Bool
+}
+
+// idRef names one call's id.
+type idRef struct {
+	key  string
+	off  int64
+	exp  int64 // the bitmap's absolute expiry, ms
+	slot uint16
+	ep   *epochIDs
+}
+
+func newIDs(keyPrefix string, window time.Duration, cluster bool) (*ids, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("valkey: call ids: random instance: %w", err)
+	}
+	x := &ids{prefix: keyPrefix + "bgid|" + hex.EncodeToString(b[:]) + "|", window: window, margin: min(window/4, 5*time.Second)}
+	if cluster {
+		x.tags = slotTags()
+	}
+	return x, nil
+}
+
+// next returns a new id in slot at now.
+func (x *ids) next(slot uint16, now time.Time) idRef {
+	w := x.window.Milliseconds()
+	e := now.UnixMilli() / w
+	ep := x.cur.Load()
+	for ep == nil || ep.epoch < e {
+		n := len(x.tags)
+		if n == 0 {
+			n = 1
+		}
+		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Bool, n)}
+		if x.cur.CompareAndSwap(ep, fresh) {
+			ep = fresh
+			break
+		}
+		ep = x.cur.Load()
+	}
+	if ep.epoch > e {
+		e = ep.epoch // a clock step back: stay in the newer epoch
+	}
+	si := 0
+	key := x.prefix + strconv.FormatInt(e, 10)
+	if x.tags != nil {
+		si = int(slot)
+		key = x.prefix + "{" + x.tags[slot] + "}" + strconv.FormatInt(e, 10)
+	}
+	return idRef{key: key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
+}
+
+// expiryArg is the bitmap expiry the script sets, "0" once it is known set.
+func (r idRef) expiryArg() string {
+	if r.ep.expSet[r.index()].Load() {
+		return "0"
+	}
+	return strconv.FormatInt(r.exp, 10)
+}
+
+// expiryDone records that the bitmap's expiry is set (a call that carried it
+// was answered).
+func (r idRef) expiryDone() { r.ep.expSet[r.index()].Store(true) }
+
+func (r idRef) index() int {
+	if len(r.ep.seq) == 1 {
+		return 0
+	}
+	return int(r.slot)
+}
+
+// replayable reports whether a replay sent at now still finds the id.
+func (x *ids) replayable(r idRef, now time.Time) bool {
+	return now.Add(x.margin).UnixMilli() < r.exp
+}
+
+// keyNames derives the store's per-counter keys.
+type keyNames struct {
+	prefix  string
+	cluster bool
+}
+
+// hold returns the hold hash of counter key k: k + "|h" (counter keys end in
+// digits, so no counter key is a hold key), hash-tagged into k's slot on a
+// cluster.
+func (n keyNames) hold(k string, tags []string) string {
+	if !n.cluster || len(k) < len(n.prefix) || k[:len(n.prefix)] != n.prefix {
+		return k + "|h"
+	}
+	return n.prefix + "bgh|{" + tags[keySlot(k)] + "}" + k[len(n.prefix):] + "|h"
+}
+
+// keySlot is the cluster slot of key (CRC16 of its hash tag, or of the whole
+// key), as Valkey and valkey-go compute it.
+func keySlot(key string) uint16 {
+	s := 0
+	for s < len(key) && key[s] != '{' {
+		s++
+	}
+	if s < len(key) {
+		e := s + 1
+		for e < len(key) && key[e] != '}' {
+			e++
+		}
+		if e < len(key) && e > s+1 {
+			key = key[s+1 : e]
+		}
+	}
+	return crc16(key) & 16383
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// slotTags returns, for each of the 16384 slots, a short string hashing to
+// it (about 170,000 CRCs, a few ms, once per cluster store).
+func slotTags() []string {
+	tags := make([]string, 16384)
+	left := len(tags)
+	for i := 0; left > 0; i++ {
+		t := strconv.FormatInt(int64(i), 36)
+		if sl := crc16(t) & 16383; tags[sl] == "" {
+			tags[sl] = t
+			left--
+		}
+	}
+	return tags
+}

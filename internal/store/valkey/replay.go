@@ -1,0 +1,220 @@
+package valkey
+
+import (
+	"context"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+)
+
+// replayBatch is the most buffer entries (and kept groups) one replay sends.
+const replayBatch = 256
+
+// replayer retries the buffer every ReplayInterval until Close.
+func (s *Store) replayer() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.replayEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		for s.buf.size.Load() > 0 {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			if !s.replayOnce() {
+				break
+			}
+		}
+	}
+}
+
+// replay is one replay's worth of buffered writes.
+type replay struct {
+	groups  []*group // summed entries under fresh ids, then kept groups under theirs
+	ledgers []entry  // ledger fields, one HINCRBY each
+}
+
+// replayOnce replays one batch; false when Valkey is not answering or the
+// batch did not fully succeed (try again next tick). The summed entries go
+// through the charge script under fresh ids (so a replay that is itself
+// unanswered can be kept and replayed again), kept groups under their own.
+func (s *Store) replayOnce() bool {
+	select {
+	case s.sem <- struct{}{}: // stay within the in-flight cap
+	default:
+		return false
+	}
+	defer func() { <-s.sem }()
+	if !s.ready.Load() || !s.probe() {
+		return false
+	}
+	now := s.now()
+	r := s.takeReplay(now)
+	if len(r.groups)+len(r.ledgers) == 0 {
+		return true
+	}
+	cmds := make([]valkey.Completed, 0, len(r.groups)+len(r.ledgers))
+	for _, g := range r.groups {
+		cmds = append(cmds, s.scriptCmd(g, false, now))
+	}
+	for _, e := range r.ledgers {
+		cmds = append(cmds, s.cmd.hincrby(e.key, e.field, e.hits))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.detach)
+	defer cancel()
+	res := s.do(ctx, cmds)
+	if len(res) != len(cmds) {
+		res = make([]valkey.ValkeyResult, len(cmds)) // nothing known: all maybe applied below
+	} else {
+		s.retryNoScript(ctx, r.groups, res, now)
+	}
+	ok := true
+	var hits, ledgerHits uint64
+	for gi, g := range r.groups {
+		n, done := s.settleReplay(g, res[gi])
+		hits += n
+		ok = ok && done
+	}
+	for i, e := range r.ledgers {
+		done := s.settleLedgerReplay(e, res[len(r.groups)+i])
+		if done {
+			ledgerHits += e.hits
+		}
+		ok = ok && done
+	}
+	if hits > 0 || ledgerHits > 0 {
+		s.log.Info("valkey store: replayed buffered charges", "hits", hits, "ledger_hits", ledgerHits, "calls", len(r.groups), "buffer_entries", s.buf.size.Load())
+	}
+	return ok
+}
+
+// takeReplay takes a batch from the buffer: expired entries are settled at
+// once, counter entries summed into fresh groups (one per slot), kept groups
+// whose id may be gone are dropped.
+func (s *Store) takeReplay(now time.Time) replay {
+	entries, kept := s.buf.take(replayBatch)
+	var r replay
+	fresh := map[uint16]*group{}
+	for _, e := range entries {
+		switch {
+		case !e.exp.After(now):
+			// The window is over: the counter is gone in Valkey too.
+			s.resolve(e.target, e.hits, e.releases, store.Expired)
+			if e.hits > 0 {
+				s.log.Warn("valkey store: buffered writes expired before Valkey came back", "hits", e.hits, "ledger", e.hash)
+			}
+		case e.hash:
+			r.ledgers = append(r.ledgers, e)
+		default:
+			var sl uint16
+			if s.slotted {
+				sl = keySlot(e.key)
+			}
+			g := fresh[sl]
+			if g == nil {
+				g = &group{slot: sl, buffered: true}
+				fresh[sl] = g
+				r.groups = append(r.groups, g)
+			}
+			o := op{key: e.key, hits: e.hits, exp: e.exp.UnixMilli(), releases: e.releases, ci: -1}
+			if e.releases > 0 {
+				o.flags, o.holdKey = flagHold, s.keys.hold(e.key, s.ids.tags)
+			}
+			g.ops = append(g.ops, o)
+		}
+	}
+	for _, g := range r.groups {
+		g.id, g.hasID = s.ids.next(g.slot, now), true
+	}
+	for _, g := range kept {
+		if !s.ids.replayable(g.id, now) {
+			// Its id may be gone from Valkey: a replay could count twice.
+			s.resolveGroup(g, store.BufferLost, store.AmbiguousDropped)
+			s.log.Warn("valkey store: an unanswered call was not replayed before its id expired; maybe applied", "hits", g.hits())
+			continue
+		}
+		r.groups = append(r.groups, g)
+	}
+	return r
+}
+
+// settleReplay settles one replayed group from its reply: the hits it
+// applied, and whether it is done (applied, or settled for good).
+func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, bool) {
+	reps := make([]opResult, len(g.ops))
+	fresh, err := parseReply(r, g.ops, reps)
+	if err != nil {
+		out := classify(r.Error())
+		if r.Error() == nil {
+			out = maybeApplied
+		}
+		switch {
+		case out == permanent:
+			s.resolveGroup(g, store.BufferLost, store.AmbiguousDropped)
+		case out == notApplied && g.buffered:
+			for i := range g.ops {
+				o := &g.ops[i]
+				if !s.buf.add(counterTarget(o.key), o.hits, o.releases, time.UnixMilli(o.exp)) {
+					s.countOp(o, store.BufferLost)
+				}
+			}
+		default:
+			s.keep(g, store.AmbiguousDropped)
+		}
+		return 0, false
+	}
+	if g.hasID && g.id.expiryArg() != "0" {
+		g.id.expiryDone()
+	}
+	class := store.AmbiguousApplied // the first send had applied it
+	switch {
+	case g.buffered:
+		class = store.Replayed // by this send, or an earlier unanswered one
+	case fresh:
+		class = store.AmbiguousReplayed // the first send had not been applied
+	}
+	var hits uint64
+	for i := range g.ops {
+		o := &g.ops[i]
+		if reps[i].err != nil {
+			s.resolveGroup(&group{ops: []op{*o}, buffered: g.buffered}, store.BufferLost, store.AmbiguousDropped)
+			continue
+		}
+		s.countOp(o, class)
+		hits += o.hits
+	}
+	return hits, true
+}
+
+// settleLedgerReplay settles one replayed ledger field; true when done.
+func (s *Store) settleLedgerReplay(e entry, r valkey.ValkeyResult) bool {
+	err := r.Error()
+	if err == nil {
+		s.resolve(e.target, e.hits, 0, store.Replayed)
+		return true
+	}
+	if classify(err) == notApplied && s.buf.add(e.target, e.hits, 0, e.exp) {
+		return false
+	}
+	// Refused, maybe applied, or no room: a measurement is never re-sent
+	// when it may have been applied.
+	s.resolve(e.target, e.hits, 0, store.BufferLost)
+	return false
+}
+
+// probe pings Valkey, so a batch is only sent to a server that answers: a
+// batch sent into a stall would become ambiguous.
+func (s *Store) probe() bool {
+	pctx, pcancel := context.WithTimeout(context.Background(), s.connWrite)
+	pong := s.client.DoMulti(pctx, s.b.Ping().Build())
+	pcancel()
+	return len(pong) == 1 && pong[0].Error() == nil
+}
