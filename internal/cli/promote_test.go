@@ -65,8 +65,8 @@ func TestPromoteDemoteCLI(t *testing.T) {
 	}
 	after, _ := os.ReadFile(p)
 	want := strings.Replace(string(before),
-		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}",
-		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}", 1)
+		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto",
+		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto", 1)
 	if string(after) != want {
 		t.Fatalf("promoted spec:\n%s", after)
 	}
@@ -79,7 +79,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Fatalf("demote: %d %s", code, stderr)
 	}
 	back, _ := os.ReadFile(p)
-	wantBack := strings.Replace(string(before), "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway]}", "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-25, gateways: [agents/agent-gateway]}", 1)
+	wantBack := strings.Replace(string(before), "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto", "tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-25, gateways: [agents/agent-gateway], reserve: auto", 1)
 	if string(back) != wantBack {
 		t.Fatalf("demoted spec:\n%s", back)
 	}

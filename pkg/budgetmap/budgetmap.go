@@ -84,17 +84,21 @@ type Entry struct {
 	Window string `yaml:"window"`
 	// Mode is ModeShadow or ModeEnforce.
 	Mode string `yaml:"mode"`
-	// Reserve, when set, is the tokens a check on this rule holds for each
-	// admitted, unfinished request (the spec's reserve and reserveInitial).
+	// Measure is what the rule's limit counts when not tokens: "ktokens"
+	// (thousands of tokens) or "cost" (1/10,000 of the pricing currency).
+	Measure string `yaml:"measure,omitempty"`
+	// Reserve, when set, is what a check on this rule holds for each
+	// admitted, unfinished request, in the unit the rule counts (the spec's
+	// reserve and reserveInitial, converted).
 	Reserve *Reserve `yaml:"reserve,omitempty"`
 }
 
 // ReserveAuto is the spec's `reserve: auto`.
 const ReserveAuto = "auto"
 
-// Reserve is a rule's reservation: Tokens held per admitted request, or Auto
-// (learned by the service from the budget's recent charges; Initial until it
-// has seen enough of them).
+// Reserve is a rule's reservation: Tokens (in the rule's unit) held per
+// admitted request, or Auto (learned by the service from the rule's recent
+// charges; Initial until it has seen enough of them).
 type Reserve struct {
 	Tokens  int64 `yaml:"tokens,omitempty"`
 	Auto    bool  `yaml:"auto,omitempty"`

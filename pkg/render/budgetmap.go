@@ -43,15 +43,16 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 				e.Window = rb.Window
 			}
 			bucket := spec.BucketShared
+			var res spec.Reservation
 			if rb.Budget == spec.FrontierName {
 				f := bs.Spec.Frontier
-				bucket, e.TokensPerDay, e.Mode = f.Bucket, f.TokensPerDay, string(f.Mode)
+				bucket, e.TokensPerDay, e.Mode, res = f.Bucket, f.TokensPerDay, string(f.Mode), f.Reservation
 				if rb.Kind == RuleKindKillSwitch {
-					e.Kind, e.TokensPerDay, e.Mode = budgetmap.KindKillSwitch, 0, budgetmap.ModeEnforce
+					e.Kind, e.TokensPerDay, e.Mode, res = budgetmap.KindKillSwitch, 0, budgetmap.ModeEnforce, spec.Reservation{}
 				}
 			} else if ref, err := bs.Budget(rb.Budget); err == nil && ref.Budget != nil {
 				b := ref.Budget
-				bucket, e.Mode = b.Bucket, string(b.Mode)
+				bucket, e.Mode, res = b.Bucket, string(b.Mode), b.Reservation
 				// The rule's own cap: its window's limit (an override's included).
 				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
 				if b.Kind() == spec.KindPerPrincipal {
@@ -60,6 +61,8 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			}
 			if e.Kind == budgetmap.KindTokens {
 				e.TokensPerDay = int64(ruleList[rb.Rule].Limit.Requests)
+				e.Measure = rb.Measure
+				e.Reserve = reserveOf(bs, res, rb.Measure)
 			}
 			e.Bucket = bucketName(bs, rb.Budget, bucket, gw)
 			if e.Kind == budgetmap.KindKillSwitch {
@@ -70,6 +73,28 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 	}
 	m.Sort()
 	return m
+}
+
+// reserveOf is a rule's reservation in the unit its limit counts (the
+// spec's tokens, thousands of tokens, or money at the dearest price); nil
+// when the budget does not reserve.
+func reserveOf(bs *spec.BudgetSet, r spec.Reservation, measure string) *budgetmap.Reserve {
+	if !r.On() {
+		return nil
+	}
+	kilo, cost := measure == MeasureKiloTokens, measure == MeasureCost
+	if r.Reserve.Auto() {
+		initial, err := bs.ReserveUnits(r.ReserveInitial, kilo, cost)
+		if err != nil {
+			return nil // validation requires spec.pricing for cost limits
+		}
+		return &budgetmap.Reserve{Auto: true, Initial: initial}
+	}
+	n, err := bs.ReserveUnits(r.Reserve.Tokens(), kilo, cost)
+	if err != nil {
+		return nil
+	}
+	return &budgetmap.Reserve{Tokens: n}
 }
 
 // RuleDescriptor is the generic_key Envoy Gateway gives rule i of a policy
@@ -112,6 +137,7 @@ func agentgatewayEntries(bs *spec.BudgetSet, gw spec.GatewayRef, gref budgetmap.
 			}
 			e.Descriptor = append(e.Descriptor, budgetmap.DescriptorEntry{Key: l.key, Value: l.value})
 			e.OverridePrincipal, e.TokensPerDay, e.Window = l.override, l.tokens, string(l.window)
+			e.Reserve = reserveOf(bs, b.Reservation, MeasureTokens)
 			out = append(out, e)
 		}
 	}

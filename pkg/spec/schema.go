@@ -25,9 +25,9 @@ func JSONSchema(typesFile string) ([]byte, error) {
 	if typesFile != "" {
 		base := reflect.TypeOf(BudgetSet{}).PkgPath()
 		// The types live in types.go and, for windows and money, its
-		// siblings limits.go and pricing.go.
+		// siblings limits.go and pricing.go, for reservations reserve.go.
 		dir := filepath.Dir(typesFile)
-		for _, f := range []string{typesFile, filepath.Join(dir, "limits.go"), filepath.Join(dir, "pricing.go")} {
+		for _, f := range []string{typesFile, filepath.Join(dir, "limits.go"), filepath.Join(dir, "pricing.go"), filepath.Join(dir, "reserve.go")} {
 			if err := r.AddGoComments(base, f); err != nil {
 				return nil, fmt.Errorf("read comments from %s: %w", f, err)
 			}

@@ -41,7 +41,7 @@ func TestLoadExample(t *testing.T) {
 	if r.Kind != KindPerPrincipal || r.CapFor("acme-batch") != 20000000 || r.CapFor("someone") != 1000000 {
 		t.Errorf("per-api-key ref = %+v", r)
 	}
-	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 46 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 47 {
+	if r.Path != "spec.budgets[3]" || bs.Line(r.Path) != 49 || bs.Line(r.Path+".overrides[1].tokensPerDay") != 50 {
 		t.Errorf("positions: path %s line %d, override line %d", r.Path, bs.Line(r.Path), bs.Line(r.Path+".overrides[1].tokensPerDay"))
 	}
 	f, err := bs.Budget("frontier")
@@ -111,7 +111,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown top field", strings.Replace(base, "kind: BudgetSet", "kind: BudgetSet\nkinds: x", 1),
 			"b.yaml:3: kinds: unknown field (known: apiVersion, kind, metadata, spec)"},
 		{"unknown budget field", budget("      tokensPerDy: 5\n"),
-			"b.yaml:13: spec.budgets[0].tokensPerDy: unknown field (known: name, perPrincipal, group, tokensPerDay, limits, mode, shadowSince, enforcedSince, promotionReason, overrides, gateways, bucket)"},
+			"b.yaml:13: spec.budgets[0].tokensPerDy: unknown field (known: name, perPrincipal, group, tokensPerDay, limits, mode, shadowSince, enforcedSince, promotionReason, reserve, reserveInitial, overrides, gateways, bucket)"},
 		{"wrong apiVersion", strings.Replace(base, "v1alpha1", "v1", 1), `b.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v1"`},
 		{"duplicate name", budget("    - name: per-run\n      perPrincipal: x-ar-run\n      tokensPerDay: 1\n"),
 			`b.yaml:13: spec.budgets[1].name: duplicate budget name "per-run" (first at spec.budgets[0])`},

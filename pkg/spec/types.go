@@ -214,6 +214,7 @@ type Budget struct {
 	// Limits are the budget's caps, one rule each; every one binds.
 	Limits []Limit `json:"limits,omitempty"`
 	Rollout
+	Reservation
 	// Overrides give named principals their own cap; per-principal budgets only.
 	Overrides []Override `json:"overrides,omitempty"`
 	// Gateways places the budget on some of spec.gateways only, each named
@@ -252,6 +253,7 @@ type Frontier struct {
 	// Limits are the frontier cap's windows, one rule each.
 	Limits []Limit `json:"limits,omitempty"`
 	Rollout
+	Reservation
 	// KillSwitch denies every frontier-model request (a request-count rule with
 	// requests: 0, always enforced), whatever the mode.
 	KillSwitch bool `json:"killSwitch,omitempty"`

@@ -157,6 +157,7 @@ func (v *validator) budget(i int, names map[string]int) {
 	}
 	v.limits(p, b.TokensPerDay, b.Limits)
 	v.rollout(p, &b.Rollout)
+	v.reservation(p, b.Reservation)
 	if b.Group != nil {
 		return
 	}
@@ -194,6 +195,7 @@ func (v *validator) frontier(f *Frontier) {
 	}
 	v.limits(p, f.TokensPerDay, f.Limits)
 	v.rollout(p, &f.Rollout)
+	v.reservation(p, f.Reservation)
 }
 
 func (v *validator) identityHeader(path, h string) {

@@ -94,13 +94,20 @@ type Budget struct {
 	Gateway string
 	// Bucket is the budget's counter scope (budgetmap Entry.Bucket).
 	Bucket string
-	// Reserve is the budget's reservation; the zero value is none.
+	// Measure is what the rule counts when not tokens ("ktokens", "cost").
+	Measure string
+	// Reserve is the rule's reservation, in the unit the rule counts; the
+	// zero value is none.
 	Reserve Reserve
 }
 
-// Reserve is how many tokens a check on a reserving rule holds for each
-// admitted, unfinished request: a fixed Tokens, or Auto (learned from the
-// budget's recent charges, Initial until there are enough).
+// Learns names what the auto reserve of the rule learns from: its bucket's
+// charges in the rule's unit.
+func (b *Budget) Learns() string { return b.Bucket + "|" + b.Measure }
+
+// Reserve is how much a check on a reserving rule holds for each admitted,
+// unfinished request, in the unit the rule counts: a fixed Tokens, or Auto
+// (learned from the rule's recent charges, Initial until there are enough).
 type Reserve struct {
 	Tokens  uint64
 	Auto    bool

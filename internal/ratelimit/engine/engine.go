@@ -176,7 +176,7 @@ func (e *Engine) SetConfig(c *config.Config) {
 		buckets := map[string]bool{}
 		for _, l := range c.Limits() {
 			if l.Budget != nil {
-				buckets[l.Budget.Bucket] = true
+				buckets[l.Budget.Learns()] = true
 			}
 		}
 		e.reserves.Forget(func(b string) bool { return buckets[b] })

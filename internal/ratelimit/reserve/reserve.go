@@ -58,7 +58,7 @@ func (l *Learner) Size(b *config.Budget) uint64 {
 	if !b.Reserve.Auto {
 		return b.Reserve.Tokens
 	}
-	v, ok := l.budgets.Load(b.Bucket)
+	v, ok := l.budgets.Load(b.Learns())
 	if !ok {
 		return max(b.Reserve.Initial, 1)
 	}
@@ -76,9 +76,9 @@ func (l *Learner) Observe(b *config.Budget, tokens uint64) {
 	if b == nil || !b.Reserve.Auto || tokens == 0 {
 		return
 	}
-	v, ok := l.budgets.Load(b.Bucket)
+	v, ok := l.budgets.Load(b.Learns())
 	if !ok {
-		v, _ = l.budgets.LoadOrStore(b.Bucket, new(history))
+		v, _ = l.budgets.LoadOrStore(b.Learns(), new(history))
 	}
 	h := v.(*history)
 	h.mu.Lock()
@@ -102,9 +102,9 @@ func (h *history) percentile() uint64 {
 	return s[max(rank-1, 0)]
 }
 
-// Forget drops what was learned of budgets no longer configured (a config
-// reload), so memory follows the config.
-func (l *Learner) Forget(keep func(bucket string) bool) {
+// Forget drops what was learned of rules no longer configured (a config
+// reload), so memory follows the config; keep is given config.Budget.Learns.
+func (l *Learner) Forget(keep func(learns string) bool) {
 	l.budgets.Range(func(k, _ any) bool {
 		if !keep(k.(string)) {
 			l.budgets.Delete(k)

@@ -40,7 +40,7 @@ func ScopeFromMap(m *budgetmap.Map) config.ScopeFunc {
 
 // budgetOf is the config's view of a map entry.
 func budgetOf(e *budgetmap.Entry) *config.Budget {
-	b := &config.Budget{Name: e.Budget, Kind: e.Kind, Window: e.Window, Mode: e.Mode, Bucket: e.Bucket,
+	b := &config.Budget{Name: e.Budget, Kind: e.Kind, Window: e.Window, Mode: e.Mode, Bucket: e.Bucket, Measure: e.Measure,
 		Gateway: e.Gateway.Kind + ":" + e.Gateway.Namespace + "/" + e.Gateway.Name}
 	if r := e.Reserve; r != nil {
 		b.Reserve = config.Reserve{Tokens: uint64(max(r.Tokens, 0)), Auto: r.Auto, Initial: uint64(max(r.Initial, 0))}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -181,4 +182,12 @@ func slotTags() []string {
 		}
 	}
 	return tags
+}
+
+// OwnKey reports whether key is one of the store's own keys (a call id
+// bitmap or a hold hash) rather than a counter, for tools and tests that
+// list a Valkey's keys; prefix is Options.KeyPrefix.
+func OwnKey(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix)
+	return ok && (strings.HasPrefix(rest, "bgid|") || strings.HasPrefix(rest, "bgh|")) || strings.HasSuffix(key, "|h")
 }
