@@ -57,9 +57,11 @@ fi
 # Envoy Gateway's own chart rendered with deploy/envoy-gateway/helm-values.yaml), built from its
 # module at a pinned version (helm's go.mod pins its dependencies) into the tools directory.
 HELM_VERSION=v3.22.0
-if [ ! -x "$tools/helm" ] || ! "$tools/helm" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
+# (A go-installed helm reports only its minor version, so a stamp file records the exact one.)
+if [ ! -x "$tools/helm" ] || [ ! -f "$tools/.helm-$HELM_VERSION" ]; then
   mkdir -p "$tools"
   GOBIN="$tools" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  touch "$tools/.helm-$HELM_VERSION"
   echo "install-deps: built helm $HELM_VERSION into $tools"
 fi
 
