@@ -253,5 +253,3 @@ func checkTLS(p *Pass, o *manifest.Object, node *yamlNode, ns, svc string, pods 
 		p.Report(o, node, reachRefPath, "rate limit pods of "+bp.owner+" "+msg, ns, svc)
 	}
 }
-
-
