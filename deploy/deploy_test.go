@@ -31,6 +31,14 @@ var egRateLimitLabels = map[string]string{
 	"app.kubernetes.io/component": "ratelimit",
 }
 
+// Labels the budgetgen-ratelimit chart puts on its pods (selector labels
+// with the default release name).
+var chartRateLimitLabels = map[string]string{
+	"app.kubernetes.io/name":      "budgetgen-ratelimit",
+	"app.kubernetes.io/instance":  "budgetgen-ratelimit",
+	"app.kubernetes.io/component": "ratelimit",
+}
+
 const namespace = "envoy-gateway-system"
 
 // render builds the kustomization in this directory and returns each object's
@@ -127,8 +135,9 @@ func TestKustomizeRendersValkeyWithPersistence(t *testing.T) {
 	if !subset(svc.Spec.Selector, podLabels) || !subset(sts.Spec.Selector.MatchLabels, podLabels) || !subset(np.Spec.PodSelector.MatchLabels, podLabels) {
 		t.Errorf("selectors do not match the pod labels %v", podLabels)
 	}
-	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || !subset(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, egRateLimitLabels) {
-		t.Errorf("NetworkPolicy does not admit Envoy Gateway's rate limit pods")
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 2 || !subset(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, egRateLimitLabels) ||
+		!subset(np.Spec.Ingress[0].From[1].PodSelector.MatchLabels, chartRateLimitLabels) {
+		t.Errorf("NetworkPolicy does not admit Envoy Gateway's and the chart's rate limit pods")
 	}
 	if sc := sts.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 		t.Error("Valkey runs as root")

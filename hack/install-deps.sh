@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel),
+# Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel), helm,
 # Chromium (the HTML report's screenshot test), prlimit, h2spec and @grpc/grpc-js (the
 # gRPC server's conformance and foreign-client tests). Works on Debian and Ubuntu:
 # - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
@@ -51,6 +51,18 @@ if [ ! -x "$tools/h2spec" ]; then
   mkdir -p "$tools"
   (cd "$(dirname "$0")/tools/h2spec" && GOBIN="$tools" GOFLAGS=-mod=readonly go install github.com/summerwind/h2spec/cmd/h2spec)
   echo "install-deps: built h2spec $(grep summerwind/h2spec "$(dirname "$0")/tools/h2spec/go.mod" | awk '{print $NF}') into $tools"
+fi
+
+# helm (deploy/'s chart tests: helm lint and helm template of deploy/helm/budgetgen-ratelimit, and
+# Envoy Gateway's own chart rendered with deploy/envoy-gateway/helm-values.yaml), built from its
+# module at a pinned version (helm's go.mod pins its dependencies) into the tools directory.
+HELM_VERSION=v3.22.0
+# (A go-installed helm reports only its minor version, so a stamp file records the exact one.)
+if [ ! -x "$tools/helm" ] || [ ! -f "$tools/.helm-$HELM_VERSION" ]; then
+  mkdir -p "$tools"
+  GOBIN="$tools" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  touch "$tools/.helm-$HELM_VERSION"
+  echo "install-deps: built helm $HELM_VERSION into $tools"
 fi
 
 # @grpc/grpc-js (a non-Go gRPC client, internal/ratelimit/server's TestGRPCJSClient), pinned, into

@@ -254,10 +254,7 @@ func TestPipeline(t *testing.T) {
 // rate limit config file not committed (an untracked file is no git diff),
 // every drift check command fails and names it.
 func TestDriftCheckCatchesMissingFile(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
-		t.Fatal(err)
-	}
+	dir := copyExample(t)
 	missing := "deploy/ratelimit/config/agents_ai-budgets-agent-gateway.yaml"
 	if err := os.Remove(filepath.Join(dir, missing)); err != nil {
 		t.Fatal(err)
@@ -277,10 +274,7 @@ func TestDriftCheckCatchesMissingFile(t *testing.T) {
 // repository with one rendered budget edited by hand (shadow mode removed)
 // fails with BG002 (enforcing without promotion) and BG008 (drift).
 func TestPipelineCatchesHandEdit(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
-		t.Fatal(err)
-	}
+	dir := copyExample(t)
 	entries, err := filepath.Glob(filepath.Join(dir, renderDir, "backendtrafficpolicy_*.yaml"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("rendered policy: %v %v", entries, err)
@@ -310,10 +304,7 @@ func TestPipelineCatchesHandEdit(t *testing.T) {
 // there by hand (per-run is in shadow in the spec) fails every gate command
 // with BG020 on that file.
 func TestPipelineCatchesAgentgatewayModeEdit(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
-		t.Fatal(err)
-	}
+	dir := copyExample(t)
 	cfg := filepath.Join(dir, "deploy/ratelimit/config/agents_ai-budgets-agent-gateway.yaml")
 	data, err := os.ReadFile(cfg)
 	if err != nil {
@@ -339,4 +330,21 @@ func TestPipelineCatchesAgentgatewayModeEdit(t *testing.T) {
 			t.Errorf("%s: exit %d, want 1 with BG020 on %s\n%s", g, code, where, out)
 		}
 	}
+}
+
+// copyExample copies this example into a temporary directory, at the same
+// place relative to the kustomize base it uses (deploy/budgetgen-ratelimit
+// of the repository), and returns the copy's directory.
+func copyExample(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "examples", "gitops")
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join("..", "..", "deploy", "budgetgen-ratelimit")
+	if err := os.CopyFS(filepath.Join(root, "deploy", "budgetgen-ratelimit"), os.DirFS(base)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

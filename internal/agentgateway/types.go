@@ -1,6 +1,7 @@
 // Package agentgateway models the few fields of agentgateway's
 // AgentgatewayPolicy (agentgateway.dev/v1alpha1) that budgetgen renders and
-// checks: target refs and traffic.rateLimit.global. agentgateway's Go API
+// checks: target refs, traffic.rateLimit.global and backend.tls (the TLS
+// agentgateway originates to the rate limit Service). agentgateway's Go API
 // module is not available to this build, so the types are small copies of the
 // JSON shape, and Validate applies the schema rules of its CRD (required
 // fields, enums, item and length limits) as listed in docs/agentgateway.md.
@@ -50,6 +51,7 @@ type PolicySpec struct {
 	TargetRefs      []TargetRef      `json:"targetRefs,omitempty"`
 	TargetSelectors []TargetSelector `json:"targetSelectors,omitempty"`
 	Traffic         *Traffic         `json:"traffic,omitempty"`
+	Backend         *Backend         `json:"backend,omitempty"`
 }
 
 // TargetSelector is LocalPolicyTargetSelectorWithSectionName: every object

@@ -28,6 +28,11 @@ var (
 		"Gateway": gatewayAPIGroup, "HTTPRoute": gatewayAPIGroup, "GRPCRoute": gatewayAPIGroup,
 		"ListenerSet": gatewayAPIGroup, "InferencePool": "inference.networking.k8s.io",
 	}
+	backendOK = map[string]string{ // kind -> group a backend policy may target
+		"Gateway": gatewayAPIGroup, "HTTPRoute": gatewayAPIGroup, "GRPCRoute": gatewayAPIGroup,
+		"ListenerSet": gatewayAPIGroup, "InferencePool": "inference.networking.k8s.io",
+		"Service": "", "AgentgatewayBackend": Group,
+	}
 )
 
 // Validate applies the CRD's schema rules to the fields budgetgen models and
@@ -56,8 +61,13 @@ func Validate(p *Policy) []FieldError {
 	case len(sels) > MaxTargetRefs:
 		fail("spec.targetSelectors", "at most %d items, got %d", MaxTargetRefs, len(sels))
 	}
+	backendOnly := p.Spec.Traffic == nil && p.Spec.Backend != nil
 	target := func(path, group, kind, firstKind string) {
-		if g, ok := trafficOK[kind]; !ok || g != group {
+		if backendOnly {
+			if g, ok := backendOK[kind]; !ok || g != group {
+				fail(path, "targetRefs may only reference Gateway, HTTPRoute, GRPCRoute, ListenerSet, Service, AgentgatewayBackend, or InferencePool resources, got %s/%s", group, kind)
+			}
+		} else if g, ok := trafficOK[kind]; !ok || g != group {
 			fail(path, "a traffic policy can only target a Gateway, ListenerSet, GRPCRoute, HTTPRoute (group %s) or InferencePool, got %s/%s", gatewayAPIGroup, group, kind)
 		}
 		if kind != firstKind {
@@ -77,6 +87,12 @@ func Validate(p *Policy) []FieldError {
 			fail(path, "group, kind and matchLabels are required")
 		}
 		target(path, s.Group, s.Kind, sels[0].Kind)
+	}
+	if backendOnly {
+		return append(errs, validateBackend(p.Spec.Backend)...)
+	}
+	if p.Spec.Backend != nil {
+		fail("spec.backend", "budgetgen renders backend settings in a policy of their own, not beside traffic")
 	}
 	t := p.Spec.Traffic
 	if t == nil || t.RateLimit == nil || t.RateLimit.Global == nil {

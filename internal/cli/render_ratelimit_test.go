@@ -50,6 +50,9 @@ func TestRenderRateLimitConfig(t *testing.T) {
 			btps = append(btps, p)
 			want = append(want, p.Namespace+"/"+p.Name)
 		case *agentgateway.Policy:
+			if p.Spec.Traffic == nil {
+				continue // the backend TLS policy on the rate limit Service
+			}
 			agws = append(agws, p)
 			want = append(want, p.Spec.Traffic.RateLimit.Global.Domain)
 		}

@@ -20,6 +20,7 @@ var rules = []*Rule{
 	ruleAICost,
 	ruleOptionalCredential,
 	ruleGatewayScope,
+	ruleRateLimitReach,
 }
 
 // Rules returns every registered rule in ID order.

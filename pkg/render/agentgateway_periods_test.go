@@ -26,7 +26,9 @@ func TestAgentgatewayWindows(t *testing.T) {
 	for _, o := range res.Objects {
 		if o.Kind == KindAgentgatewayPolicy {
 			validateAgentgateway(t, o)
-			p = o.Object.(*agentgateway.Policy)
+			if pol := o.Object.(*agentgateway.Policy); pol.Spec.Traffic != nil {
+				p = pol
+			}
 		}
 	}
 	if p == nil {

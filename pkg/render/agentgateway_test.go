@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,11 +41,11 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 	var agw *agentgateway.Policy
 	for _, o := range res.Objects {
 		kinds = append(kinds, o.Kind+" "+o.Namespace+"/"+o.Name)
-		if p, ok := o.Object.(*agentgateway.Policy); ok {
+		if p, ok := o.Object.(*agentgateway.Policy); ok && p.Spec.Traffic != nil {
 			agw = p
 		}
 	}
-	want := "BackendTrafficPolicy ai-gateway/ai-budgets-agent-router,ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers,AgentgatewayPolicy agents/ai-budgets-agent-gw,ReferenceGrant envoy-gateway-system/ai-budgets-agentgateway-ratelimit"
+	want := "BackendTrafficPolicy ai-gateway/ai-budgets-agent-router,ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers,AgentgatewayPolicy agents/ai-budgets-agent-gw,ReferenceGrant envoy-gateway-system/ai-budgets-agentgateway-ratelimit,AgentgatewayPolicy envoy-gateway-system/ai-budgets-ratelimit-tls"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("objects = %s\nwant %s", got, want)
 	}
@@ -53,7 +56,7 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 	if g.Domain != "agents/ai-budgets-agent-gw" {
 		t.Errorf("domain = %q", g.Domain)
 	}
-	if b := g.BackendRef; b == nil || b.Name != "envoy-ratelimit" || b.Namespace != "envoy-gateway-system" || b.Port == nil || *b.Port != 8081 {
+	if b := g.BackendRef; b == nil || b.Name != "budgetgen-ratelimit" || b.Namespace != "envoy-gateway-system" || b.Port == nil || *b.Port != 8081 {
 		t.Errorf("backendRef = %+v", b)
 	}
 	// Only the budgets placed on agent-gw, each Tokens, principal from the JWT.
@@ -231,6 +234,71 @@ func TestAgentgatewayRefusesCapsItCannotExpress(t *testing.T) {
 			var ue *UnsupportedError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "spec.budgets[b]") {
 				t.Fatalf("error %v; want an UnsupportedError naming the budget and containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The backend TLS policy: what agentgateway needs to reach the rate limit
+// Service over TLS, per spec.rateLimitService.tls mode.
+func TestRateLimitTLSPolicy(t *testing.T) {
+	cases := []struct {
+		name, tls string
+		want      *agentgateway.BackendTLS // nil: no policy
+	}{
+		{"mutual default", "", &agentgateway.BackendTLS{
+			MtlsCertificateRef: []agentgateway.LocalSecretRef{{Name: "rls-agentgateway-client"}},
+			CACertificateRefs:  []agentgateway.LocalCARef{{Name: "rls-agentgateway-client", Kind: "Secret"}},
+		}},
+		{"mutual named", "{clientCertificateSecret: agw-client, caCertificate: {kind: ConfigMap, name: rls-ca}}", &agentgateway.BackendTLS{
+			MtlsCertificateRef: []agentgateway.LocalSecretRef{{Name: "agw-client"}},
+			CACertificateRefs:  []agentgateway.LocalCARef{{Name: "rls-ca", Kind: "ConfigMap"}},
+		}},
+		{"server", "{mode: server, caCertificate: {name: rls-ca}}", &agentgateway.BackendTLS{
+			CACertificateRefs: []agentgateway.LocalCARef{{Name: "rls-ca", Kind: "Secret"}},
+		}},
+		{"disabled", "{mode: disabled}", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := os.ReadFile("testdata/mixed_gateways.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := string(data) + "  rateLimitService: {namespace: budgets, name: rls, port: 9091"
+			if c.tls != "" {
+				src += ", tls: " + c.tls
+			}
+			bs, err := spec.Load([]byte(src+"}\n"), "mixed.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Render(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got *agentgateway.Policy
+			for _, o := range res.Objects {
+				if p, ok := o.Object.(*agentgateway.Policy); ok && p.Spec.Backend != nil {
+					validateAgentgateway(t, o)
+					got = p
+				}
+			}
+			if c.want == nil {
+				if got != nil {
+					t.Fatalf("TLS disabled, yet rendered %+v", got.Spec)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatal("no backend TLS policy rendered")
+			}
+			if got.Metadata.Namespace != "budgets" || got.Metadata.Name != "ai-budgets-ratelimit-tls" ||
+				!slices.Equal(got.Spec.TargetRefs, []agentgateway.TargetRef{{Group: "", Kind: "Service", Name: "rls"}}) {
+				t.Errorf("policy %s/%s targets %+v, want budgets/ai-budgets-ratelimit-tls on Service rls", got.Metadata.Namespace, got.Metadata.Name, got.Spec.TargetRefs)
+			}
+			if !reflect.DeepEqual(got.Spec.Backend.TLS, c.want) {
+				t.Errorf("backend.tls = %+v, want %+v", got.Spec.Backend.TLS, c.want)
 			}
 		})
 	}

@@ -76,7 +76,7 @@ spec:
 			if strings.Join(from, ",") != strings.Join(tc.want, ",") {
 				t.Errorf("from namespaces %v, want %v", from, tc.want)
 			}
-			if len(g.Spec.To) != 1 || g.Spec.To[0].Kind != "Service" || g.Spec.To[0].Group != "" || g.Spec.To[0].Name == nil || *g.Spec.To[0].Name != "envoy-ratelimit" {
+			if len(g.Spec.To) != 1 || g.Spec.To[0].Kind != "Service" || g.Spec.To[0].Group != "" || g.Spec.To[0].Name == nil || *g.Spec.To[0].Name != "budgetgen-ratelimit" {
 				t.Errorf("to %+v: want the one rate limit Service", g.Spec.To)
 			}
 		})

@@ -138,6 +138,11 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	} else if ok {
 		res.Objects = append(res.Objects, o)
 	}
+	if o, ok, err := rateLimitTLSObject(bs); err != nil {
+		return nil, err
+	} else if ok {
+		res.Objects = append(res.Objects, o)
+	}
 	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
 }

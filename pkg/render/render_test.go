@@ -140,8 +140,8 @@ func TestRenderRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Objects) != 5 || res.Objects[2].Kind != "GatewayConfig" || res.Objects[3].Kind != KindAgentgatewayPolicy || res.Objects[4].Kind != KindReferenceGrant {
-		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig for Envoy Gateway, an AgentgatewayPolicy and the ReferenceGrant it needs", len(res.Objects))
+	if len(res.Objects) != 6 || res.Objects[2].Kind != "GatewayConfig" || res.Objects[3].Kind != KindAgentgatewayPolicy || res.Objects[4].Kind != KindReferenceGrant || res.Objects[5].Name != "ai-budgets-ratelimit-tls" {
+		t.Fatalf("got %d objects, want a BTP, a CTP and a GatewayConfig for Envoy Gateway, an AgentgatewayPolicy, the ReferenceGrant it needs and the backend TLS policy", len(res.Objects))
 	}
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
 	//lint:ignore SA1019 the test checks the deprecated field stays unset

@@ -147,20 +147,45 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetBool(b)
-	case reflect.Int64, reflect.Int:
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-			d.fail(n.Line, path, "must be an integer, got %s", describe(n))
-			return
-		}
-		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
-		if err != nil {
-			d.fail(n.Line, path, "must be an integer between %d and %d, got %q", math.MinInt64, math.MaxInt64, n.Value)
-			return
-		}
-		v.SetInt(i)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		d.decodeInt(n, v, path)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		d.decodeUint(n, v, path)
 	default:
 		d.fail(n.Line, path, "unsupported field type %s", v.Type())
 	}
+}
+
+// decodeInt fills a signed integer of any width; a value the field's type
+// cannot hold is an error naming the type's range, never a silent wrap.
+func (d *decoder) decodeInt(n *yaml.Node, v reflect.Value, path string) {
+	bits := v.Type().Bits()
+	lo, hi := int64(-1)<<(bits-1), int64(uint64(1)<<(bits-1)-1)
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.fail(n.Line, path, "must be an integer, got %s", describe(n))
+		return
+	}
+	i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v.OverflowInt(i) {
+		d.fail(n.Line, path, "must be an integer between %d and %d, got %q", lo, hi, n.Value)
+		return
+	}
+	v.SetInt(i)
+}
+
+// decodeUint fills an unsigned integer of any width.
+func (d *decoder) decodeUint(n *yaml.Node, v reflect.Value, path string) {
+	hi := uint64(math.MaxUint64) >> (64 - v.Type().Bits())
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.fail(n.Line, path, "must be an integer, got %s", describe(n))
+		return
+	}
+	u, err := strconv.ParseUint(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v.OverflowUint(u) {
+		d.fail(n.Line, path, "must be an integer between 0 and %d, got %q", hi, n.Value)
+		return
+	}
+	v.SetUint(u)
 }
 
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {

@@ -5,13 +5,27 @@ import (
 	"slices"
 )
 
-// Defaults of spec.rateLimitService: the Service Envoy Gateway creates for its
-// rate limit Deployment, so one Deployment and one Valkey serve both gateways.
+// Defaults of spec.rateLimitService: the Service of the budgetgen-ratelimit
+// Helm chart (deploy/helm/budgetgen-ratelimit), installed next to Envoy
+// Gateway's own rate limit Deployment so both mount one budget map and count
+// in one Valkey.
 const (
 	DefaultRateLimitServiceNamespace = "envoy-gateway-system"
-	DefaultRateLimitServiceName      = "envoy-ratelimit"
+	DefaultRateLimitServiceName      = "budgetgen-ratelimit"
 	DefaultRateLimitServicePort      = 8081
 )
+
+// The Service Envoy Gateway creates for its own rate limit Deployment. It
+// serves gRPC with mutual TLS against Envoy Gateway's CA only, so
+// agentgateway cannot call it.
+const (
+	EnvoyGatewayRateLimitNamespace = "envoy-gateway-system"
+	EnvoyGatewayRateLimitName      = "envoy-ratelimit"
+)
+
+// ClientSecretSuffix names the chart's Secret holding agentgateway's client
+// certificate: <service name>-agentgateway-client.
+const ClientSecretSuffix = "-agentgateway-client"
 
 func defaultGateways(s *BudgetSet) {
 	for i := range s.Spec.Gateways {
@@ -28,6 +42,19 @@ func defaultGateways(s *BudgetSet) {
 	}
 	if rs.Port == 0 {
 		rs.Port = DefaultRateLimitServicePort
+	}
+	t := &rs.TLS
+	if t.Mode == "" {
+		t.Mode = TLSMutual
+	}
+	if t.Mode == TLSMutual && t.ClientCertificateSecret == "" {
+		t.ClientCertificateSecret = rs.Name + ClientSecretSuffix
+	}
+	if t.Mode == TLSMutual && t.CACertificate == nil {
+		t.CACertificate = &CertificateRef{Kind: "Secret", Name: t.ClientCertificateSecret}
+	}
+	if t.CACertificate != nil && t.CACertificate.Kind == "" {
+		t.CACertificate.Kind = "Secret"
 	}
 }
 
@@ -85,6 +112,7 @@ func (v *validator) placement() {
 	if rs.Port < 1 || rs.Port > 65535 {
 		v.fail("spec.rateLimitService.port", "must be 1..65535, got %d", rs.Port)
 	}
+	v.rateLimitServiceTLS()
 	for i := range s.Spec.Budgets {
 		b := &s.Spec.Budgets[i]
 		p := fmt.Sprintf("spec.budgets[%d]", i)
@@ -132,5 +160,43 @@ func (v *validator) placement() {
 func (v *validator) bucket(path string, b Bucket) {
 	if b != BucketShared && b != BucketPerGateway {
 		v.fail(path, "must be %s or %s, got %q", BucketShared, BucketPerGateway, b)
+	}
+}
+
+// rateLimitServiceTLS checks how agentgateway reaches the service: the TLS
+// mode and its Secrets, and that the Service is not Envoy Gateway's own,
+// which agentgateway can never call (it requires client certificates from
+// Envoy Gateway's CA).
+func (v *validator) rateLimitServiceTLS() {
+	s := v.s
+	rs := s.Spec.RateLimitService
+	t := rs.TLS
+	if !slices.ContainsFunc(s.Spec.Gateways, GatewayRef.IsAgentgateway) {
+		return
+	}
+	if rs.Namespace == EnvoyGatewayRateLimitNamespace && rs.Name == EnvoyGatewayRateLimitName {
+		v.fail("spec.rateLimitService.name", "%s/%s is the rate limit Deployment Envoy Gateway manages: it requires client certificates from Envoy Gateway's own CA, which agentgateway does not hold; install the budgetgen-ratelimit Helm chart and name its Service (default %s)", rs.Namespace, rs.Name, DefaultRateLimitServiceName)
+	}
+	switch t.Mode {
+	case TLSMutual, TLSServer, TLSDisabled:
+	default:
+		v.fail("spec.rateLimitService.tls.mode", "must be %s, %s or %s, got %q", TLSMutual, TLSServer, TLSDisabled, t.Mode)
+	}
+	if t.Mode != TLSMutual && t.ClientCertificateSecret != "" {
+		v.fail("spec.rateLimitService.tls.clientCertificateSecret", "is only used with mode %s (mode is %s)", TLSMutual, t.Mode)
+	}
+	if t.ClientCertificateSecret != "" {
+		v.subdomain("spec.rateLimitService.tls.clientCertificateSecret", t.ClientCertificateSecret, false)
+	}
+	switch ca := t.CACertificate; {
+	case t.Mode == TLSServer && ca == nil:
+		v.fail("spec.rateLimitService.tls.caCertificate", "is required with mode %s: name the ConfigMap or Secret whose ca.crt the service's certificate chains to", TLSServer)
+	case t.Mode == TLSDisabled && ca != nil:
+		v.fail("spec.rateLimitService.tls.caCertificate", "is not used with mode %s", TLSDisabled)
+	case ca != nil:
+		if ca.Kind != "Secret" && ca.Kind != "ConfigMap" {
+			v.fail("spec.rateLimitService.tls.caCertificate.kind", "must be Secret or ConfigMap, got %q", ca.Kind)
+		}
+		v.subdomain("spec.rateLimitService.tls.caCertificate.name", ca.Name, true)
 	}
 }

@@ -29,8 +29,14 @@ func TestPlacementDefaultsAndLookups(t *testing.T) {
 		t.Errorf("default gateway kind = %q, want envoy", k)
 	}
 	rs := bs.Spec.RateLimitService
-	if rs.Namespace != "envoy-gateway-system" || rs.Name != "envoy-ratelimit" || rs.Port != 8081 {
+	if rs.Namespace != "envoy-gateway-system" || rs.Name != "budgetgen-ratelimit" || rs.Port != 8081 {
 		t.Errorf("rateLimitService defaults = %+v", rs)
+	}
+	// Mutual TLS by default, with the chart's client certificate Secret,
+	// whose ca.crt (written by cert-manager) verifies the service.
+	if tl := rs.TLS; tl.Mode != TLSMutual || tl.ClientCertificateSecret != "budgetgen-ratelimit-agentgateway-client" ||
+		tl.CACertificate == nil || *tl.CACertificate != (CertificateRef{Kind: "Secret", Name: "budgetgen-ratelimit-agentgateway-client"}) {
+		t.Errorf("rateLimitService.tls defaults = %+v", tl)
 	}
 	if b := bs.Spec.Budgets[0].Bucket; b != BucketShared {
 		t.Errorf("default bucket = %q, want shared", b)
@@ -68,5 +74,31 @@ func TestPlacementErrors(t *testing.T) {
 				t.Errorf("error:\n got %v\nwant %s", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestRateLimitServiceTLSErrors(t *testing.T) {
+	cases := map[string]struct{ rs, want string }{
+		"EG's own Service": {"{namespace: envoy-gateway-system, name: envoy-ratelimit}", "spec.rateLimitService.name: envoy-gateway-system/envoy-ratelimit is the rate limit Deployment Envoy Gateway manages"},
+		"bad mode":         {"{tls: {mode: strict}}", `spec.rateLimitService.tls.mode: must be mutual, server or disabled, got "strict"`},
+		"server needs CA":  {"{tls: {mode: server}}", "spec.rateLimitService.tls.caCertificate: is required with mode server"},
+		"client cert in server mode": {"{tls: {mode: server, clientCertificateSecret: c, caCertificate: {name: ca}}}",
+			"spec.rateLimitService.tls.clientCertificateSecret: is only used with mode mutual"},
+		"CA when disabled": {"{tls: {mode: disabled, caCertificate: {name: ca}}}", "spec.rateLimitService.tls.caCertificate: is not used with mode disabled"},
+		"CA kind":          {"{tls: {caCertificate: {kind: Certificate, name: ca}}}", `spec.rateLimitService.tls.caCertificate.kind: must be Secret or ConfigMap, got "Certificate"`},
+		"Secret name":      {"{tls: {clientCertificateSecret: Bad_Name}}", "spec.rateLimitService.tls.clientCertificateSecret: must be a DNS-1123 subdomain"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load([]byte(twoKinds+"  rateLimitService: "+c.rs+"\n"), "b.yaml")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	// Without an agentgateway Gateway the Service is not called: EG's own
+	// name is no error there.
+	if _, err := Load([]byte(base+"  rateLimitService: {name: envoy-ratelimit}\n"), "b.yaml"); err != nil {
+		t.Errorf("envoy-only spec: %v", err)
 	}
 }

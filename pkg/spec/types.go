@@ -80,7 +80,9 @@ type Spec struct {
 	// Frontier is the spend cap on frontier models, addressable as budget "frontier".
 	Frontier *Frontier `json:"frontier,omitempty"`
 	// RateLimitService is where agentgateway Gateways send their rate limit
-	// checks. Default: envoy-gateway-system/envoy-ratelimit:8081.
+	// checks, and how they reach it. Default: the budgetgen-ratelimit Helm
+	// chart's Service, envoy-gateway-system/budgetgen-ratelimit:8081, over
+	// mutual TLS (docs/agentgateway.md).
 	RateLimitService RateLimitService `json:"rateLimitService,omitempty"`
 	// Pricing prices models for cost limits ({cost: 500, per: month}).
 	Pricing *Pricing `json:"pricing,omitempty"`
@@ -135,12 +137,57 @@ const (
 
 // RateLimitService is the Service agentgateway's global rate limit calls.
 type RateLimitService struct {
-	// Namespace of the Service. Default: envoy-gateway-system.
-	Namespace string `json:"namespace,omitempty"`
-	// Name of the Service. Default: envoy-ratelimit (the one Envoy Gateway creates).
-	Name string `json:"name,omitempty"`
+	// Namespace of the Service. Default: envoy-gateway-system (where Envoy
+	// Gateway's own rate limit Deployment mounts the same budget map).
+	Namespace string `json:"namespace,omitempty" jsonschema:"maxLength=63"`
+	// Name of the Service. Default: budgetgen-ratelimit (the Helm chart's).
+	// Not envoy-ratelimit: Envoy Gateway's Deployment requires client
+	// certificates from Envoy Gateway's own CA, which agentgateway lacks.
+	Name string `json:"name,omitempty" jsonschema:"maxLength=63"`
 	// Port is the gRPC port. Default: 8081.
 	Port int32 `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+	// TLS is how agentgateway connects. Default: mutual TLS with the chart's
+	// client certificate.
+	TLS RateLimitServiceTLS `json:"tls,omitempty"`
+}
+
+// TLSMode says how agentgateway connects to the rate limit Service.
+type TLSMode string
+
+// TLS modes.
+const (
+	// TLSMutual (default): TLS, and agentgateway presents a client
+	// certificate the service verifies (GRPC_SERVER_TLS_CA_CERT).
+	TLSMutual TLSMode = "mutual"
+	// TLSServer: TLS verifying the service; no client certificate.
+	TLSServer TLSMode = "server"
+	// TLSDisabled: plaintext gRPC. Anyone who reaches the port can charge
+	// or drain budgets; only the NetworkPolicy stands in the way.
+	TLSDisabled TLSMode = "disabled"
+)
+
+// RateLimitServiceTLS names the Secrets agentgateway uses to reach the
+// service over TLS, in the Service's namespace (agentgateway reads them
+// from the namespace of the backend TLS policy render emits there).
+type RateLimitServiceTLS struct {
+	// Mode: mutual (default), server or disabled.
+	Mode TLSMode `json:"mode,omitempty" jsonschema:"enum=mutual,enum=server,enum=disabled"`
+	// ClientCertificateSecret holds agentgateway's client certificate
+	// (tls.crt, tls.key); mutual mode only. Default:
+	// <name>-agentgateway-client (the chart's cert-manager Certificate).
+	ClientCertificateSecret string `json:"clientCertificateSecret,omitempty" jsonschema:"maxLength=253"`
+	// CACertificate holds ca.crt, the CA the service's certificate chains
+	// to. Default in mutual mode: the client certificate Secret (cert-manager
+	// writes the issuing CA into ca.crt); required in server mode.
+	CACertificate *CertificateRef `json:"caCertificate,omitempty"`
+}
+
+// CertificateRef names a ConfigMap or Secret holding ca.crt.
+type CertificateRef struct {
+	// Kind: Secret (default) or ConfigMap.
+	Kind string `json:"kind,omitempty" jsonschema:"enum=Secret,enum=ConfigMap"`
+	// Name of the object, in the Service's namespace.
+	Name string `json:"name" jsonschema:"minLength=1,maxLength=253"`
 }
 
 // GatewayConfig names the Envoy AI Gateway GatewayConfig render emits.

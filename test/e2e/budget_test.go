@@ -96,6 +96,9 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 		case *agentgateway.Policy:
+			if p.Spec.Traffic == nil {
+				continue // the backend TLS policy on the rate limit Service
+			}
 			if agw != nil {
 				t.Fatal("rendered two AgentgatewayPolicies, want 1")
 			}

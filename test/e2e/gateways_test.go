@@ -82,6 +82,9 @@ func newMesh(t *testing.T, vk *valkeytest.Server, doc string, withMap bool) *mes
 			}
 			m.routes[string(p.Spec.TargetRefs[0].Name)] = r
 		case *agentgateway.Policy:
+			if p.Spec.Traffic == nil {
+				continue // the backend TLS policy on the rate limit Service
+			}
 			m.agw[p.Spec.TargetRefs[0].Name] = p.Spec.Traffic.RateLimit.Global
 		}
 	}

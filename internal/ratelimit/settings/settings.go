@@ -100,7 +100,7 @@ type Settings struct {
 	HealthyWithAtLeastOneConfigLoaded bool
 
 	// Store. RedisURL empty (REDIS_URL unset) means the embedded memory store.
-	RedisSocketType                  string // REDIS_SOCKET_TYPE: tcp (unix is not supported)
+	RedisSocketType                  string // REDIS_SOCKET_TYPE: tcp (unix is not supported); empty: tcp for a host:port REDIS_URL
 	RedisURL                         string // REDIS_URL: host:port, or a comma list (cluster seeds; sentinel: master,s1,s2)
 	RedisType                        string // REDIS_TYPE: single|cluster|sentinel (case-insensitive)
 	RedisAuth                        string // REDIS_AUTH: password or user:password. Never logged.
@@ -234,7 +234,7 @@ func Defaults() Settings {
 		RuntimeRoot: "/srv/runtime_data/current", RuntimeAppDirectory: "config", RuntimeWatchRoot: true,
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
-		RedisSocketType: "unix", RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
+		RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
 		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, MemoryLimitRatio: 0.9, StoreBatchWorkers: engine.DefaultBatchWorkers,
 		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
 		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
@@ -567,14 +567,32 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %q is not FILE or GRPC_XDS_SOTW", name(&s.ConfigType), s.ConfigType))
 	}
 	if s.RedisURL != "" {
-		if strings.ToLower(s.RedisSocketType) != "tcp" {
-			errs = append(errs, fmt.Errorf("%s: %q is not supported (set tcp; %s is set)", name(&s.RedisSocketType), s.RedisSocketType, name(&s.RedisURL)))
+		if err := s.checkSocketType(); err != nil {
+			errs = append(errs, err)
 		}
 		if _, err := ParseRedis(s.RedisURL, s.RedisType); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkSocketType accepts tcp. The reference defaults REDIS_SOCKET_TYPE to
+// unix, so a user who sets only REDIS_URL=host:port would be refused for a
+// socket type they never chose; unset, the socket type follows REDIS_URL
+// instead: host:port is tcp, a path (the reference's unix socket form) is
+// refused. An explicit REDIS_SOCKET_TYPE keeps the reference's meaning. The
+// URL is never echoed: it may hold credentials.
+func (s *Settings) checkSocketType() error {
+	switch t := strings.ToLower(s.RedisSocketType); {
+	case t == "tcp":
+		return nil
+	case t != "":
+		return fmt.Errorf("%s: %q is not supported (set tcp; %s is set)", s.envName(&s.RedisSocketType), s.RedisSocketType, s.envName(&s.RedisURL))
+	case strings.HasPrefix(s.RedisURL, "/") || strings.HasPrefix(strings.ToLower(s.RedisURL), "unix:"):
+		return fmt.Errorf("%s: unset, and %s is a unix socket path, which is not supported (give host:port; %s tcp)", s.envName(&s.RedisSocketType), s.envName(&s.RedisURL), s.envName(&s.RedisSocketType))
+	}
+	return nil
 }
 
 // checkRedisAddr accepts host:port with a numeric port and nothing else: no

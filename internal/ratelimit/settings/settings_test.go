@@ -201,3 +201,35 @@ func FuzzRedisURLNeverEchoed(f *testing.F) {
 		}
 	})
 }
+
+// REDIS_URL=host:port alone implies tcp: the reference's unix default would
+// refuse the one setting a user gave. An explicit REDIS_SOCKET_TYPE keeps
+// the reference's meaning (unix is refused), and a socket path with the
+// socket type unset is refused naming both settings, never echoing the URL.
+func TestRedisSocketTypeFollowsURL(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string // "" = accepted
+	}{
+		{"host:port alone", map[string]string{"REDIS_URL": "valkey.valkey.svc:6379"}, ""},
+		{"cluster seeds alone", map[string]string{"REDIS_URL": "a:6379,b:6379", "REDIS_TYPE": "cluster"}, ""},
+		{"explicit tcp", map[string]string{"REDIS_URL": "valkey:6379", "REDIS_SOCKET_TYPE": "TCP"}, ""},
+		{"explicit unix", map[string]string{"REDIS_URL": "valkey:6379", "REDIS_SOCKET_TYPE": "unix"}, `REDIS_SOCKET_TYPE: "unix" is not supported`},
+		{"socket path", map[string]string{"REDIS_URL": "/var/run/valkey.sock"}, "REDIS_SOCKET_TYPE: unset, and REDIS_URL is a unix socket path"},
+		{"unix scheme", map[string]string{"REDIS_URL": "unix:///run/secret-path.sock"}, "unix socket path"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(nil, envOf(c.env), io.Discard)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("err = %v, want %q", err, c.want)
+			case err != nil && strings.Contains(err.Error(), "secret-path"):
+				t.Fatalf("error echoes REDIS_URL: %v", err)
+			}
+		})
+	}
+}

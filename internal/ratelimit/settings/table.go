@@ -71,7 +71,7 @@ func table(s *Settings, r *raw) []setting {
 		{e("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "", "SAN required in the xDS server's certificate", str(&s.XDSServerTLSSAN)},
 		{e("FORCE_START_WITHOUT_INITIAL_CONFIG"), "", "start even if the first config load fails", boolean(&s.ForceStartWithoutInitialConfig)},
 		{e("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"), "", "health fails until a config is loaded", boolean(&s.HealthyWithAtLeastOneConfigLoaded)},
-		{e("REDIS_SOCKET_TYPE"), "redis-socket-type", "tcp", str(&s.RedisSocketType)},
+		{e("REDIS_SOCKET_TYPE"), "redis-socket-type", "tcp (unix is not supported); unset: tcp when REDIS_URL is host:port", str(&s.RedisSocketType)},
 		{e("REDIS_URL"), "redis-url", "Valkey address host:port; empty uses the embedded memory store", str(&s.RedisURL)},
 		{e("REDIS_TYPE"), "redis-type", "single, cluster or sentinel", str(&s.RedisType)},
 		{e("REDIS_AUTH"), "", "Valkey password or user:password (never logged)", str(&s.RedisAuth)},

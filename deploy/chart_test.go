@@ -1,0 +1,195 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kubectl-validate/pkg/cmd"
+	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
+	"sigs.k8s.io/kubectl-validate/pkg/validator"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "regenerate deploy/budgetgen-ratelimit from the Helm chart")
+
+const (
+	chartDir      = "helm/budgetgen-ratelimit"
+	exampleValues = chartDir + "/ci/example-values.yaml"
+	// baseDir is the kustomize base: the chart rendered with baseValues.
+	baseDir    = "budgetgen-ratelimit"
+	baseValues = "budgetgen-ratelimit/values.yaml"
+	// k8sVersion of the built-in schemas kubectl-validate carries.
+	k8sVersion = "1.32"
+)
+
+// helm returns the helm binary: hack/install-deps.sh builds it into
+// .tools/bin; PATH is the fallback. Under CI a missing helm fails the test.
+func helm(t *testing.T) string {
+	t.Helper()
+	if p, err := filepath.Abs("../.tools/bin/helm"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("helm is not installed: run hack/install-deps.sh")
+	}
+	t.Skip("helm is not installed (hack/install-deps.sh builds it into .tools/bin)")
+	return ""
+}
+
+func runHelm(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(helm(t), args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
+	}
+	return out.Bytes()
+}
+
+// helmTemplate renders the chart as release budgetgen-ratelimit in
+// envoy-gateway-system with the given values files.
+func helmTemplate(t *testing.T, values ...string) []byte {
+	t.Helper()
+	args := []string{"template", "budgetgen-ratelimit", chartDir, "--namespace", namespace}
+	for _, v := range values {
+		args = append(args, "--values", v)
+	}
+	return runHelm(t, args...)
+}
+
+// splitDocs returns the non-empty YAML documents of a stream.
+func splitDocs(t *testing.T, stream []byte) [][]byte {
+	t.Helper()
+	r := yaml.NewYAMLReader(bufioReader(stream))
+	var out [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
+			t.Fatalf("rendered document does not parse: %v\n%s", err, doc)
+		}
+		if len(m) > 0 {
+			out = append(out, doc)
+		}
+	}
+}
+
+// strictValidator checks documents against Kubernetes' built-in schemas and
+// the CRDs in testdata/crds (cert-manager, ServiceMonitor), rejecting unknown
+// fields: what kubeconform -strict does, offline.
+func strictValidator(t *testing.T) *validator.Validator {
+	t.Helper()
+	files := fstest.MapFS{}
+	crds, err := filepath.Glob("testdata/crds/*.yaml")
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs in testdata/crds: %v", err)
+	}
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.Base(f)] = &fstest.MapFile{Data: data, Mode: 0o444}
+	}
+	v, err := validator.New(openapiclient.NewComposite(openapiclient.NewHardcodedBuiltins(k8sVersion), openapiclient.NewLocalCRDFiles(files)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func validateAll(t *testing.T, where string, docs [][]byte) map[string]int {
+	t.Helper()
+	v := strictValidator(t)
+	kinds := map[string]int{}
+	for _, doc := range docs {
+		var m struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
+			t.Fatal(err)
+		}
+		kinds[m.Kind]++
+		if err := cmd.ValidateDocument(doc, v); err != nil {
+			t.Errorf("%s: %s %s does not validate: %v", where, m.Kind, m.Metadata.Name, err)
+		}
+	}
+	return kinds
+}
+
+// TestChartLint: helm lint --strict, with the default and the example values.
+func TestChartLint(t *testing.T) {
+	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace)
+	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", exampleValues)
+}
+
+// TestChartTemplateValidates: helm template with the example values (every
+// optional object on) renders objects that validate strictly against the
+// Kubernetes schemas and the CRDs they use.
+func TestChartTemplateValidates(t *testing.T) {
+	docs := splitDocs(t, helmTemplate(t, exampleValues))
+	kinds := validateAll(t, "helm template (example values)", docs)
+	want := map[string]int{"Deployment": 1, "Service": 1, "ConfigMap": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 1,
+		"Certificate": 3, "Issuer": 2, "ServiceMonitor": 1}
+	for k, n := range want {
+		if kinds[k] != n {
+			t.Errorf("rendered %d %s, want %d (all: %v)", kinds[k], k, n, kinds)
+		}
+	}
+	// A value the chart refuses: a clear error, not a broken manifest.
+	cmd := exec.Command(helm(t), "template", "x", chartDir, "--set", "tls.mode=strict")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "tls.mode must be mutual, server or disabled") {
+		t.Errorf("tls.mode=strict: err = %v, output %s", err, out)
+	}
+}
+
+// TestKustomizeBaseMatchesChart: deploy/budgetgen-ratelimit (the kustomize
+// base) is the chart rendered with its values file; regenerate with -update.
+func TestKustomizeBaseMatchesChart(t *testing.T) {
+	rendered := helmTemplate(t, baseValues)
+	path := filepath.Join(baseDir, "budgetgen-ratelimit.yaml")
+	header := "# Code generated by `go test ./deploy -update` from deploy/helm/budgetgen-ratelimit\n# with deploy/budgetgen-ratelimit/values.yaml. DO NOT EDIT.\n"
+	want := []byte(header + string(rendered))
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the chart's render: go test ./deploy -update", path)
+	}
+	validateAll(t, path, splitDocs(t, rendered))
+}
+
+func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -1,0 +1,40 @@
+{{/* Name of every object (the Service's name is what the spec's rateLimitService.name names). */}}
+{{- define "rls.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rls.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: ratelimit
+{{- end -}}
+
+{{- define "rls.labels" -}}
+{{ include "rls.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "rls.serverSecret" -}}
+{{- .Values.tls.serverSecretName | default (printf "%s-tls" (include "rls.fullname" .)) -}}
+{{- end -}}
+
+{{- define "rls.clientSecret" -}}
+{{- printf "%s-agentgateway-client" (include "rls.fullname" .) -}}
+{{- end -}}
+
+{{- define "rls.validate" -}}
+{{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
+{{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
+{{- end -}}
+{{- if not .Values.valkey.secretName -}}
+{{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
+{{- end -}}
+{{- end -}}

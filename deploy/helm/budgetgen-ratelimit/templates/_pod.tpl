@@ -1,0 +1,101 @@
+{{/*
+Where the pod finds its files. The paths are part of the chart's contract: deploy/chart_test.go
+starts the service with exactly these settings and files.
+- /etc/budgetgen/config      the rendered rate limit configs (CONFIG_DIR; ConfigMap keys are
+                             symlinks into ..data, which RUNTIME_IGNOREDOTFILES skips)
+- /etc/budgetgen/budget-map  the budget map (BUDGET_MAP_PATH)
+- /etc/budgetgen/tls         tls.crt, tls.key, ca.crt of the server Secret
+- /etc/budgetgen/valkey      the Valkey password file, when valkey.authKey is set
+*/}}
+{{- define "rls.env" -}}
+- name: CONFIG_TYPE
+  value: FILE
+- name: CONFIG_DIR
+  value: /etc/budgetgen/config
+- name: RUNTIME_IGNOREDOTFILES
+  value: "true"
+- name: BUDGET_MAP_PATH
+  value: /etc/budgetgen/budget-map/budget-map.yaml
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.valkey.secretName }}
+      key: {{ .Values.valkey.urlKey }}
+- name: REDIS_TYPE
+  value: {{ .Values.valkey.type | quote }}
+{{- if .Values.valkey.authKey }}
+- name: REDIS_AUTH_FILE
+  value: /etc/budgetgen/valkey/auth
+{{- end }}
+{{- if .Values.valkey.tls }}
+- name: REDIS_TLS
+  value: "true"
+{{- end }}
+- name: GRPC_PORT
+  value: {{ .Values.ports.grpc | quote }}
+- name: PORT
+  value: {{ .Values.ports.http | quote }}
+- name: USE_PROMETHEUS
+  value: "true"
+- name: PROMETHEUS_ADDR
+  value: {{ printf ":%v" .Values.ports.metrics | quote }}
+- name: LOG_FORMAT
+  value: json
+{{- if ne .Values.tls.mode "disabled" }}
+- name: GRPC_SERVER_USE_TLS
+  value: "true"
+- name: GRPC_SERVER_TLS_CERT
+  value: /etc/budgetgen/tls/tls.crt
+- name: GRPC_SERVER_TLS_KEY
+  value: /etc/budgetgen/tls/tls.key
+{{- end }}
+{{- if eq .Values.tls.mode "mutual" }}
+- name: GRPC_SERVER_TLS_CA_CERT
+  value: /etc/budgetgen/tls/ca.crt
+{{- end }}
+{{- range $k, $v := .Values.env }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "rls.mounts" -}}
+- name: config
+  mountPath: /etc/budgetgen/config
+  readOnly: true
+- name: budget-map
+  mountPath: /etc/budgetgen/budget-map
+  readOnly: true
+{{- if ne .Values.tls.mode "disabled" }}
+- name: tls
+  mountPath: /etc/budgetgen/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.valkey.authKey }}
+- name: valkey
+  mountPath: /etc/budgetgen/valkey
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "rls.volumes" -}}
+- name: config
+  configMap:
+    name: {{ .Values.config.name }}
+- name: budget-map
+  configMap:
+    name: {{ .Values.config.budgetMapName }}
+{{- if ne .Values.tls.mode "disabled" }}
+- name: tls
+  secret:
+    secretName: {{ include "rls.serverSecret" . }}
+{{- end }}
+{{- if .Values.valkey.authKey }}
+- name: valkey
+  secret:
+    secretName: {{ .Values.valkey.secretName }}
+    items:
+      - key: {{ .Values.valkey.authKey }}
+        path: auth
+{{- end }}
+{{- end -}}
