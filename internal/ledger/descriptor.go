@@ -2,6 +2,8 @@ package ledger
 
 import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	rlkey "github.com/budgetgen/budgetgen/internal/ratelimit/key"
 )
 
 // FromDescriptor names the ledger rule and principal of a descriptor the
@@ -26,13 +28,22 @@ func FromDescriptor(domain, configRule string, entries []*rlcommon.RateLimitDesc
 		}
 	}
 	if n == 1 {
-		return r, EncodePrincipal1(last)
+		return r, EncodePrincipal1(bounded(last))
 	}
 	parts := make([]string, 0, n)
 	for i, e := range entries {
 		if i >= 64 || free&(1<<uint(i)) != 0 {
-			parts = append(parts, e.GetValue())
+			parts = append(parts, bounded(e.GetValue()))
 		}
 	}
 	return r, EncodePrincipal(parts)
+}
+
+// bounded is a principal value as the ledger names it: a value too long for
+// a counter key is named by its digest, as the counter is.
+func bounded(v string) string {
+	if len(v) > rlkey.MaxValueBytes {
+		return rlkey.Digest(v)
+	}
+	return v
 }

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -349,7 +350,6 @@ func oversized(t *testing.T, s *svc) {
 	}{
 		{"5,000 entries", func() *rlpb.RateLimitRequest { return entriesReq(5000) }, codes.InvalidArgument},
 		{"2,000 descriptors", func() *rlpb.RateLimitRequest { return descriptorsReq(2000) }, codes.InvalidArgument},
-		{"1 MiB value", func() *rlpb.RateLimitRequest { return req("rl", "user", mb) }, codes.InvalidArgument},
 		{"1 MiB key", func() *rlpb.RateLimitRequest { return req("rl", mb, "v") }, codes.InvalidArgument},
 		{"64 KiB domain", func() *rlpb.RateLimitRequest { return req(strings.Repeat("d", 64<<10), "user", "v") }, codes.InvalidArgument},
 		{"100,000 descriptors (3.9 MB)", func() *rlpb.RateLimitRequest { return descriptorsReq(100_000) }, codes.InvalidArgument},
@@ -382,19 +382,50 @@ func oversized(t *testing.T, s *svc) {
 	if got[codes.InvalidArgument] != 20 {
 		t.Errorf("20 concurrent 3.9 MB requests: codes %v, want 20 InvalidArgument", got)
 	}
-	// /json: a body above 4 MiB and a 1 MiB value are 400.
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"5 MiB body", 5}, {"1 MiB value", 1}} {
-		body := `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat(mb, c.n) + `"}]}]}`
-		resp, err := http.Post(s.httpURL+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatalf("/json %s: %v", c.name, err)
+	// /json: a body above 4 MiB is 400.
+	body := `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"` + strings.Repeat(mb, 5) + `"}]}]}`
+	resp, err := http.Post(s.httpURL+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/json 5 MiB body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("/json 5 MiB body: status %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestLongValuesCounted: a principal whose identity value is 1 MiB long is
+// counted, under a digest of the value, not refused: a refusal is a service
+// error, which Envoy and agentgateway answer by letting the request through
+// (fail open), so a long identity would run unbudgeted (the reference counts
+// it too). Two long values that differ count apart; over gRPC and /json.
+func TestLongValuesCounted(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
+	s := startSvc(t, svcOptions{ConfigDir: dir})
+	mb := strings.Repeat("x", 1<<20)
+	other := mb[:len(mb)-1] + "y"
+	h0 := heapAfterGC()
+	for i, c := range []struct {
+		value string
+		want  uint32
+	}{{mb, 99}, {mb, 98}, {other, 99}, {mb, 97}} {
+		resp := call(t, s, req("rl", "user", c.value))
+		if resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != c.want {
+			t.Fatalf("call %d with a 1 MiB value: %v, want OK with %d remaining", i, resp, c.want)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("/json %s: status %d, want 400", c.name, resp.StatusCode)
-		}
+	}
+	body := `{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"` + mb + `"}]}]}`
+	resp, err := http.Post(s.httpURL+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"limitRemaining":96`) {
+		t.Errorf("/json with a 1 MiB value: %d %s, want 200 with 96 remaining", resp.StatusCode, out)
+	}
+	if h1 := heapAfterGC(); h1 > h0+4*mib {
+		t.Errorf("live heap grew from %.1f to %.1f MiB: long values must not be kept", float64(h0)/mib, float64(h1)/mib)
 	}
 }

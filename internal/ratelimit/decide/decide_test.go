@@ -301,7 +301,7 @@ func TestValidate(t *testing.T) {
 		"no descriptors":   rq("d", 0),
 		"many descriptors": rq("d", 0, many...),
 		"many entries":     rq("d", 0, wide),
-		"long value":       rq("d", 0, dsc("user", strings.Repeat("v", 9000))),
+		"long key":         rq("d", 0, dsc(strings.Repeat("k", 9000), "x")),
 		"long domain":      rq(strings.Repeat("d", 9000), 0, dsc("user", "x")),
 		"invalid utf8":     rq("d", 0, dsc("user", "\xff\xfe")),
 		"invalid utf8 key": rq("d", 0, dsc("\xc3", "x")),
@@ -317,6 +317,11 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Validate(rq("d", 0, dsc("user", "x"), hits(dsc("t", "y"), math.MaxInt64)), Limits{}); err != nil {
 		t.Fatalf("valid request: %v", err)
+	}
+	// A long value (a principal with a huge identity) is counted under its
+	// digest, never refused: a refusal makes Envoy fail open.
+	if err := Validate(rq("d", 0, dsc("user", strings.Repeat("v", 1<<20))), Limits{}); err != nil {
+		t.Fatalf("a 1 MiB value: %v, want it accepted", err)
 	}
 	if err := Validate(rq("d", 0, dsc("user", "x"), dsc("user", "y")), Limits{MaxDescriptors: 1}); err == nil {
 		t.Fatal("MaxDescriptors ignored")

@@ -17,7 +17,11 @@ const (
 	DefaultMaxDescriptors = 512
 	// DefaultMaxEntries bounds entries per descriptor.
 	DefaultMaxEntries = 256
-	// DefaultMaxStringBytes bounds the domain, each key and each value.
+	// DefaultMaxStringBytes bounds the domain and each entry key (the
+	// gateway's configuration). Values are not bounded here: a value longer
+	// than key.MaxValueBytes is counted under its digest (refusing it would
+	// let its principal through unbudgeted: Envoy and agentgateway fail open
+	// on an error); the transport bounds the message.
 	DefaultMaxStringBytes = 8192
 )
 
@@ -107,8 +111,8 @@ func Validate(req *rlpb.RateLimitRequest, lim Limits) error {
 			if en == nil {
 				return invalid("descriptor %d entry %d is null", i, j)
 			}
-			if len(en.Key) > max || len(en.Value) > max {
-				return invalid("descriptor %d entry %d: key or value above %d bytes", i, j, max)
+			if len(en.Key) > max {
+				return invalid("descriptor %d entry %d: key above %d bytes", i, j, max)
 			}
 			if !utf8.ValidString(en.Key) || !utf8.ValidString(en.Value) {
 				return invalid("descriptor %d entry %d: key or value is not valid UTF-8", i, j)

@@ -24,7 +24,7 @@ func (e Encoder) AppendBudget(dst []byte, bucket, fixed string, isFixed bool, en
 	dst = appendNetstring(dst, bucket)
 	if isFixed {
 		dst = append(dst, "1:"...)
-		dst = appendNetstring(dst, fixed)
+		dst = appendValue(dst, fixed)
 	} else {
 		n := 0
 		for i := range entries {
@@ -36,7 +36,7 @@ func (e Encoder) AppendBudget(dst []byte, bucket, fixed string, isFixed bool, en
 		dst = append(dst, ':')
 		for i, en := range entries {
 			if isFree(free, i) {
-				dst = appendNetstring(dst, en.GetValue())
+				dst = appendValue(dst, en.GetValue())
 			}
 		}
 	}

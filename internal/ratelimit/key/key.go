@@ -9,6 +9,8 @@
 package key
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,7 +80,11 @@ func (e Encoder) Append(dst []byte, domain string, entries []*rlcommon.RateLimit
 		for i, en := range entries {
 			dst = append(dst, en.GetKey()...)
 			dst = append(dst, '_')
-			dst = append(dst, value(en, share, i)...)
+			if v := value(en, share, i); len(v) > MaxValueBytes {
+				dst = append(dst, Digest(v)...) // the reference refuses it: no key to match
+			} else {
+				dst = append(dst, v...)
+			}
 			dst = append(dst, '_')
 		}
 		return strconv.AppendInt(dst, windowStart, 10)
@@ -87,7 +93,7 @@ func (e Encoder) Append(dst []byte, domain string, entries []*rlcommon.RateLimit
 	dst = appendNetstring(dst, domain)
 	for i, en := range entries {
 		dst = appendNetstring(dst, en.GetKey())
-		dst = appendNetstring(dst, value(en, share, i))
+		dst = appendValue(dst, value(en, share, i))
 	}
 	dst = append(dst, '@')
 	dst = strconv.AppendInt(dst, divider, 10)
@@ -100,6 +106,29 @@ func value(en *rlcommon.RateLimitDescriptor_Entry, share []string, i int) string
 		return share[i]
 	}
 	return en.GetValue()
+}
+
+// MaxValueBytes is the longest descriptor value a key holds as it is; a
+// longer one (a principal whose identity value is huge) is counted under
+// its SHA-256 digest, so a key stays bounded and the value is still counted
+// (refusing it would make Envoy fail open: an unbudgeted principal).
+const MaxValueBytes = 8192
+
+// Digest names a value too long for a key: "sha256:" and the hex SHA-256.
+func Digest(v string) string {
+	h := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// appendValue appends a value as a netstring, or a long one as "#" and its
+// digest: no netstring starts with '#', so the two never meet.
+func appendValue(dst []byte, v string) []byte {
+	if len(v) <= MaxValueBytes {
+		return appendNetstring(dst, v)
+	}
+	h := sha256.Sum256([]byte(v))
+	dst = append(dst, '#')
+	return hex.AppendEncode(dst, h[:])
 }
 
 func appendNetstring(dst []byte, s string) []byte {
@@ -129,6 +158,18 @@ func Decode(prefix, k string) (Decoded, error) {
 	rest := k[len(prefix)+len(safeTag):]
 	var parts []string
 	for len(rest) > 0 && rest[0] != '@' {
+		if rest[0] == '#' { // a long value's digest
+			if len(rest) < 1+64 {
+				return d, ErrMalformed
+			}
+			sum, err := hex.DecodeString(rest[1:65])
+			if err != nil || hex.EncodeToString(sum) != rest[1:65] {
+				return d, ErrMalformed
+			}
+			parts = append(parts, "sha256:"+rest[1:65])
+			rest = rest[65:]
+			continue
+		}
 		i := 0
 		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
 			i++

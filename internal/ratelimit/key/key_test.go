@@ -3,6 +3,7 @@ package key
 import (
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -162,5 +163,45 @@ func BenchmarkAppend(b *testing.B) {
 				buf = e.Append(buf[:0], "default/policy", es, nil, 86400, 1700000000)
 			}
 		})
+	}
+}
+
+// TestLongValuesDigested: a value past MaxValueBytes is keyed by its
+// digest, in both formats and in budget keys; two long values that differ
+// anywhere get two counters; a short value that spells a digest never meets
+// a long one (safe and budget keys mark the digest apart); the key stays
+// bounded; Decode gives the digest back.
+func TestLongValuesDigested(t *testing.T) {
+	long := strings.Repeat("v", MaxValueBytes+1)
+	other := long[:len(long)-1] + "w"
+	entry := func(v string) []*rlcommon.RateLimitDescriptor_Entry {
+		return []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: v}}
+	}
+	for _, f := range []Format{Safe, Envoy} {
+		e := Encoder{Prefix: "p_", Format: f}
+		a := string(e.Append(nil, "d", entry(long), nil, 86400, 0))
+		b := string(e.Append(nil, "d", entry(other), nil, 86400, 0))
+		if a == b || len(a) > 200 || !strings.Contains(a, strings.TrimPrefix(Digest(long), "sha256:")) {
+			t.Errorf("%v: keys %q and %q: want distinct digests under 200 bytes", f, a, b)
+		}
+		if f == Safe {
+			spelled := string(e.Append(nil, "d", entry(Digest(long)), nil, 86400, 0))
+			if spelled == a {
+				t.Errorf("safe: a short value spelling the digest shares the long value's key")
+			}
+			d, err := Decode("p_", a)
+			if err != nil || d.Entries[0][1] != Digest(long) {
+				t.Errorf("Decode(%q) = %+v, %v", a, d, err)
+			}
+		}
+	}
+	e := Encoder{}
+	bl := string(e.AppendBudget(nil, "set/b", "", false, entry(long), 1, 86400, 0))
+	bs := string(e.AppendBudget(nil, "set/b", "", false, entry(Digest(long)), 1, 86400, 0))
+	if bl == bs || len(bl) > 200 {
+		t.Errorf("budget keys %q, %q: want distinct and bounded", bl, bs)
+	}
+	if exact := strings.Repeat("v", MaxValueBytes); !strings.Contains(string(e.Append(nil, "d", entry(exact), nil, 86400, 0)), exact) {
+		t.Error("a value of exactly MaxValueBytes must be kept as it is")
 	}
 }
