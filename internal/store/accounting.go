@@ -8,10 +8,9 @@ import "sync/atomic"
 // hit and release a store is handed ends in exactly one outcome class
 // (Applied, AppliedOnError, NotSent, Lost) or waits (Buffered, Ambiguous)
 // until exactly one resolution class settles it (Replayed, Expired,
-// BufferLost; AmbiguousApplied, AmbiguousReplayed, AmbiguousDropped). The
-// shadow-week ledger's increments (Counter.Ledger) are a measurement: an
-// ambiguous ledger write is never re-sent, so for the Ledger target
-// Ambiguous is final.
+// BufferLost; AmbiguousApplied, AmbiguousReplayed, AmbiguousDropped), for
+// every target alike: a counter's hits, the holds its charges release, and
+// the shadow-week ledger's increments (Counter.Ledger).
 
 // Target is what a tallied unit was for.
 type Target uint8
@@ -123,11 +122,8 @@ func (y *Tally) Handed(t Target) uint64 {
 }
 
 // Waiting returns the units of t still waiting: buffered or ambiguous, not
-// yet resolved. For the ledger, Ambiguous is final and not waiting.
+// yet resolved.
 func (y *Tally) Waiting(t Target) int64 {
 	buffered := int64(y.Get(t, Buffered)) - int64(y.Get(t, Replayed)+y.Get(t, Expired)+y.Get(t, BufferLost))
-	if t == TargetLedger {
-		return buffered
-	}
 	return buffered + int64(y.Get(t, Ambiguous)) - int64(y.Get(t, AmbiguousApplied)+y.Get(t, AmbiguousReplayed)+y.Get(t, AmbiguousDropped))
 }

@@ -499,7 +499,7 @@ func TestInvalidRequests(t *testing.T) {
 			"no descriptors":   req("d", 0),
 			"many descriptors": req("d", 0, many...),
 			"many entries":     req("d", 0, wide),
-			"megabyte value":   req("d", 0, d("user", strings.Repeat("v", 1<<20))),
+			"megabyte key":     req("d", 0, d(strings.Repeat("k", 1<<20), "v")),
 			"megabyte domain":  req(strings.Repeat("d", 1<<20), 0, d("user", "x")),
 			"invalid utf8":     req("d", 0, d("user", "\xff\xfe")),
 			"invalid utf8 key": req("d", 0, d("\xc3", "x")),

@@ -15,6 +15,7 @@ import (
 // write being replayed.
 type op struct {
 	key, holdKey string
+	field        string // a ledger increment's hash field (flagHash)
 	hits         uint64
 	exp          int64 // the counter's absolute expiry, ms
 	flags        uint8
@@ -27,7 +28,7 @@ type op struct {
 
 // width is the number of reply values of the op.
 func (o *op) width() int {
-	if o.flags&flagHold != 0 {
+	if o.flags&flagHold != 0 && o.flags&flagHash == 0 {
 		return 5
 	}
 	return 1
@@ -44,6 +45,10 @@ type group struct {
 	// counted Buffered and resolve into Replayed), not a call's own writes
 	// (counted Ambiguous, resolving into AmbiguousApplied or Replayed).
 	buffered bool
+	// unanswered: a send of the group under its id went unanswered, so it
+	// may be applied: it is replayed under that id only, never summed back
+	// into the buffer (a fresh id would count it twice).
+	unanswered bool
 }
 
 // writes reports whether a replay of the group must keep it: it adds hits
@@ -58,11 +63,13 @@ func (g *group) writes() bool {
 	return false
 }
 
-// hits sums the group's counter hits.
+// hits sums the group's counter hits (not its ledger increments).
 func (g *group) hits() uint64 {
 	var n uint64
 	for i := range g.ops {
-		n += g.ops[i].hits
+		if g.ops[i].flags&flagHash == 0 {
+			n += g.ops[i].hits
+		}
 	}
 	return n
 }
@@ -70,12 +77,12 @@ func (g *group) hits() uint64 {
 // replay returns the part of g a replay sends: its writes, without holds to
 // place, limits or request starts.
 func (g *group) replay() *group {
-	r := &group{slot: g.slot, id: g.id, hasID: g.hasID, buffered: g.buffered}
+	r := &group{slot: g.slot, id: g.id, hasID: g.hasID, buffered: g.buffered, unanswered: g.unanswered}
 	for _, o := range g.ops {
 		if o.hits == 0 && o.releases == 0 {
 			continue
 		}
-		o.flags &= flagHold
+		o.flags &= flagHold | flagHash
 		o.limit, o.reserve, o.ci = 0, 0, -1
 		r.ops = append(r.ops, o)
 	}
@@ -107,7 +114,9 @@ func (s *Store) plan(c *call, now time.Time) {
 			c.gets = append(c.gets, i)
 		}
 		if k.Hits > 0 && k.Ledger.Key != "" {
-			c.ledgers = append(c.ledgers, i)
+			// The measurement rides in its hash's slot group: exactly once too.
+			_, g := c.groupFor(s.slotOf(k.Ledger.Key))
+			g.ops = append(g.ops, op{key: k.Ledger.Key, field: k.Ledger.Field, hits: k.Hits, exp: k.ExpireAt.UnixMilli(), flags: flagHash, ci: i})
 		}
 	})
 	for _, g := range c.groups {
@@ -197,6 +206,10 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 	for i := range g.ops {
 		o := &g.ops[i]
 		keys = append(keys, o.key)
+		if o.flags&flagHash != 0 {
+			args = append(args, strconv.Itoa(int(o.flags)), strconv.FormatUint(o.hits, 10), o.field)
+			continue
+		}
 		args = append(args, strconv.Itoa(int(o.flags)), strconv.FormatUint(o.hits, 10), s.msString(o.exp))
 		if o.flags&flagLimit != 0 {
 			args = append(args, strconv.FormatUint(o.limit, 10))

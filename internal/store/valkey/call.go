@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -20,14 +21,13 @@ type call struct {
 	groups   []*group // script calls (cmds[:len(groups)])
 	spare    []*group // groups of earlier calls, reused
 	gets     []int    // counters read by a plain GET, after the scripts
-	ledgers  []int    // counters with a ledger write, after the GETs
 	pos      []int32  // per counter: group<<16 | op, or -1
 	seqs     []int64  // per counter: the hold it placed (withdraw)
 	replies  []opResult
 	cmds     []valkey.Completed
 	now      time.Time
 	err      error
-	applied  [2]uint64    // counter hits and releases Valkey confirmed
+	applied  [3]uint64    // counter hits, releases and ledger hits Valkey confirmed
 	state    atomic.Int32 // running, finished, abandoned
 	done     chan struct{}
 }
@@ -127,7 +127,7 @@ func (s *Store) start(ctx context.Context, counters []store.Counter, results []s
 	}
 	c := s.calls.Get().(*call)
 	c.state.Store(running)
-	c.err, c.applied, c.now = nil, [2]uint64{}, s.now()
+	c.err, c.applied, c.now = nil, [3]uint64{}, s.now()
 	c.counters = append(c.counters[:0], counters...)
 	c.results = append(c.results[:0], results...)
 	c.pos = resize(c.pos, len(counters))
@@ -164,17 +164,13 @@ func (s *Store) acquire(ctx context.Context) bool {
 	}
 }
 
-// build lays out the call's commands: scripts, then GETs, then ledger writes.
+// build lays out the call's commands: scripts, then GETs.
 func (s *Store) build(c *call) {
 	for _, g := range c.groups {
 		c.cmds = append(c.cmds, s.scriptCmd(g, false, c.now))
 	}
 	for _, i := range c.gets {
 		c.cmds = append(c.cmds, s.cmd.get(c.counters[i].Key))
-	}
-	for _, i := range c.ledgers {
-		k := &c.counters[i]
-		c.cmds = append(c.cmds, s.cmd.hincrby(k.Ledger.Key, k.Ledger.Field, k.Hits))
 	}
 }
 
@@ -188,7 +184,7 @@ func (s *Store) release(c *call) {
 	c.spare = append(c.spare, c.groups...)
 	clear(c.groups)
 	c.groups = c.groups[:0]
-	c.gets, c.ledgers, c.pos = c.gets[:0], c.ledgers[:0], c.pos[:0]
+	c.gets, c.pos = c.gets[:0], c.pos[:0]
 	clear(c.cmds)
 	c.cmds = c.cmds[:0]
 	s.calls.Put(c)
@@ -235,15 +231,21 @@ func (s *Store) run(c *call) {
 		if c.err == nil {
 			class = store.Applied
 		}
-		s.tally.Add(store.TargetCounter, class, c.applied[0])
-		s.tally.Add(store.TargetRelease, class, c.applied[1])
+		s.countApplied(c, class)
 		c.done <- struct{}{}
 		return
 	}
 	// The caller gave up: nobody else holds c.
-	s.tally.Add(store.TargetCounter, class, c.applied[0])
-	s.tally.Add(store.TargetRelease, class, c.applied[1])
+	s.countApplied(c, class)
 	s.release(c)
+}
+
+// countApplied counts what Valkey confirmed applying in class c (the
+// measurement is a measurement: applied, whatever the call's error).
+func (s *Store) countApplied(x *call, c store.Class) {
+	s.tally.Add(store.TargetCounter, c, x.applied[0])
+	s.tally.Add(store.TargetRelease, c, x.applied[1])
+	s.tally.Add(store.TargetLedger, store.Applied, x.applied[2])
 }
 
 // do sends cmds, keeping the stall guard informed.
@@ -275,12 +277,19 @@ func (s *Store) retryNoScript(ctx context.Context, gs []*group, res []valkey.Val
 	}
 	again := s.client.DoMulti(ctx, cmds...)
 	if len(again) != len(idx) {
+		// The EVALs were handed to the client: maybe applied, never summed
+		// back into the buffer.
+		for _, i := range idx {
+			res[i] = valkey.NewErrorResult(errRetryUnanswered)
+		}
 		return
 	}
 	for n, i := range idx {
 		res[i] = again[n]
 	}
 }
+
+var errRetryUnanswered = errors.New("EVAL after NOSCRIPT: reply missing")
 
 func validate(counters []store.Counter, results []store.Result) error {
 	if len(results) != len(counters) {

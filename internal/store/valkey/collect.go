@@ -21,9 +21,6 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		for _, g := range c.groups {
 			s.groupFailed(g, maybeApplied)
 		}
-		for _, i := range c.ledgers {
-			s.countLedger(&c.counters[i], store.Ambiguous)
-		}
 		return fmt.Errorf("%w: %d replies for %d commands", store.ErrMalformedReply, len(res), len(c.cmds))
 	}
 	var first error
@@ -39,15 +36,6 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 			continue
 		}
 		c.results[i] = store.Result{Total: v}
-	}
-	for _, i := range c.ledgers {
-		if err := res[j].Error(); err != nil {
-			// A measurement: its failure never fails the charge.
-			s.ledgerFailed(&c.counters[i], err)
-		} else {
-			s.countLedger(&c.counters[i], store.Applied)
-		}
-		j++
 	}
 	return first
 }
@@ -77,6 +65,16 @@ func (s *Store) collectGroup(c *call, g *group, r valkey.ValkeyResult) error {
 	var first error
 	for oi := range g.ops {
 		o, rep := &g.ops[oi], &reps[oi]
+		if o.flags&flagHash != 0 {
+			// A measurement: its failure never fails the charge.
+			if rep.err != nil {
+				s.countOp(o, store.Lost)
+				s.logs.ledgerLoss(s.log, "the ledger key holds something that is not a hash of integers", s.Stats())
+			} else {
+				c.applied[2] += o.hits
+			}
+			continue
+		}
 		if rep.err != nil {
 			// The key holds something that is not a counter: this op did
 			// nothing, the others of the script applied.

@@ -66,12 +66,20 @@ func (s *Store) countWrite(k *store.Counter, c store.Class) {
 
 // countOp counts an op's hits and releases in class c.
 func (s *Store) countOp(o *op, c store.Class) {
+	if o.flags&flagHash != 0 {
+		s.tally.Add(store.TargetLedger, c, o.hits)
+		return
+	}
 	s.tally.Add(store.TargetCounter, c, o.hits)
 	s.tally.Add(store.TargetRelease, c, o.releases)
 }
 
-func (s *Store) countLedger(k *store.Counter, c store.Class) {
-	s.tally.Add(store.TargetLedger, c, k.Hits)
+// target is the buffer entry an op's write is summed into.
+func (o *op) target() target {
+	if o.flags&flagHash != 0 {
+		return target{key: o.key, field: o.field, hash: true}
+	}
+	return counterTarget(o.key)
 }
 
 // notSent buffers the writes of a call that certainly did not reach Valkey.
@@ -128,7 +136,7 @@ func (s *Store) groupFailed(g *group, out outcome) {
 		for i := range g.ops {
 			o := &g.ops[i]
 			if o.hits > 0 || o.releases > 0 {
-				s.buffer(counterTarget(o.key), o.hits, o.releases, time.UnixMilli(o.exp), store.Buffered, store.Lost)
+				s.buffer(o.target(), o.hits, o.releases, time.UnixMilli(o.exp), store.Buffered, store.Lost)
 			}
 		}
 	case maybeApplied:
@@ -138,7 +146,9 @@ func (s *Store) groupFailed(g *group, out outcome) {
 		for i := range g.ops {
 			s.countOp(&g.ops[i], store.Ambiguous)
 		}
-		s.keep(g.replay(), store.AmbiguousDropped)
+		r := g.replay()
+		r.unanswered = true
+		s.keep(r, store.AmbiguousDropped)
 		if every(&s.logs.ambiguous, time.Second) {
 			s.log.Warn("valkey store: writes sent but unanswered; kept under their call's id and replayed exactly once",
 				"ambiguous_hits_total", s.tally.Get(store.TargetCounter, store.Ambiguous))
@@ -177,20 +187,6 @@ func (s *Store) resolveGroup(g *group, buffered, ambiguous store.Class) {
 	}
 	for i := range g.ops {
 		s.countOp(&g.ops[i], c)
-	}
-}
-
-// ledgerFailed settles a failed HINCRBY of the ledger: buffered when
-// certainly not applied, else counted (a measurement is never re-sent).
-func (s *Store) ledgerFailed(k *store.Counter, err error) {
-	switch classify(err) {
-	case notApplied:
-		s.buffer(ledgerTarget(k.Ledger), k.Hits, 0, k.ExpireAt, store.Buffered, store.Lost)
-	case maybeApplied:
-		s.countLedger(k, store.Ambiguous)
-	case permanent:
-		s.countLedger(k, store.Lost)
-		s.logs.ledgerLoss(s.log, "the ledger key holds something that is not a hash of integers", s.Stats())
 	}
 }
 

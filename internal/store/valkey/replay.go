@@ -36,10 +36,10 @@ func (s *Store) replayer() {
 	}
 }
 
-// replay is one replay's worth of buffered writes.
+// replay is one replay's worth of buffered writes: summed entries under
+// fresh ids, then kept groups under theirs.
 type replay struct {
-	groups  []*group // summed entries under fresh ids, then kept groups under theirs
-	ledgers []entry  // ledger fields, one HINCRBY each
+	groups []*group
 }
 
 // replayOnce replays one batch; false when Valkey is not answering or the
@@ -58,15 +58,12 @@ func (s *Store) replayOnce() bool {
 	}
 	now := s.now()
 	r := s.takeReplay(now)
-	if len(r.groups)+len(r.ledgers) == 0 {
+	if len(r.groups) == 0 {
 		return true
 	}
-	cmds := make([]valkey.Completed, 0, len(r.groups)+len(r.ledgers))
+	cmds := make([]valkey.Completed, 0, len(r.groups))
 	for _, g := range r.groups {
 		cmds = append(cmds, s.scriptCmd(g, false, now))
-	}
-	for _, e := range r.ledgers {
-		cmds = append(cmds, s.cmd.hincrby(e.key, e.field, e.hits))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.detach)
 	defer cancel()
@@ -79,15 +76,9 @@ func (s *Store) replayOnce() bool {
 	ok := true
 	var hits, ledgerHits uint64
 	for gi, g := range r.groups {
-		n, done := s.settleReplay(g, res[gi])
+		n, ln, done := s.settleReplay(g, res[gi])
 		hits += n
-		ok = ok && done
-	}
-	for i, e := range r.ledgers {
-		done := s.settleLedgerReplay(e, res[len(r.groups)+i])
-		if done {
-			ledgerHits += e.hits
-		}
+		ledgerHits += ln
 		ok = ok && done
 	}
 	if hits > 0 || ledgerHits > 0 {
@@ -111,13 +102,8 @@ func (s *Store) takeReplay(now time.Time) replay {
 			if e.hits > 0 {
 				s.log.Warn("valkey store: buffered writes expired before Valkey came back", "hits", e.hits, "ledger", e.hash)
 			}
-		case e.hash:
-			r.ledgers = append(r.ledgers, e)
 		default:
-			var sl uint16
-			if s.slotted {
-				sl = keySlot(e.key)
-			}
+			sl := s.slotOf(e.key)
 			g := fresh[sl]
 			if g == nil {
 				g = &group{slot: sl, buffered: true}
@@ -125,7 +111,10 @@ func (s *Store) takeReplay(now time.Time) replay {
 				r.groups = append(r.groups, g)
 			}
 			o := op{key: e.key, hits: e.hits, exp: e.exp.UnixMilli(), releases: e.releases, ci: -1}
-			if e.releases > 0 {
+			switch {
+			case e.hash:
+				o.flags, o.field = flagHash, e.field
+			case e.releases > 0:
 				o.flags, o.holdKey = flagHold, s.keys.hold(e.key, s.ids.tags)
 			}
 			g.ops = append(g.ops, o)
@@ -146,9 +135,10 @@ func (s *Store) takeReplay(now time.Time) replay {
 	return r
 }
 
-// settleReplay settles one replayed group from its reply: the hits it
-// applied, and whether it is done (applied, or settled for good).
-func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, bool) {
+// settleReplay settles one replayed group from its reply: the counter and
+// ledger hits it applied, and whether it is done (applied, or settled for
+// good).
+func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, bool) {
 	reps := make([]opResult, len(g.ops))
 	fresh, err := parseReply(r, g.ops, reps)
 	if err != nil {
@@ -159,17 +149,19 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, bool) {
 		switch {
 		case out == permanent:
 			s.resolveGroup(g, store.BufferLost, store.AmbiguousDropped)
-		case out == notApplied && g.buffered:
+		case out == notApplied && !g.unanswered:
+			// Never sent unanswered: certainly not applied, summed back.
 			for i := range g.ops {
 				o := &g.ops[i]
-				if !s.buf.add(counterTarget(o.key), o.hits, o.releases, time.UnixMilli(o.exp)) {
+				if !s.buf.add(o.target(), o.hits, o.releases, time.UnixMilli(o.exp)) {
 					s.countOp(o, store.BufferLost)
 				}
 			}
 		default:
+			g.unanswered = g.unanswered || out == maybeApplied
 			s.keep(g, store.AmbiguousDropped)
 		}
-		return 0, false
+		return 0, 0, false
 	}
 	if g.hasID && g.id.expiryArg() != "0" {
 		g.id.expiryDone()
@@ -181,7 +173,7 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, bool) {
 	case fresh:
 		class = store.AmbiguousReplayed // the first send had not been applied
 	}
-	var hits uint64
+	var hits, ledgerHits uint64
 	for i := range g.ops {
 		o := &g.ops[i]
 		if reps[i].err != nil {
@@ -189,25 +181,13 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, bool) {
 			continue
 		}
 		s.countOp(o, class)
-		hits += o.hits
+		if o.flags&flagHash != 0 {
+			ledgerHits += o.hits
+		} else {
+			hits += o.hits
+		}
 	}
-	return hits, true
-}
-
-// settleLedgerReplay settles one replayed ledger field; true when done.
-func (s *Store) settleLedgerReplay(e entry, r valkey.ValkeyResult) bool {
-	err := r.Error()
-	if err == nil {
-		s.resolve(e.target, e.hits, 0, store.Replayed)
-		return true
-	}
-	if classify(err) == notApplied && s.buf.add(e.target, e.hits, 0, e.exp) {
-		return false
-	}
-	// Refused, maybe applied, or no room: a measurement is never re-sent
-	// when it may have been applied.
-	s.resolve(e.target, e.hits, 0, store.BufferLost)
-	return false
+	return hits, ledgerHits, true
 }
 
 // probe pings Valkey, so a batch is only sent to a server that answers: a

@@ -26,7 +26,9 @@ import (
 //
 // Flags: 1 starts a request; 2 carries the limit; 4 enforces (over its limit
 // denies the request); 8 is reservation-aware (its hold hash follows its
-// counter in KEYS).
+// counter in KEYS); 16 is a ledger increment (the shadow-week measurement):
+// its key is a hash, and instead of an expiry it carries the field to add
+// the hits to (HINCRBY); it answers 0.
 //
 // With an id already set (a replay of an applied call) nothing is written:
 // the counters are only read. A counter's expiry is set when the add created
@@ -53,6 +55,7 @@ local now, maxHolds = tonumber(ARGV[3]), tonumber(ARGV[4])
 local band = bit.band
 local out = {fresh and 1 or 0}
 local req, denied = {}, false
+local a, k = 5, 2
 local function finish()
   if not denied then
     for _, o in ipairs(req) do
@@ -87,12 +90,13 @@ local function touch(hk, release)
   end
   return r, expired, t - h
 end
-local a, k = 5, 2
-while a <= #ARGV do
-  local f, hits, exp = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
-  a = a + 3
-  local key = KEYS[k]
-  k = k + 1
+local function hashOp(key, field, hits)
+  if not fresh then return 0 end
+  local r = redis.pcall('HINCRBY', key, field, hits)
+  if type(r) == 'number' then return 0 end
+  return r
+end
+local function counterOp(f, hits, exp, key)
   if band(f, 1) ~= 0 then finish() end
   local total
   if hits ~= '0' and fresh then
@@ -131,6 +135,17 @@ while a <= #ARGV do
   end
   if over and band(f, 4) ~= 0 then denied = true end
 end
+while a <= #ARGV do
+  local f, hits, third = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+  a = a + 3
+  local key = KEYS[k]
+  k = k + 1
+  if band(f, 16) ~= 0 then
+    out[#out + 1] = hashOp(key, third, hits)
+  else
+    counterOp(f, hits, third, key)
+  end
+end
 finish()
 return out
 `
@@ -154,6 +169,7 @@ const (
 	flagLimit   = 2
 	flagEnforce = 4
 	flagHold    = 8
+	flagHash    = 16
 )
 
 // DefaultMaxHolds bounds the holds one counter keeps: a request that would
@@ -206,6 +222,11 @@ func parseReply(r valkey.ValkeyResult, ops []op, out []opResult) (fresh bool, er
 		o := &out[i]
 		*o = opResult{seq: -1}
 		o.Total, o.err = replyUint(arr[j])
+		if ops[i].flags&flagHash != 0 {
+			o.Total = 0 // a ledger increment answers 0, or its error
+			j++
+			continue
+		}
 		if ops[i].flags&flagHold != 0 {
 			var held, seq int64
 			var e1, e2, e3, e4 error
