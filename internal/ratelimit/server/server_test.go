@@ -213,7 +213,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code, b := get(r.debug + "/rlconfig"); code != 200 || !strings.Contains(b, "d.user: unit=DAY requests_per_unit=1") {
 		t.Fatalf("rlconfig: %d %q", code, b)
 	}
-	if code, b := get(r.debug + "/metrics"); code != 200 || !strings.Contains(b, `ratelimit_decisions_total{domain="d",outcome="over_limit",rule="d.user"} 1`) {
+	if code, b := get(r.debug + "/metrics"); code != 200 || !strings.Contains(b, `ratelimit_decisions_total{budget="",domain="d",gateway="",mode="enforce",outcome="over_limit",rule="user",window="day"} 1`) {
 		t.Fatalf("metrics: %d %s", code, b)
 	}
 	if code, _ := get(r.debug + "/debug/pprof/"); code != 200 {
