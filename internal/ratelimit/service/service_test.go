@@ -43,6 +43,8 @@ type svc struct {
 	srv    *server.Server
 	logs   *syncBuffer
 	debug  string
+	// stop cancels Run and returns its error (once; the cleanup calls it too).
+	stop func() error
 }
 
 func startService(t *testing.T, dir string, env map[string]string, args ...string) *svc {
@@ -72,9 +74,14 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 		cancel()
 		t.Fatalf("service did not start\n%s", logs)
 	}
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("run: %v", err)
 		}
 	})
@@ -84,7 +91,7 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &svc{client: rlpb.NewRateLimitServiceClient(conn), srv: srv, logs: logs, debug: "http://" + d.String()}
+	return &svc{client: rlpb.NewRateLimitServiceClient(conn), srv: srv, logs: logs, debug: "http://" + d.String(), stop: stop}
 }
 
 func writeConfig(t *testing.T, dir, name, body string) {
