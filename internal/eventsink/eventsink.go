@@ -29,8 +29,10 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	cecontext "github.com/cloudevents/sdk-go/v2/context"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // CloudEvents attributes of every event.
@@ -49,7 +51,6 @@ const (
 	DefaultQueueSize      = 1024
 	DefaultMaxAttempts    = 5
 	DefaultInitialBackoff = 200 * time.Millisecond
-	DefaultMaxBackoff     = 10 * time.Second
 	DefaultTimeout        = 5 * time.Second
 	// maxResponseBody bounds what is read of an answer: the SDK reads a
 	// refusal's whole body into its error.
@@ -123,8 +124,9 @@ type Options struct {
 	QueueSize int
 	// MaxAttempts per event (first try included); default DefaultMaxAttempts.
 	MaxAttempts int
-	// InitialBackoff doubles after each failed attempt up to MaxBackoff.
-	InitialBackoff, MaxBackoff time.Duration
+	// InitialBackoff is the wait after the first failed attempt; it doubles
+	// after each further one (the SDK's exponential backoff).
+	InitialBackoff time.Duration
 	// Timeout bounds one attempt; default DefaultTimeout.
 	Timeout time.Duration
 	// Client sends the requests; default a client with Timeout. Its
@@ -143,6 +145,7 @@ type HTTP struct {
 	o         Options
 	target    string // scheme://host/path for logs, no userinfo or query
 	client    cloudevents.Client
+	sdkLog    *zap.SugaredLogger // a no-op: see deliver
 	queue     chan Crossing
 	dropped   *prometheus.CounterVec
 	delivered prometheus.Counter
@@ -167,7 +170,7 @@ func New(o Options) (*HTTP, error) {
 		return nil, err
 	}
 	s := &HTTP{
-		o: o, target: u.Scheme + "://" + u.Host + u.Path, client: client, queue: make(chan Crossing, o.QueueSize),
+		o: o, target: u.Scheme + "://" + u.Host + u.Path, client: client, sdkLog: zap.NewNop().Sugar(), queue: make(chan Crossing, o.QueueSize),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricDropped, Help: "Threshold events not delivered to the configured URL, by reason.",
 		}, []string{"reason"}),
@@ -206,14 +209,11 @@ func (o *Options) defaults() error {
 	if o.InitialBackoff == 0 {
 		o.InitialBackoff = DefaultInitialBackoff
 	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = DefaultMaxBackoff
-	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.QueueSize < 1 || o.MaxAttempts < 1 || o.InitialBackoff < 0 || o.MaxBackoff < o.InitialBackoff || o.Timeout < 0 {
-		return fmt.Errorf("threshold events: queue %d, attempts %d, backoff %v..%v, timeout %v: out of range", o.QueueSize, o.MaxAttempts, o.InitialBackoff, o.MaxBackoff, o.Timeout)
+	if o.QueueSize < 1 || o.MaxAttempts < 1 || o.InitialBackoff < 0 || o.Timeout < 0 {
+		return fmt.Errorf("threshold events: queue %d, attempts %d, backoff %v, timeout %v: out of range", o.QueueSize, o.MaxAttempts, o.InitialBackoff, o.Timeout)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -221,9 +221,8 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// newClient is the SDK's HTTP client for o.URL. The SDK does not retry
-// (no retry parameters in the context): the worker does, with its own
-// policy and counters.
+// newClient is the SDK's HTTP client for o.URL, retrying what retriable
+// says (deliver sets the backoff in each send's context).
 func newClient(o Options) (cloudevents.Client, error) {
 	hc := http.Client{Timeout: o.Timeout}
 	if o.Client != nil {
@@ -234,7 +233,7 @@ func newClient(o Options) (cloudevents.Client, error) {
 		base = http.DefaultTransport
 	}
 	hc.Transport = limitedBody{base}
-	p, err := cehttp.New(cehttp.WithTarget(o.URL), cehttp.WithClient(hc))
+	p, err := cehttp.New(cehttp.WithTarget(o.URL), cehttp.WithClient(hc), cehttp.WithIsRetriableFunc(retriable))
 	if err != nil {
 		return nil, errors.New("threshold events: cloudevents http protocol: bad options") // its error may quote the URL
 	}
@@ -303,53 +302,40 @@ func (s *HTTP) run(ctx context.Context) {
 	}
 }
 
-// deliver sends one event with retries; "" when delivered, else the reason.
+// deliver sends one event in structured mode, with the SDK's exponential
+// backoff between attempts; "" when delivered, else the reason.
 func (s *HTTP) deliver(ctx context.Context, c Crossing) string {
 	ev, err := NewEvent(s.o.Source, c)
 	if err != nil {
 		return ReasonRejected
 	}
-	backoff := s.o.InitialBackoff
-	for attempt := 1; ; attempt++ {
-		retry, ok := s.send(ctx, ev)
-		if ok {
-			return ""
-		}
-		if ctx.Err() != nil {
-			return ReasonClosed // abandoned at shutdown
-		}
-		if !retry {
-			return ReasonRejected
-		}
-		if attempt >= s.o.MaxAttempts {
-			return ReasonUndeliverable
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ReasonClosed
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.o.MaxBackoff)
-	}
-}
-
-// send makes one attempt in structured mode; retry tells whether a failure
-// is worth another: no answer, 408, 429 or 5xx.
-func (s *HTTP) send(ctx context.Context, ev cloudevents.Event) (retry, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
-	res := s.client.Send(cloudevents.WithEncodingStructured(ctx), ev)
+	// The SDK waits Period*2^n before retry n (n from 1): the first wait is
+	// InitialBackoff.
+	sctx := cloudevents.ContextWithRetriesExponentialBackoff(cloudevents.WithEncodingStructured(ctx), s.o.InitialBackoff/2, s.o.MaxAttempts-1)
+	// The SDK's own log (zap, to stderr) would bypass LOG_LEVEL and could
+	// quote the URL's token in an error: it is silenced; drops are logged
+	// here, without the URL's secrets.
+	sctx = cecontext.WithLogger(sctx, s.sdkLog)
+	res := s.client.Send(sctx, ev)
 	if cloudevents.IsACK(res) {
-		return false, true
+		return ""
+	}
+	if ctx.Err() != nil {
+		return ReasonClosed // abandoned at shutdown
+	}
+	if rr, ok := res.(*cehttp.RetriesResult); ok {
+		res = rr.Result // the last attempt's
 	}
 	var hr *cehttp.Result
-	if !cloudevents.ResultAs(res, &hr) {
-		return true, false // not delivered: connection refused, timeout...
+	if cloudevents.ResultAs(res, &hr) && !retriable(hr.StatusCode) {
+		return ReasonRejected
 	}
-	code := hr.StatusCode
-	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= 500, false
+	return ReasonUndeliverable
+}
+
+// retriable: an answer worth another attempt (no answer at all is one too).
+func retriable(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= 500
 }
 
 // limitedBody bounds what is read of every answer.
