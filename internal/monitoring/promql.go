@@ -170,16 +170,15 @@ func (l *lexer) skipTo(closer byte) error {
 	opener := l.s[l.i]
 	depth := 0
 	for l.i < len(l.s) {
-		c := l.s[l.i]
-		switch {
-		case c == '"' || c == '\'' || c == '`':
+		switch c := l.s[l.i]; c {
+		case '"', '\'', '`':
 			if _, err := l.str(); err != nil {
 				return err
 			}
 			continue
-		case c == opener:
+		case opener:
 			depth++
-		case c == closer:
+		case closer:
 			depth--
 			if depth == 0 {
 				l.i++
