@@ -1,4 +1,4 @@
-package monitoring
+package monitoring_test
 
 import (
 	"bytes"

@@ -1,9 +1,10 @@
-// Package monitoring holds the dashboard, alert rules and ServiceMonitor of
-// budgetgen's rate limit service (docs/monitoring.md). Its tests check them
-// against the real tools and the real service: promtool checks and unit-tests
-// the rules, a real Prometheus scrapes a running service and fires an alert,
-// and every metric the dashboard and the rules query must be exported.
-package monitoring
+// Package monitoring_test checks what deploy/monitoring ships (the
+// dashboard, alert rules and ServiceMonitor of the rate limit service;
+// docs/monitoring.md) against the real tools and the real service: promtool
+// checks and unit-tests the rules, a real Prometheus scrapes a running
+// service and fires an alert, and every metric the dashboard and the rules
+// query must be exported.
+package monitoring_test
 
 import (
 	"bytes"
