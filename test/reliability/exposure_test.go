@@ -60,8 +60,8 @@ func TestHTTPPortAsProtectedAsGRPC(t *testing.T) {
 	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000}\n")
 	mtls := map[string]string{
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": srvPair.CertFile, "GRPC_SERVER_TLS_KEY": srvPair.KeyFile,
-		"GRPC_SERVER_TLS_CA_CERT": ca.CertFile,
-		"LOG_LEVEL": "info", // the start-up facts the subtests read are INFO
+		// The start-up facts the subtests read are INFO.
+		"GRPC_SERVER_TLS_CA_CERT": ca.CertFile, "LOG_LEVEL": "info",
 	}
 	envoyTLS, err := tlsconfig.Client(tlsconfig.ClientOptions{CertFile: envoyPair.CertFile, KeyFile: envoyPair.KeyFile, CAFile: ca.CertFile, ServerName: "127.0.0.1"})
 	if err != nil {
