@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel), helm,
 # Chromium (the HTML report's screenshot test), prlimit, h2spec and @grpc/grpc-js (the
-# gRPC server's conformance and foreign-client tests). Works on Debian and Ubuntu:
+# gRPC server's conformance and foreign-client tests), Prometheus and promtool (the alert
+# rules' tests in deploy/monitoring). Works on Debian and Ubuntu:
 # - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
 #   machine's own apt sources, so no host name is written here); later Debian: main.
 # - Ubuntu: Valkey from the release's own archive when it has it (24.10 and later);
@@ -132,5 +133,26 @@ install_chromium() {
   echo "install-deps: installed $(chromium --version 2>/dev/null | head -1)"
 }
 
+# Prometheus and promtool (deploy/monitoring: promtool check/test rules, and a real Prometheus
+# scraping the service): the distribution's prometheus package, pinned to its major version
+# (Debian bookworm has 2.42; the rule file and unit-test formats are stable across 2.x and 3.x).
+# --no-install-recommends skips node-exporter; tests start their own Prometheus on loopback.
+install_prometheus() {
+  if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+    echo "install-deps: prometheus present: $(prometheus --version 2>&1 | head -1)"
+    return
+  fi
+  apt_update
+  if [ -z "$(candidate prometheus)" ]; then
+    echo "install-deps: no prometheus package on this $OS_ID release; install prometheus and promtool (2.x or later) yourself" >&2
+    exit 1
+  fi
+  $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # Some machines start the packaged daemon on :9090; tests start their own.
+  $SUDO systemctl stop prometheus >/dev/null 2>&1 || true
+  echo "install-deps: installed $(prometheus --version 2>&1 | head -1)"
+}
+
 install_valkey
 install_chromium
+install_prometheus

@@ -1,22 +1,23 @@
 // Package eventsink delivers threshold events out of the process: each
 // 80/90/100% crossing becomes a CloudEvent (specversion 1.0, JSON structured
-// mode) POSTed to a configured URL.
+// mode) sent to a configured URL with the CloudEvents Go SDK
+// (github.com/cloudevents/sdk-go/v2: its event type, validation and HTTP
+// protocol binding).
 //
 // Delivery never holds up a rate limit decision: Offer only tries to put the
 // event on a bounded queue and returns; a full queue drops the event and
 // counts it. One worker sends the queue in order, retrying network errors,
-// 5xx and 429 answers with exponential backoff, up to MaxAttempts; an event
-// still undelivered (or refused with another 4xx) is dropped and counted.
-// The event id is derived from (domain, rule, principal, day, threshold), so
-// a receiver can drop the duplicates a retry after a lost answer produces.
+// 5xx, 408 and 429 answers with exponential backoff, up to MaxAttempts; an
+// event still undelivered (or refused with another 4xx) is dropped and
+// counted. The event id is derived from (domain, rule, principal, day,
+// threshold), so a receiver can drop the duplicates a retry after a lost
+// answer produces.
 package eventsink
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,17 +28,22 @@ import (
 	"sync"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	cecontext "github.com/cloudevents/sdk-go/v2/context"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // CloudEvents attributes of every event.
 const (
-	SpecVersion     = "1.0"
+	SpecVersion     = cloudevents.VersionV1
 	EventType       = "dev.budgetgen.ratelimit.threshold.crossed"
 	DefaultSource   = "budgetgen/ratelimit"
-	DataContentType = "application/json"
-	// ContentType is the structured-mode media type (CloudEvents HTTP binding).
-	ContentType = "application/cloudevents+json; charset=UTF-8"
+	DataContentType = cloudevents.ApplicationJSON
+	// ContentType is the structured-mode media type (CloudEvents HTTP
+	// binding) the SDK sends.
+	ContentType = cloudevents.ApplicationCloudEventsJSON
 )
 
 // Defaults of Options.
@@ -45,9 +51,9 @@ const (
 	DefaultQueueSize      = 1024
 	DefaultMaxAttempts    = 5
 	DefaultInitialBackoff = 200 * time.Millisecond
-	DefaultMaxBackoff     = 10 * time.Second
 	DefaultTimeout        = 5 * time.Second
-	// maxResponseBody bounds what is read of an answer (it is discarded).
+	// maxResponseBody bounds what is read of an answer: the SDK reads a
+	// refusal's whole body into its error.
 	maxResponseBody = 64 << 10
 )
 
@@ -61,9 +67,12 @@ const (
 const (
 	ReasonQueueFull     = "queue_full"
 	ReasonUndeliverable = "undeliverable" // retries exhausted
-	ReasonRejected      = "rejected"      // a 4xx other than 408/429
+	ReasonRejected      = "rejected"      // a 4xx other than 408/429, or an invalid event
 	ReasonClosed        = "closed"        // offered after Close, or left at shutdown
 )
+
+// Reasons lists the drop reasons (every one is exported at 0 from the start).
+var Reasons = []string{ReasonQueueFull, ReasonUndeliverable, ReasonRejected, ReasonClosed}
 
 // Crossing is one threshold crossing, the event's data.
 type Crossing struct {
@@ -80,29 +89,29 @@ type Crossing struct {
 	At time.Time `json:"-"`
 }
 
-// Event is a CloudEvent in JSON structured mode.
-type Event struct {
-	SpecVersion     string   `json:"specversion"`
-	ID              string   `json:"id"`
-	Source          string   `json:"source"`
-	Type            string   `json:"type"`
-	Time            string   `json:"time"`
-	DataContentType string   `json:"datacontenttype"`
-	Subject         string   `json:"subject,omitempty"`
-	Data            Crossing `json:"data"`
-}
-
-// NewEvent builds the CloudEvent of a crossing.
-func NewEvent(source string, c Crossing) Event {
+// EventID is the id of a crossing's event: the same crossing always gets
+// the same id.
+func EventID(c Crossing) string {
 	h := sha256.New()
 	for _, s := range []string{c.Domain, c.Rule, c.Principal, c.Day, strconv.Itoa(c.ThresholdPercent)} {
 		// Length-prefixed, so no two tuples hash the same input.
 		_, _ = fmt.Fprintf(h, "%d:%s", len(s), s) // hash.Hash.Write never returns an error
 	}
-	return Event{
-		SpecVersion: SpecVersion, ID: hex.EncodeToString(h.Sum(nil)[:16]), Source: source, Type: EventType,
-		Time: c.At.UTC().Format(time.RFC3339Nano), DataContentType: DataContentType, Subject: c.Rule, Data: c,
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// NewEvent builds and validates the CloudEvent of a crossing.
+func NewEvent(source string, c Crossing) (cloudevents.Event, error) {
+	ev := cloudevents.NewEvent(SpecVersion)
+	ev.SetID(EventID(c))
+	ev.SetSource(source)
+	ev.SetType(EventType)
+	ev.SetTime(c.At.UTC())
+	ev.SetSubject(c.Rule)
+	if err := ev.SetData(DataContentType, c); err != nil {
+		return ev, fmt.Errorf("threshold event data: %w", err)
 	}
+	return ev, ev.Validate()
 }
 
 // Options for New. URL is required; zero values take the defaults.
@@ -115,11 +124,13 @@ type Options struct {
 	QueueSize int
 	// MaxAttempts per event (first try included); default DefaultMaxAttempts.
 	MaxAttempts int
-	// InitialBackoff doubles after each failed attempt up to MaxBackoff.
-	InitialBackoff, MaxBackoff time.Duration
+	// InitialBackoff is the wait after the first failed attempt; it doubles
+	// after each further one (the SDK's exponential backoff).
+	InitialBackoff time.Duration
 	// Timeout bounds one attempt; default DefaultTimeout.
 	Timeout time.Duration
-	// Client sends the requests; default a client with Timeout.
+	// Client sends the requests; default a client with Timeout. Its
+	// transport is wrapped so that at most 64 KiB of an answer is read.
 	Client *http.Client
 	// Registerer gets the dropped and delivered counters; nil keeps them
 	// unregistered.
@@ -133,7 +144,9 @@ type Options struct {
 type HTTP struct {
 	o         Options
 	target    string // scheme://host/path for logs, no userinfo or query
-	queue     chan Event
+	client    cloudevents.Client
+	sdkLog    *zap.SugaredLogger // a no-op: see deliver
+	queue     chan Crossing
 	dropped   *prometheus.CounterVec
 	delivered prometheus.Counter
 
@@ -149,35 +162,15 @@ func New(o Options) (*HTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("threshold events URL: want an absolute http:// or https:// URL")
 	}
-	if o.Source == "" {
-		o.Source = DefaultSource
+	if err := o.defaults(); err != nil {
+		return nil, err
 	}
-	if o.QueueSize == 0 {
-		o.QueueSize = DefaultQueueSize
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.InitialBackoff == 0 {
-		o.InitialBackoff = DefaultInitialBackoff
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = DefaultMaxBackoff
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.QueueSize < 1 || o.MaxAttempts < 1 || o.InitialBackoff < 0 || o.MaxBackoff < o.InitialBackoff || o.Timeout < 0 {
-		return nil, fmt.Errorf("threshold events: queue %d, attempts %d, backoff %v..%v, timeout %v: out of range", o.QueueSize, o.MaxAttempts, o.InitialBackoff, o.MaxBackoff, o.Timeout)
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: o.Timeout}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
+	client, err := newClient(o)
+	if err != nil {
+		return nil, err
 	}
 	s := &HTTP{
-		o: o, target: u.Scheme + "://" + u.Host + u.Path, queue: make(chan Event, o.QueueSize),
+		o: o, target: u.Scheme + "://" + u.Host + u.Path, client: client, sdkLog: zap.NewNop().Sugar(), queue: make(chan Crossing, o.QueueSize),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricDropped, Help: "Threshold events not delivered to the configured URL, by reason.",
 		}, []string{"reason"}),
@@ -186,7 +179,7 @@ func New(o Options) (*HTTP, error) {
 		}),
 		done: make(chan struct{}),
 	}
-	for _, r := range []string{ReasonQueueFull, ReasonUndeliverable, ReasonRejected, ReasonClosed} {
+	for _, r := range Reasons {
 		s.dropped.WithLabelValues(r) // exported at 0 from the start
 	}
 	if o.Registerer != nil {
@@ -202,10 +195,58 @@ func New(o Options) (*HTTP, error) {
 	return s, nil
 }
 
+// defaults fills the zero values and checks the ranges.
+func (o *Options) defaults() error {
+	if o.Source == "" {
+		o.Source = DefaultSource
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.QueueSize < 1 || o.MaxAttempts < 1 || o.InitialBackoff < 0 || o.Timeout < 0 {
+		return fmt.Errorf("threshold events: queue %d, attempts %d, backoff %v, timeout %v: out of range", o.QueueSize, o.MaxAttempts, o.InitialBackoff, o.Timeout)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// newClient is the SDK's HTTP client for o.URL, retrying what retriable
+// says (deliver sets the backoff in each send's context).
+func newClient(o Options) (cloudevents.Client, error) {
+	hc := http.Client{Timeout: o.Timeout}
+	if o.Client != nil {
+		hc = *o.Client
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = limitedBody{base}
+	p, err := cehttp.New(cehttp.WithTarget(o.URL), cehttp.WithClient(hc), cehttp.WithIsRetriableFunc(retriable))
+	if err != nil {
+		return nil, errors.New("threshold events: cloudevents http protocol: bad options") // its error may quote the URL
+	}
+	c, err := cloudevents.NewClient(p)
+	if err != nil {
+		return nil, fmt.Errorf("threshold events: cloudevents client: %w", err)
+	}
+	return c, nil
+}
+
 // Offer queues the event of a crossing, or drops and counts it when the
 // queue is full or the sink closed. It never blocks.
 func (s *HTTP) Offer(c Crossing) {
-	ev := NewEvent(s.o.Source, c)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -213,7 +254,7 @@ func (s *HTTP) Offer(c Crossing) {
 		return
 	}
 	select {
-	case s.queue <- ev:
+	case s.queue <- c:
 	default:
 		s.dropped.WithLabelValues(ReasonQueueFull).Inc()
 	}
@@ -246,73 +287,68 @@ func (s *HTTP) Collectors() []prometheus.Collector {
 
 func (s *HTTP) run(ctx context.Context) {
 	defer close(s.done)
-	for ev := range s.queue {
+	for c := range s.queue {
 		if ctx.Err() != nil {
 			s.dropped.WithLabelValues(ReasonClosed).Inc()
 			continue
 		}
-		switch reason := s.deliver(ctx, ev); reason {
+		switch reason := s.deliver(ctx, c); reason {
 		case "":
 			s.delivered.Inc()
 		default:
 			s.dropped.WithLabelValues(reason).Inc()
-			s.o.Logger.Warn("threshold event dropped", "reason", reason, "target", s.target, "id", ev.ID, "rule", ev.Data.Rule, "threshold_percent", ev.Data.ThresholdPercent)
+			s.o.Logger.Warn("threshold event dropped", "reason", reason, "target", s.target, "id", EventID(c), "rule", c.Rule, "threshold_percent", c.ThresholdPercent)
 		}
 	}
 }
 
-// deliver sends one event with retries; "" when delivered, else the reason.
-func (s *HTTP) deliver(ctx context.Context, ev Event) string {
-	body, err := json.Marshal(ev)
+// deliver sends one event in structured mode, with the SDK's exponential
+// backoff between attempts; "" when delivered, else the reason.
+func (s *HTTP) deliver(ctx context.Context, c Crossing) string {
+	ev, err := NewEvent(s.o.Source, c)
 	if err != nil {
 		return ReasonRejected
 	}
-	backoff := s.o.InitialBackoff
-	for attempt := 1; ; attempt++ {
-		retry, err := s.post(ctx, body)
-		if err == nil {
-			return ""
-		}
-		if ctx.Err() != nil {
-			return ReasonClosed // abandoned at shutdown
-		}
-		if !retry {
-			return ReasonRejected
-		}
-		if attempt >= s.o.MaxAttempts {
-			return ReasonUndeliverable
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ReasonClosed
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.o.MaxBackoff)
+	// The SDK waits Period*2^n before retry n (n from 1): the first wait is
+	// InitialBackoff.
+	sctx := cloudevents.ContextWithRetriesExponentialBackoff(cloudevents.WithEncodingStructured(ctx), s.o.InitialBackoff/2, s.o.MaxAttempts-1)
+	// The SDK's own log (zap, to stderr) would bypass LOG_LEVEL and could
+	// quote the URL's token in an error: it is silenced; drops are logged
+	// here, without the URL's secrets.
+	sctx = cecontext.WithLogger(sctx, s.sdkLog)
+	res := s.client.Send(sctx, ev)
+	if cloudevents.IsACK(res) {
+		return ""
 	}
+	if ctx.Err() != nil {
+		return ReasonClosed // abandoned at shutdown
+	}
+	if rr, ok := res.(*cehttp.RetriesResult); ok {
+		res = rr.Result // the last attempt's
+	}
+	var hr *cehttp.Result
+	if cloudevents.ResultAs(res, &hr) && !retriable(hr.StatusCode) {
+		return ReasonRejected
+	}
+	return ReasonUndeliverable
 }
 
-// post sends one attempt; retry tells whether a failure is worth another.
-func (s *HTTP) post(ctx context.Context, body []byte) (retry bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.o.URL, bytes.NewReader(body))
-	if err != nil {
-		return false, err
+// retriable: an answer worth another attempt (no answer at all is one too).
+func retriable(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= 500
+}
+
+// limitedBody bounds what is read of every answer.
+type limitedBody struct{ rt http.RoundTripper }
+
+func (l limitedBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.rt.RoundTrip(r)
+	if err != nil || resp.Body == nil {
+		return resp, err
 	}
-	req.Header.Set("Content-Type", ContentType)
-	resp, err := s.o.Client.Do(req)
-	if err != nil {
-		return true, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
-	_ = resp.Body.Close()
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return false, nil
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500:
-		return true, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return false, fmt.Errorf("status %d", resp.StatusCode)
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(resp.Body, maxResponseBody), resp.Body}
+	return resp, nil
 }

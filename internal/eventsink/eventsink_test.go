@@ -2,9 +2,9 @@ package eventsink
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/protocol"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -22,34 +25,66 @@ func crossing(p int) Crossing {
 	return Crossing{Domain: "gw/p", Rule: "gw/p/rule/0", Principal: "run-1", ThresholdPercent: p, Used: uint64(p) * 1000, Cap: 100000, Shadow: true, Day: "2026-10-20", At: at}
 }
 
-// receiver is a real HTTP server recording structured-mode CloudEvents.
+// receiver is a CloudEvents receiver built with the SDK
+// (cloudevents.Client.StartReceiver over its HTTP protocol on a loopback
+// listener): what it decodes is what any SDK-based consumer would see.
 type receiver struct {
+	URL string
+
 	mu     sync.Mutex
-	events []Event
-	raw    []map[string]any
+	events []cloudevents.Event
 	ctypes []string
-	status func(n int) int // answer of the n-th request (1-based)
+	status func(n int) int // answer of the n-th event (1-based); default 202
 	n      int
 }
 
-func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+func newReceiver(t *testing.T, status func(n int) int) *receiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := &receiver{URL: "http://" + ln.Addr().String() + "/hooks/budget", status: status}
+	p, err := cehttp.New(cehttp.WithListener(ln), cehttp.WithMiddleware(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rv.mu.Lock()
+			rv.ctypes = append(rv.ctypes, r.Header.Get("Content-Type"))
+			rv.mu.Unlock()
+			next.ServeHTTP(w, r)
+		})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cloudevents.NewClient(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.StartReceiver(ctx, rv.receive) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+	})
+	return rv
+}
+
+func (rv *receiver) receive(_ context.Context, ev cloudevents.Event) protocol.Result {
 	rv.mu.Lock()
+	defer rv.mu.Unlock()
 	rv.n++
-	n := rv.n
-	var ev Event
-	var raw map[string]any
-	_ = json.Unmarshal(body, &ev)
-	_ = json.Unmarshal(body, &raw)
 	rv.events = append(rv.events, ev)
-	rv.raw = append(rv.raw, raw)
-	rv.ctypes = append(rv.ctypes, r.Header.Get("Content-Type"))
 	status := http.StatusAccepted
 	if rv.status != nil {
-		status = rv.status(n)
+		status = rv.status(rv.n)
 	}
-	rv.mu.Unlock()
-	w.WriteHeader(status)
+	if status/100 == 2 {
+		return cloudevents.ResultACK
+	}
+	return cehttp.NewResult(status, "refused by the test")
 }
 
 func (rv *receiver) count() int { rv.mu.Lock(); defer rv.mu.Unlock(); return rv.n }
@@ -76,11 +111,12 @@ func dropped(s *HTTP, reason string) float64 {
 	return testutil.ToFloat64(s.dropped.WithLabelValues(reason))
 }
 
+// TestDeliversStructuredCloudEvents: each crossing reaches an SDK receiver
+// as a valid structured-mode CloudEvent with the crossing as JSON data and
+// an id derived from the crossing.
 func TestDeliversStructuredCloudEvents(t *testing.T) {
-	rv := &receiver{}
-	srv := httptest.NewServer(rv)
-	defer srv.Close()
-	s, reg := newSink(t, srv.URL+"/hooks/budget", Options{})
+	rv := newReceiver(t, nil)
+	s, reg := newSink(t, rv.URL, Options{})
 	for _, p := range []int{80, 90, 100} {
 		s.Offer(crossing(p))
 	}
@@ -90,30 +126,32 @@ func TestDeliversStructuredCloudEvents(t *testing.T) {
 	}
 	ids := map[string]bool{}
 	for i, ev := range rv.events {
-		raw := rv.raw[i]
-		for _, attr := range []string{"specversion", "id", "source", "type", "time", "datacontenttype", "data"} {
-			if _, ok := raw[attr]; !ok {
-				t.Errorf("event %d lacks %s: %v", i, attr, raw)
-			}
+		if err := ev.Validate(); err != nil {
+			t.Errorf("event %d invalid: %v", i, err)
 		}
-		if ev.SpecVersion != "1.0" || ev.Type != EventType || ev.Source != DefaultSource || ev.DataContentType != "application/json" || rv.ctypes[i] != ContentType {
-			t.Errorf("event %d: %+v (%s)", i, ev, rv.ctypes[i])
+		if ev.SpecVersion() != "1.0" || ev.Type() != EventType || ev.Source() != DefaultSource || ev.DataContentType() != "application/json" ||
+			ev.Subject() != "gw/p/rule/0" || !strings.HasPrefix(rv.ctypes[i], "application/cloudevents+json") {
+			t.Errorf("event %d: %s (%s)", i, ev, rv.ctypes[i])
 		}
-		if tm, err := time.Parse(time.RFC3339, ev.Time); err != nil || !tm.Equal(at) {
-			t.Errorf("time %q: %v", ev.Time, err)
+		if !ev.Time().Equal(at) {
+			t.Errorf("time %v, want %v", ev.Time(), at)
+		}
+		var got Crossing
+		if err := ev.DataAs(&got); err != nil {
+			t.Fatal(err)
 		}
 		want := crossing([]int{80, 90, 100}[i])
 		want.At = time.Time{}
-		if ev.Data != want {
-			t.Errorf("data %+v, want %+v", ev.Data, want)
+		if got != want {
+			t.Errorf("data %+v, want %+v", got, want)
 		}
-		ids[ev.ID] = true
+		ids[ev.ID()] = true
 	}
 	if len(ids) != 3 {
 		t.Fatalf("ids not distinct: %v", ids)
 	}
 	// The same crossing has the same id (receivers drop retried duplicates).
-	if NewEvent("x", crossing(80)).ID != rv.events[0].ID {
+	if EventID(crossing(80)) != rv.events[0].ID() {
 		t.Fatal("id not derived from the crossing")
 	}
 	if n, err := testutil.GatherAndCount(reg, MetricDropped, MetricDelivered); err != nil || n != 5 {
@@ -123,22 +161,18 @@ func TestDeliversStructuredCloudEvents(t *testing.T) {
 
 func TestRetriesWithBackoffThenDelivers(t *testing.T) {
 	// 503, 429, then 202: three attempts of the same event.
-	rv := &receiver{status: func(n int) int { return map[int]int{1: 503, 2: 429}[n] + map[bool]int{true: 202}[n > 2] }}
-	srv := httptest.NewServer(rv)
-	defer srv.Close()
-	s, _ := newSink(t, srv.URL, Options{})
+	rv := newReceiver(t, func(n int) int { return map[int]int{1: 503, 2: 429}[n] + map[bool]int{true: 202}[n > 2] })
+	s, _ := newSink(t, rv.URL, Options{})
 	s.Offer(crossing(80))
 	s.Close(context.Background())
-	if rv.count() != 3 || rv.events[0].ID != rv.events[2].ID || testutil.ToFloat64(s.delivered) != 1 || dropped(s, ReasonUndeliverable) != 0 {
+	if rv.count() != 3 || rv.events[0].ID() != rv.events[2].ID() || testutil.ToFloat64(s.delivered) != 1 || dropped(s, ReasonUndeliverable) != 0 {
 		t.Fatalf("attempts %d delivered %v", rv.count(), testutil.ToFloat64(s.delivered))
 	}
 }
 
 func TestFailingReceiverDropsAndCounts(t *testing.T) {
-	rv := &receiver{status: func(int) int { return 500 }}
-	srv := httptest.NewServer(rv)
-	defer srv.Close()
-	s, _ := newSink(t, srv.URL, Options{MaxAttempts: 3})
+	rv := newReceiver(t, func(int) int { return 500 })
+	s, _ := newSink(t, rv.URL, Options{MaxAttempts: 3})
 	s.Offer(crossing(80))
 	s.Offer(crossing(90))
 	s.Close(context.Background())
@@ -146,10 +180,8 @@ func TestFailingReceiverDropsAndCounts(t *testing.T) {
 		t.Fatalf("attempts %d, undeliverable %v", rv.count(), dropped(s, ReasonUndeliverable))
 	}
 	// A 400 is not retried.
-	rv2 := &receiver{status: func(int) int { return 400 }}
-	srv2 := httptest.NewServer(rv2)
-	defer srv2.Close()
-	s2, _ := newSink(t, srv2.URL, Options{MaxAttempts: 3})
+	rv2 := newReceiver(t, func(int) int { return 400 })
+	s2, _ := newSink(t, rv2.URL, Options{MaxAttempts: 3})
 	s2.Offer(crossing(80))
 	s2.Close(context.Background())
 	if rv2.count() != 1 || dropped(s2, ReasonRejected) != 1 {
@@ -222,5 +254,37 @@ func TestOptionsRejected(t *testing.T) {
 	// The URL's credentials never reach an error.
 	if _, err := New(Options{URL: "gopher://user:secret@x/?token=secret"}); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error leaks the URL: %v", err)
+	}
+}
+
+// TestLargeRefusalBodyIsBounded: a receiver refusing with a huge body has
+// at most 64 KiB of it read (the SDK reads a refusal's body into its error).
+func TestLargeRefusalBodyIsBounded(t *testing.T) {
+	var written sync.WaitGroup
+	var sent int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		written.Add(1)
+		defer written.Done()
+		w.WriteHeader(http.StatusBadRequest)
+		chunk := []byte(strings.Repeat("x", 1<<16))
+		for range 256 { // 16 MiB, unless the client stops reading
+			n, err := w.Write(chunk)
+			sent += int64(n)
+			if err != nil {
+				return
+			}
+		}
+	}))
+	s, _ := newSink(t, srv.URL, Options{MaxAttempts: 1})
+	s.Offer(crossing(80))
+	s.Close(context.Background())
+	srv.CloseClientConnections()
+	written.Wait()
+	srv.Close()
+	if dropped(s, ReasonRejected) != 1 {
+		t.Fatalf("rejected %v", dropped(s, ReasonRejected))
+	}
+	if sent >= 16<<20 {
+		t.Fatalf("the whole %d-byte refusal was read", sent)
 	}
 }

@@ -354,9 +354,10 @@ func (w *world) shadowOverLimit() map[string]int {
 }
 
 var (
-	ruleIndex = regexp.MustCompile(`/rule/(\d+)`)
-	// agentgateway's config path: <domain>.budget_<name>.principal (or .group_<value>).
-	agwRule = regexp.MustCompile(`\.budget_([^.]+)\.`)
+	// Envoy Gateway's readable rule: rule/<i>.rule-<i>-match-<m>...
+	ruleIndex = regexp.MustCompile(`^rule/(\d+)\.`)
+	// agentgateway's readable rule: budget=<name>.principal (or .group=<value>).
+	agwRule = regexp.MustCompile(`^budget=([^.]+)\.`)
 )
 
 // Rule keys of the oracle and the metrics: Envoy Gateway's rule index, or

@@ -60,7 +60,8 @@ func TestHTTPPortAsProtectedAsGRPC(t *testing.T) {
 	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000}\n")
 	mtls := map[string]string{
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": srvPair.CertFile, "GRPC_SERVER_TLS_KEY": srvPair.KeyFile,
-		"GRPC_SERVER_TLS_CA_CERT": ca.CertFile,
+		// The start-up facts the subtests read are INFO.
+		"GRPC_SERVER_TLS_CA_CERT": ca.CertFile, "LOG_LEVEL": "info",
 	}
 	envoyTLS, err := tlsconfig.Client(tlsconfig.ClientOptions{CertFile: envoyPair.CertFile, KeyFile: envoyPair.KeyFile, CAFile: ca.CertFile, ServerName: "127.0.0.1"})
 	if err != nil {
@@ -154,7 +155,7 @@ func TestHTTPPortAsProtectedAsGRPC(t *testing.T) {
 func TestDebugExposureIsExplicit(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "rl.yaml", budgetsYAML)
-	s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0"}})
+	s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info"}})
 	logs := s.logs.String()
 	i := strings.Index(logs, "metrics=")
 	if i < 0 || strings.Contains(logs, "debug port exposed") {

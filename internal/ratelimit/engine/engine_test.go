@@ -288,7 +288,7 @@ func TestShadowUnlimitedReplacesKillSwitchUnknown(t *testing.T) {
 		if resp.Statuses[0].CurrentLimit == nil {
 			t.Fatal("shadow status lost current_limit")
 		}
-		if got := testutil.ToFloat64(f.e.o.Metrics.Decisions.WithLabelValues("d", "d.shadow", "shadow_over_limit")); got != 1 {
+		if got := testutil.ToFloat64(f.e.o.Metrics.Decision(metrics.RuleKey{Domain: "d", Rule: "shadow", BudgetKey: metrics.BudgetKey{Window: "day", Mode: metrics.ModeShadow}}, "shadow_over_limit")); got != 1 {
 			t.Fatalf("shadow_over_limit metric = %v, want 1", got)
 		}
 		// unlimited: OK with MaxUint32 remaining, no store call

@@ -40,13 +40,17 @@ func TestMetricsObserver(t *testing.T) {
 	for _, r := range []Request{{Class: RequestOK}, {Class: RequestOverLimit, FailurePolicy: "deny"}, {Class: RequestInvalid}, {Class: RequestOK, GlobalShadowed: true}} {
 		o.Request(ctx, &r)
 	}
+	keys := map[string]metrics.RuleKey{
+		"u": {Domain: "d", Rule: "u", BudgetKey: metrics.BudgetKey{Window: "day", Mode: "enforce"}},
+		"s": {Domain: "d", Rule: "s", BudgetKey: metrics.BudgetKey{Window: "day", Mode: "shadow"}},
+	}
 	got := func(rule, outcome string) float64 {
-		return testutil.ToFloat64(m.Decisions.WithLabelValues("d", rule, outcome))
+		return testutil.ToFloat64(m.Decision(keys[rule], outcome))
 	}
-	if fmt.Sprint(got("d.u", "ok"), got("d.u", "near_limit"), got("d.u", "over_limit"), got("d.s", "shadow_over_limit"), got("d.s", "over_limit")) != "2 1 1 1 0" {
-		t.Fatalf("decisions: ok %v near %v over %v shadow %v shadow-as-over %v", got("d.u", "ok"), got("d.u", "near_limit"), got("d.u", "over_limit"), got("d.s", "shadow_over_limit"), got("d.s", "over_limit"))
+	if fmt.Sprint(got("u", "ok"), got("u", "near_limit"), got("u", "over_limit"), got("s", "shadow_over_limit"), got("s", "over_limit")) != "2 1 1 1 0" {
+		t.Fatalf("decisions: ok %v near %v over %v shadow %v shadow-as-over %v", got("u", "ok"), got("u", "near_limit"), got("u", "over_limit"), got("s", "shadow_over_limit"), got("s", "over_limit"))
 	}
-	if v := testutil.ToFloat64(m.TokensCharged.WithLabelValues("d", "d.u")); v != 3 {
+	if v := testutil.ToFloat64(m.ForRule(keys["u"]).Tokens); v != 3 {
 		t.Fatalf("tokens = %v, want 3", v)
 	}
 	if fmt.Sprint(testutil.ToFloat64(m.RequestsOK), testutil.ToFloat64(m.RequestsOverLimit), testutil.ToFloat64(m.Requests.WithLabelValues("invalid_argument")),
@@ -57,8 +61,8 @@ func TestMetricsObserver(t *testing.T) {
 	c2, _ := config.Load([]config.File{{Name: "t.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: u\n    rate_limit: {unit: day, requests_per_unit: 9}\n")}})
 	o.SetConfig(c2)
 	o.Descriptor(ctx, &Descriptor{Item: &decide.Item{Limit: u, Hits: 1}})
-	if got("d.u", "ok") != 3 {
-		t.Fatalf("ok after a reload = %v, want 3", got("d.u", "ok"))
+	if got("u", "ok") != 3 {
+		t.Fatalf("ok after a reload = %v, want 3", got("u", "ok"))
 	}
 	// charge.Events
 	o.Unsent("deferred", 4)

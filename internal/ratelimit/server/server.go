@@ -346,7 +346,8 @@ func (s *Server) debugMux(metricsH http.Handler) *http.ServeMux {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/metrics", metricsH)
 	if s.o.Ledger != nil {
-		endpoints["/ledger/"] = "the embedded store's usage ledger, read by budgetgen report --service"
+		// /ledger/ itself answers 404: the index lists what answers.
+		endpoints["/ledger/rules"] = "the embedded store's usage ledger (rules and days; /ledger/day?domain=&rule=&day= reads one), read by budgetgen report --service"
 		mux.Handle("/ledger/", ledger.Handler(s.o.Ledger))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
@@ -213,7 +214,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code, b := get(r.debug + "/rlconfig"); code != 200 || !strings.Contains(b, "d.user: unit=DAY requests_per_unit=1") {
 		t.Fatalf("rlconfig: %d %q", code, b)
 	}
-	if code, b := get(r.debug + "/metrics"); code != 200 || !strings.Contains(b, `ratelimit_decisions_total{domain="d",outcome="over_limit",rule="d.user"} 1`) {
+	if code, b := get(r.debug + "/metrics"); code != 200 || !strings.Contains(b, `ratelimit_decisions_total{budget="",domain="d",gateway="",mode="enforce",outcome="over_limit",rule="user",window="day"} 1`) {
 		t.Fatalf("metrics: %d %s", code, b)
 	}
 	if code, _ := get(r.debug + "/debug/pprof/"); code != 200 {
@@ -229,6 +230,9 @@ func TestRequireConfigForHealth(t *testing.T) {
 	r := start(t, Options{RequireConfigForHealth: true}, nil)
 	if r.srv.Health().Healthy() {
 		t.Fatal("healthy before any config load was reported")
+	}
+	if code, body := httpGet(t, r.http+"/healthcheck"); code != 500 || !strings.Contains(body, "config: no rate limit config loaded yet") {
+		t.Fatalf("healthcheck before a config: %d %q", code, body)
 	}
 	r.srv.Health().OK(ComponentConfig)
 	if !r.srv.Health().Healthy() {
@@ -440,4 +444,64 @@ func testTransportLimitsAndGzip(t *testing.T, transport string) {
 func worstLag(p *schedtest.Probe) time.Duration {
 	_, worst := p.Stop()
 	return worst
+}
+
+func httpGet(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestHealthcheckSaysWhy: an unhealthy /healthcheck names every unhealthy
+// component and its reason; a component back to health leaves the body.
+func TestHealthcheckSaysWhy(t *testing.T) {
+	r := start(t, Options{}, nil)
+	h := r.srv.Health()
+	h.FailBecause(ComponentStore, "valkey has not answered since start (valkey standalone 10.0.0.1:6379)")
+	h.Fail(ComponentShutdown)
+	code, body := httpGet(t, r.http+"/healthcheck")
+	want := "unhealthy\nredis: valkey has not answered since start (valkey standalone 10.0.0.1:6379)\nsigterm: shutting down\n"
+	if code != 500 || body != want {
+		t.Fatalf("healthcheck: %d %q, want 500 %q", code, body, want)
+	}
+	h.OK(ComponentStore)
+	if _, body := httpGet(t, r.http+"/healthcheck"); body != "unhealthy\nsigterm: shutting down\n" {
+		t.Fatalf("after the store recovered: %q", body)
+	}
+}
+
+// TestDebugIndexListsOnlyWhatAnswers: every path the debug index lists
+// answers (not 404), with and without the embedded ledger.
+func TestDebugIndexListsOnlyWhatAnswers(t *testing.T) {
+	for _, withLedger := range []bool{false, true} {
+		o := Options{}
+		if withLedger {
+			o.Ledger = ledger.NewMemory("", nil)
+		}
+		r := start(t, o, nil)
+		code, index := httpGet(t, r.debug+"/")
+		if code != 200 {
+			t.Fatalf("index: %d", code)
+		}
+		listed := 0
+		for _, line := range strings.Split(strings.TrimSpace(index), "\n") {
+			path, _, _ := strings.Cut(line, ": ")
+			u := r.debug + path
+			if strings.HasSuffix(path, "/profile") || strings.HasSuffix(path, "/trace") {
+				u += "?seconds=1" // pprof's default is 30 s
+			}
+			if code, body := httpGet(t, u); code == http.StatusNotFound {
+				t.Errorf("ledger %t: the index lists %s, which answers 404 %q", withLedger, path, body)
+			}
+			listed++
+		}
+		if withLedger != strings.Contains(index, "/ledger/rules") || listed < 5 {
+			t.Fatalf("ledger %t: index %q", withLedger, index)
+		}
+	}
 }

@@ -21,11 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/budgetgen/budgetgen/internal/buildinfo"
 	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
@@ -49,8 +51,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	log := newLogger(s, logOut)
-	// Start-up facts are logged at WARN or below so the reference's default
-	// LOG_LEVEL=WARN still shows them.
+	// Start-up facts are INFO (the default LOG_LEVEL); what needs a look is
+	// WARN.
 	startup := log.With("phase", "startup")
 	for _, u := range s.Unsupported {
 		startup.Warn("unsupported setting", "detail", u)
@@ -68,11 +70,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if limit, set, err := applyMemoryLimit(s.MemoryLimitRatio, getenv, memlimit.FromCgroup); err != nil {
 		startup.Warn("memory limit: cgroup not readable, Go soft memory limit left as it was", "err", err)
 	} else if set {
-		startup.Warn("memory limit", "go_soft_limit_bytes", limit, "ratio", s.MemoryLimitRatio)
+		startup.Info("memory limit", "go_soft_limit_bytes", limit, "ratio", s.MemoryLimitRatio)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
+	m := metrics.NewWith(reg, metrics.Options{TopPrincipals: topPrincipals(s.BudgetUsageTopPrincipals)})
 
 	st, ledgerMem, desc, err := openStore(s, log)
 	if err != nil {
@@ -84,7 +86,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 			log.Warn("close store", "err", err)
 		}
 	}()
-	startup.Warn("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
+	startup.Info("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
 	if ms, ok := st.(*memory.Store); ok && s.MemorySnapshotPath != "" {
 		stop, err := startSnapshots(s, ms, ledgerMem, log, startup)
 		if err != nil {
@@ -93,6 +95,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		// Deferred after the store's Close, so it runs before it and after
 		// the engine (deferred later) has drained and charged its last hits.
 		defer stop()
+	} else if ok {
+		startup.Warn("embedded store: no state kept (MEMORY_SNAPSHOT_PATH=off): a restart forgets every budget's counts")
 	}
 
 	// The shadow-week ledger (per rule, day and principal usage; denials) and
@@ -101,7 +105,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	startup.Warn("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
+	startup.Info("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
 	// Its flushes go through the store (store.HashWriter): the valkey store's
 	// in-flight bound and stall guard cover them.
 	hw, ok := st.(store.HashWriter)
@@ -133,7 +137,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 			sink.Close(ctx)
 		}()
 		topts.Sink = sink
-		startup.Warn("threshold events", "sink", "cloudevents")
+		startup.Info("threshold events", "sink", "cloudevents")
 	}
 	det, err := thresholds.New(topts)
 	if err != nil {
@@ -145,6 +149,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		Store: st, Keys: keyEncoder(s), Windows: windows, NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
 		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace, HoldExpiry: s.ReservationExpiry,
 		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
+		Observers: []observe.Observer{&observe.StoreWatch{Logger: log, Store: desc}},
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -187,22 +192,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if vs, ok := st.(*valkey.Store); ok {
-		select {
-		case <-vs.Connected():
-		default:
-			// Not ready until Valkey answers, so a rollout waits for it;
-			// requests meanwhile get the failure policy.
-			srv.Health().Fail(server.ComponentStore)
-			startup.Warn("valkey unreachable at start: health check not ready until it answers; charges are buffered and answered by the failure policy", "failure_policy", s.FailurePolicy.String())
-			go func() {
-				select {
-				case <-vs.Connected():
-					srv.Health().OK(server.ComponentStore)
-					log.Warn("valkey connected: health check ready")
-				case <-sctx.Done():
-				}
-			}()
-		}
+		waitValkey(sctx, vs, srv.Health(), log, desc, s.FailurePolicy.String())
 	}
 	watchDone := make(chan struct{})
 	var background sync.WaitGroup
@@ -239,16 +229,69 @@ func Run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		go func() { _ = files.Run(sctx, applier); close(watchDone) }()
 	}
 	g, h, d, mt := srv.Addrs()
-	startup.Warn("listening", "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil, "json", jsonState(disableJSON, httpTLS))
+	startup.Info("listening", "version", buildinfo.Read().Version, "log_level", s.LogLevel, "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil, "json", jsonState(disableJSON, httpTLS))
 	if ready != nil {
 		ready(srv)
 	}
-	err = srv.Serve(sctx, 5*time.Second)
+	noted := make(chan struct{})
+	stopNote := context.AfterFunc(ctx, func() {
+		log.Info("shutting down: not ready, draining in-flight calls", "drain_limit", shutdownDrain.String())
+		close(noted)
+	})
+	err = srv.Serve(sctx, shutdownDrain)
+	if !stopNote() {
+		<-noted // logged before "stopped"
+	}
 	cancel()
 	<-watchDone
 	background.Wait()
-	log.Warn("stopped", "err", err)
+	logStopped(log, err)
 	return err
+}
+
+// shutdownDrain bounds how long in-flight calls may finish at shutdown.
+const shutdownDrain = 5 * time.Second
+
+// logStopped logs the end of Serve: a clean stop (a signal) is INFO, a
+// listener failure ERROR. Closing the engine and the store follows (their
+// own errors are logged by Run's deferred calls).
+func logStopped(log *slog.Logger, err error) {
+	if err != nil {
+		log.Error("stopped: a listener failed", "err", err)
+		return
+	}
+	log.Info("stopped: listeners closed after draining in-flight calls", "drain_limit", shutdownDrain.String())
+}
+
+// waitValkey keeps the health check not ready until Valkey answers, so a
+// rollout waits for it; requests meanwhile get the failure policy and their
+// charges are buffered. The wait and its end are logged.
+func waitValkey(ctx context.Context, vs *valkey.Store, h *server.Health, log *slog.Logger, desc, policy string) {
+	select {
+	case <-vs.Connected():
+		return
+	default:
+	}
+	h.FailBecause(server.ComponentStore, "valkey has not answered since start ("+desc+"); charges are buffered and answered by FAILURE_POLICY="+policy)
+	log.Warn("valkey unreachable at start: health check not ready until it answers; charges are buffered and answered by the failure policy", "phase", "startup", "store", desc, "failure_policy", policy)
+	t0 := time.Now()
+	go func() {
+		select {
+		case <-vs.Connected():
+			h.OK(server.ComponentStore)
+			log.Info("valkey connected: health check ready", "store", desc, "waited", time.Since(t0).Round(time.Millisecond).String(), "buffer_keys", vs.Stats().BufferKeys)
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// topPrincipals maps BUDGET_USAGE_TOP_PRINCIPALS (0 = off) to
+// metrics.Options.TopPrincipals (negative = off).
+func topPrincipals(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // jsonExposure decides how the HTTP port serves /json (HTTP_JSON): never as
@@ -356,7 +399,7 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 		release()
 		return nil, fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", s.MemorySnapshotPath, err)
 	}
-	startup.Warn("memory snapshot restored", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
+	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -3,11 +3,10 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
@@ -43,6 +45,8 @@ type svc struct {
 	srv    *server.Server
 	logs   *syncBuffer
 	debug  string
+	// stop cancels Run and returns its error (once; the cleanup calls it too).
+	stop func() error
 }
 
 func startService(t *testing.T, dir string, env map[string]string, args ...string) *svc {
@@ -73,9 +77,14 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 		cancel()
 		t.Fatalf("service did not start\n%s", logs)
 	}
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("run: %v", err)
 		}
 	})
@@ -85,7 +94,7 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &svc{client: rlpb.NewRateLimitServiceClient(conn), srv: srv, logs: logs, debug: "http://" + d.String()}
+	return &svc{client: rlpb.NewRateLimitServiceClient(conn), srv: srv, logs: logs, debug: "http://" + d.String(), stop: stop}
 }
 
 func writeConfig(t *testing.T, dir, name, body string) {
@@ -273,24 +282,33 @@ func TestEmbeddedLedgerOnDebugPort(t *testing.T) {
 }
 
 // TestThresholdEventsLeaveTheProcess: with THRESHOLD_EVENTS_URL, a running
-// service POSTs each 80/90/100% crossing as a CloudEvent to a real HTTP
-// receiver; the decisions are answered as without it.
+// service sends each 80/90/100% crossing as a CloudEvent to a receiver
+// built with the CloudEvents Go SDK; the decisions are answered as without
+// it.
 func TestThresholdEventsLeaveTheProcess(t *testing.T) {
-	type got struct {
-		ctype string
-		ev    map[string]any
+	events := make(chan cloudevents.Event, 16)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	events := make(chan got, 16)
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var ev map[string]any
-		_ = json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ev)
-		events <- got{r.Header.Get("Content-Type"), ev}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer rcv.Close()
+	p, err := cehttp.New(cehttp.WithListener(ln))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cloudevents.NewClient(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopReceiver := context.WithCancel(context.Background())
+	received := make(chan error, 1)
+	go func() {
+		received <- rc.StartReceiver(rctx, func(ev cloudevents.Event) { events <- ev })
+	}()
+	defer func() { stopReceiver(); <-received }()
+	rcvURL := "http://" + ln.Addr().String()
 	dir := t.TempDir()
 	writeConfig(t, dir, "a.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
-	s := startService(t, dir, map[string]string{"THRESHOLD_EVENTS_URL": rcv.URL + "/budget-events?token=tok-secret-9"})
+	s := startService(t, dir, map[string]string{"THRESHOLD_EVENTS_URL": rcvURL + "/budget-events?token=tok-secret-9"})
 	// 85 then 100 of 100: crosses 80, then 90 and 100.
 	for _, hits := range []uint32{85, 15} {
 		d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}
@@ -299,19 +317,17 @@ func TestThresholdEventsLeaveTheProcess(t *testing.T) {
 			t.Fatalf("decision: %v %v", resp, err)
 		}
 	}
-	seen := map[float64]bool{}
+	seen := map[int]bool{}
 	for len(seen) < 3 {
 		select {
-		case g := <-events:
-			data, _ := g.ev["data"].(map[string]any)
-			if g.ctype != "application/cloudevents+json; charset=UTF-8" || g.ev["specversion"] != "1.0" || g.ev["type"] != "dev.budgetgen.ratelimit.threshold.crossed" ||
-				g.ev["id"] == "" || g.ev["source"] != "budgetgen/ratelimit" || g.ev["datacontenttype"] != "application/json" || data["principal"] != "alice" || data["cap"] != float64(100) {
-				t.Fatalf("event %s %v", g.ctype, g.ev)
+		case ev := <-events:
+			var data eventsink.Crossing
+			if err := ev.DataAs(&data); err != nil || ev.Validate() != nil || ev.SpecVersion() != "1.0" || ev.Type() != "dev.budgetgen.ratelimit.threshold.crossed" ||
+				ev.ID() == "" || ev.Source() != "budgetgen/ratelimit" || ev.DataContentType() != "application/json" || data.Principal != "alice" || data.Cap != 100 ||
+				time.Since(ev.Time()) > time.Minute {
+				t.Fatalf("event %s (%v)", ev, err)
 			}
-			if _, err := time.Parse(time.RFC3339, g.ev["time"].(string)); err != nil {
-				t.Fatalf("time: %v", err)
-			}
-			seen[data["thresholdPercent"].(float64)] = true
+			seen[data.ThresholdPercent] = true
 		case <-time.After(10 * time.Second):
 			t.Fatalf("events seen %v\n%s", seen, s.logs)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
@@ -61,9 +62,16 @@ type Settings struct {
 	PrometheusAddr string
 	PrometheusPath string
 
-	// Logging: LOG_LEVEL (WARN), LOG_FORMAT (text|json).
+	// Logging: LOG_LEVEL (INFO; the reference's default is WARN, but
+	// start-up, config loads, shutdown and store recoveries are logged at
+	// INFO, and Envoy Gateway sets info), LOG_FORMAT (text|json).
 	LogLevel  string
 	LogFormat string
+	// BudgetUsageTopPrincipals (BUDGET_USAGE_TOP_PRINCIPALS, ours; 5,
+	// within [0, 100]; 0 turns the gauge off) is how many principals per
+	// budget ratelimit_budget_usage_ratio reports: the highest usage ratios,
+	// ranked, never named.
+	BudgetUsageTopPrincipals int
 
 	// Config source: CONFIG_TYPE (FILE|GRPC_XDS_SOTW).
 	ConfigType string
@@ -229,7 +237,7 @@ func Defaults() Settings {
 		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "127.0.0.1", DebugPort: 6070, HTTPJSON: HTTPJSONAuto,
 		GRPCMaxConnectionAge: 24 * time.Hour, GRPCMaxConnectionAgeGrace: time.Hour,
 		PrometheusAddr: ":9090", PrometheusPath: "/metrics",
-		LogLevel: "WARN", LogFormat: "text",
+		LogLevel: "INFO", LogFormat: "text", BudgetUsageTopPrincipals: metrics.DefaultTopPrincipals,
 		ConfigType:  "FILE",
 		RuntimeRoot: "/srv/runtime_data/current", RuntimeAppDirectory: "config", RuntimeWatchRoot: true,
 		ConfigPollInterval: time.Second,
@@ -315,15 +323,17 @@ var unsupported = []struct {
 // Description heads --help: what the service is and how it is configured.
 const Description = `ratelimit: budgetgen's rate limit service, a drop-in for envoyproxy/ratelimit.
 It answers Envoy's envoy.service.ratelimit.v3 ShouldRateLimit over gRPC (and
-/json over HTTP), counts in fixed UTC windows in Valkey (REDIS_URL) or, without
-it, in an embedded memory store, and records the per-principal daily usage the
-shadow week's budgetgen report reads. Configuration: the reference's
-environment variables (RUNTIME_ROOT..., CONFIG_TYPE=GRPC_XDS_SOTW as Envoy
-Gateway sets it, REDIS_URL, ...) or the flags below (flags win).
---version prints the version, commit and Go version.
+/json over HTTP), counts in fixed windows (calendar days in UTC by default) in
+Valkey (REDIS_URL) or, without it, in an embedded memory store, and records the
+per-principal daily usage the shadow week's budgetgen report reads.
 
 Usage: ratelimit [flags]
 
+Every setting is read from its environment variables (the reference's names
+where it has one: RUNTIME_ROOT, CONFIG_TYPE=GRPC_XDS_SOTW as Envoy Gateway
+sets it, REDIS_URL, ...) and, where one is listed, its flag, which wins.
+--version prints the version, commit and Go version. docs/settings.md holds
+the same list.
 `
 
 // Load reads getenv, then args (flags win), validates and returns the
@@ -336,7 +346,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 		v := getenv(name)
 		return v, v != ""
 	}
-	r := raw{keyFormat: s.KeyFormat.String(), policy: s.FailurePolicy.String(), fullPolicy: s.MemoryFullPolicy.String(), jitter: int(s.Grace / time.Second)}
+	r := newRaw(s)
 	settings := table(&s, &r)
 	for _, st := range settings {
 		for _, name := range st.env {
@@ -350,8 +360,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
-		_, _ = fmt.Fprint(usage, Description) // flag.Usage has no error result; PrintDefaults ignores its errors too
-		fs.PrintDefaults()
+		_ = WriteHelp(usage) // flag.Usage has no error result
 	}
 	for _, st := range settings {
 		if st.flag != "" {
@@ -436,6 +445,11 @@ func snapshotPath(set string, memoryStore bool, getenv func(string) string, grpc
 	return set
 }
 
+// newRaw is the raw text of the settings parsed after Load, at s's values.
+func newRaw(s Settings) raw {
+	return raw{keyFormat: s.KeyFormat.String(), policy: s.FailurePolicy.String(), fullPolicy: s.MemoryFullPolicy.String(), jitter: int(s.Grace / time.Second)}
+}
+
 // parseWindowMode sets WindowMode from WINDOW_MODE and the reference's
 // USE_CALENDAR_MONTH_RATE_LIMIT alias.
 func (s *Settings) parseWindowMode(mode, calendarMonth string, calendarMonthSet bool) error {
@@ -498,6 +512,9 @@ func (s Settings) Validate() error {
 	}
 	if s.GRPCServerImpl != "lean" && s.GRPCServerImpl != "grpc-go" {
 		errs = append(errs, fmt.Errorf("%s: %q is neither lean nor grpc-go", name(&s.GRPCServerImpl), s.GRPCServerImpl))
+	}
+	if n := s.BudgetUsageTopPrincipals; n < 0 || n > metrics.MaxTopPrincipals {
+		errs = append(errs, fmt.Errorf("%s: %d not in [0,%d]", name(&s.BudgetUsageTopPrincipals), n, metrics.MaxTopPrincipals))
 	}
 	if s.GRPCMaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.GRPCMaxConnections), s.GRPCMaxConnections))

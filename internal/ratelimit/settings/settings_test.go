@@ -24,7 +24,7 @@ func TestDefaultsMatchReference(t *testing.T) {
 	if s.GRPCAddr() != "0.0.0.0:8081" || s.HTTPAddr() != "0.0.0.0:8080" || s.DebugAddr() != "127.0.0.1:6070" || s.HTTPJSON != HTTPJSONAuto {
 		t.Fatalf("addresses %s %s %s, HTTP_JSON %q", s.GRPCAddr(), s.HTTPAddr(), s.DebugAddr(), s.HTTPJSON)
 	}
-	if s.PrometheusAddr != ":9090" || s.UsePrometheus || s.LogLevel != "WARN" || s.NearLimitRatio != 0.8 {
+	if s.PrometheusAddr != ":9090" || s.UsePrometheus || s.LogLevel != "INFO" || s.NearLimitRatio != 0.8 {
 		t.Fatalf("defaults: %+v", s)
 	}
 	if !s.UseMemoryStore() || s.KeyFormat != key.Safe || s.FailurePolicy != engine.FailAllow || s.StoreTimeout != 15*time.Millisecond {

@@ -36,7 +36,7 @@ func TestTableNamesEachSettingOnce(t *testing.T) {
 	if _, err := Load([]string{"-help"}, envOf(nil), &help); err == nil {
 		t.Fatal("-help did not stop Load")
 	}
-	for _, want := range []string{"-redis-url", "(REDIS_URL)", "-store-timeout", "(STORE_TIMEOUT)", "-config-dir"} {
+	for _, want := range []string{"REDIS_URL, --redis-url", "STORE_TIMEOUT, --store-timeout", "CONFIG_DIR, --config-dir"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-help lacks %q:\n%s", want, help.String())
 		}
@@ -68,6 +68,7 @@ func TestValidateNamesSettingsFromTable(t *testing.T) {
 	s.Port, s.GRPCPort, s.DebugPort = -1, 70000, -1
 	s.MemoryLimitRatio, s.NearLimitRatio = 2, -1
 	s.GRPCStreamWorkers, s.GRPCServerImpl, s.GRPCMaxConnections, s.GRPCIdleTimeout = -1, "x", -1, -1
+	s.BudgetUsageTopPrincipals = -1
 	s.ValkeyMaxFlushDelay, s.ValkeyIdempotencyWindow, s.StoreTimeout = time.Hour, time.Millisecond, 0
 	s.LedgerRetentionDays, s.ThresholdEventsURL = 0, "ftp://x"
 	s.MemorySnapshotInterval, s.MemorySnapshotPath, s.MemoryMaxCounters = 0, "snap", -1
@@ -85,8 +86,8 @@ func TestValidateNamesSettingsFromTable(t *testing.T) {
 		}
 	}
 	lines := strings.Split(err.Error(), "\n")
-	if len(lines) != 24 {
-		t.Errorf("%d errors, want one per broken setting (24):\n%v", len(lines), err)
+	if len(lines) != 25 {
+		t.Errorf("%d errors, want one per broken setting (25):\n%v", len(lines), err)
 	}
 	for _, l := range lines {
 		first := strings.FieldsFunc(l, func(r rune) bool { return r == ':' || r == ' ' })
