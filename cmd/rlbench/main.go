@@ -37,6 +37,7 @@ type options struct {
 	transports                                      string
 	profile                                         string
 	client                                          string
+	mix, reserve, budgetMap                         string
 }
 
 func main() {
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.client, "client", "h2", "load client: h2 (minimal HTTP/2 gRPC client, cheap) or grpc (grpc-go)")
 	fs.StringVar(&o.profile, "profile", "", "save a CPU profile of our service per round to <path>.<round>")
 	fs.StringVar(&o.workDir, "workdir", "", "scratch directory; empty uses a temporary one")
+	fs.StringVar(&o.mix, "mix", mixCharge, "calls: charge (every call charges 1 per descriptor) or llm (Envoy Gateway's token budget shape: a check with hits_addend 0, then the stream-done charge of the tokens; ours with a budget map)")
+	fs.StringVar(&o.reserve, "reserve", "", "llm mix: what each budget reserves (tokens, auto, or empty for none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.client != "h2" && o.client != "grpc" {
 		return fmt.Errorf("-client %q: want h2 or grpc", o.client)
+	}
+	if o.mix != mixCharge && o.mix != mixLLM {
+		return fmt.Errorf("-mix %q: want %s or %s", o.mix, mixCharge, mixLLM)
 	}
 	if o.duration > 10*time.Minute {
 		return errors.New("duration is capped at 10m per round")
@@ -120,8 +126,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeConfig(root, o); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(stdout, "rlbench: client=%s workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
-		o.client, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU()); err != nil {
+	if o.mix == mixLLM {
+		if o.budgetMap, err = writeBudgetMap(o.workDir, o); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintf(stdout, "rlbench: client=%s mix=%s reserve=%q workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
+		o.client, o.mix, o.reserve, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU()); err != nil {
 		return err
 	}
 	var results = map[string][]result{}

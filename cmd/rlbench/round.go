@@ -17,11 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 )
 
 const domain = "default/llm-budgets"
@@ -66,8 +64,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startService starts one service process with the reference's environment.
-func startService(ctx context.Context, bin, name, valkey, root, prefix, keyFormat, logPath string) (*exec.Cmd, string, string, func(), error) {
+// startService starts one service process with the reference's environment
+// (plus extra, ours only).
+func startService(ctx context.Context, bin, name, valkey, root, prefix, keyFormat, logPath string, extra []string) (*exec.Cmd, string, string, func(), error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -86,6 +85,7 @@ func startService(ctx context.Context, bin, name, valkey, root, prefix, keyForma
 	if name == oursGRPCGo {
 		cmd.Env = append(cmd.Env, "GRPC_SERVER_IMPL=grpc-go")
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	if strings.HasPrefix(name, "ours") {
 		cmd.Env = append(cmd.Env, "KEY_FORMAT="+keyFormat)
 		if keyFormat == "memory-store" {
@@ -176,164 +176,201 @@ func numCPU() int {
 // oursGRPCGo is our service on grpc-go's server transport.
 const oursGRPCGo = "ours-grpc-go"
 
-func runRound(ctx context.Context, o options, name string, round int, root string, logw io.Writer) (result, error) {
+// round is one service's measured round: its process and load clients.
+type round struct {
+	o         options
+	name      string
+	idx       int
+	cmd       *exec.Cmd
+	debugAddr string
+	clients   []rlpb.RateLimitServiceClient // -client grpc
+	h2s       []*h2Client                   // -client h2
+	work      workload
+}
+
+func runRound(ctx context.Context, o options, name string, idx int, root string, logw io.Writer) (result, error) {
 	bin := o.oursBin
 	if name == "reference" {
 		bin = o.refBin
 	}
-	prefix := fmt.Sprintf("bench%d_%s_%d_", time.Now().Unix(), name, round)
-	cmd, addr, debugAddr, stop, err := startService(ctx, bin, name, o.valkeyAddr, root, prefix, o.keyFormat, filepath.Join(o.workDir, fmt.Sprintf("%s-%d.log", name, round)))
+	prefix := fmt.Sprintf("bench%d_%s_%d_", time.Now().Unix(), name, idx)
+	var extra []string
+	if strings.HasPrefix(name, "ours") && o.budgetMap != "" {
+		extra = append(extra, "BUDGET_MAP_PATH="+o.budgetMap)
+	}
+	cmd, addr, debugAddr, stop, err := startService(ctx, bin, name, o.valkeyAddr, root, prefix, o.keyFormat, filepath.Join(o.workDir, fmt.Sprintf("%s-%d.log", name, idx)), extra)
 	if err != nil {
 		return result{}, err
 	}
 	defer stop()
-	var clients []rlpb.RateLimitServiceClient
-	var h2s []*h2Client
-	for i := 0; i < o.conns; i++ {
-		if o.client == "grpc" {
+	r := &round{o: o, name: name, idx: idx, cmd: cmd, debugAddr: debugAddr}
+	closeClients, err := r.dial(addr)
+	if err != nil {
+		return result{}, err
+	}
+	defer closeClients()
+	if r.work, err = newWorkload(o); err != nil {
+		return result{}, err
+	}
+	if o.warmup > 0 {
+		if _, err := r.phase(ctx, o.warmup, false, logw); err != nil {
+			return result{}, err
+		}
+	}
+	return r.phase(ctx, o.duration, true, logw)
+}
+
+// dial opens the round's load connections.
+func (r *round) dial(addr string) (func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	for i := 0; i < r.o.conns; i++ {
+		if r.o.client == "grpc" {
 			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
-				return result{}, err
+				closeAll()
+				return nil, err
 			}
-			defer func() { _ = c.Close() }() // load client of this round, dropped at its end
-			clients = append(clients, rlpb.NewRateLimitServiceClient(c))
+			closers = append(closers, func() { _ = c.Close() }) // load client of this round, dropped at its end
+			r.clients = append(r.clients, rlpb.NewRateLimitServiceClient(c))
 			continue
 		}
 		c, err := dialH2(addr)
 		if err != nil {
-			return result{}, err
+			closeAll()
+			return nil, err
 		}
-		defer c.Close()
-		h2s = append(h2s, c)
+		closers = append(closers, c.Close)
+		r.h2s = append(r.h2s, c)
 	}
-	// Pre-build requests so the generator spends its CPU on the calls.
-	reqs := make([]*rlpb.RateLimitRequest, o.principals)
-	bodies := make([][]byte, o.principals)
-	for p := range reqs {
-		user := fmt.Sprintf("user-%07d@example.com", p)
-		r := &rlpb.RateLimitRequest{Domain: domain}
-		for i := 0; i < o.descriptors; i++ {
-			rule := fmt.Sprintf("%s/rule/%d", domain, i)
-			r.Descriptors = append(r.Descriptors, &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{
-				{Key: rule, Value: rule}, {Key: fmt.Sprintf("rule-%d-match-0", i), Value: user},
-			}})
-		}
-		reqs[p] = r
-		b, err := proto.Marshal(r)
-		if err != nil {
-			return result{}, err
-		}
-		bodies[p] = frame(b)
+	return closeAll, nil
+}
+
+// cpuSample is the CPU time of the service, the generator and Valkey.
+type cpuSample struct{ service, gen, valkey time.Duration }
+
+func (r *round) cpu() (cpuSample, error) {
+	var s cpuSample
+	var err error
+	if s.service, err = cpuTime(r.cmd.Process.Pid); err != nil {
+		return s, err
 	}
-	phase := func(d time.Duration, max int64, record bool) (result, error) {
-		var (
-			count, errs, over atomic.Int64
-			wg                sync.WaitGroup
-			mu                sync.Mutex
-			lat               []time.Duration
-		)
-		pctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		phaseEnd := time.Now().Add(d)
-		pid := cmd.Process.Pid
-		cpu0, err := cpuTime(pid)
-		if err != nil {
-			return result{}, err
+	s.gen, _ = cpuTime(os.Getpid())
+	if r.o.valkeyPID != 0 {
+		s.valkey, _ = cpuTime(r.o.valkeyPID)
+	}
+	return s, nil
+}
+
+// tally is what a phase's workers counted.
+type tally struct {
+	count, errs, over atomic.Int64
+	mu                sync.Mutex
+	lat               []time.Duration
+}
+
+// phase runs the closed loop for d (at most o.maxRequests calls) and, when
+// record is set, measures it.
+func (r *round) phase(ctx context.Context, d time.Duration, record bool, logw io.Writer) (result, error) {
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	phaseEnd := time.Now().Add(d)
+	c0, err := r.cpu()
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	if record && r.o.profile != "" && strings.HasPrefix(r.name, "ours") && d > 2*time.Second {
+		go fetchProfile(r.debugAddr, d-time.Second, fmt.Sprintf("%s.%d", r.o.profile, r.idx), logw)
+	}
+	var t tally
+	var wg sync.WaitGroup
+	for w := 0; w < r.o.workers; w++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.worker(pctx, w, phaseEnd, record, &t, logw) }()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	c1, err := r.cpu()
+	if err != nil {
+		return result{}, err
+	}
+	n := min(t.count.Load(), r.o.maxRequests)
+	res := result{requests: n - t.errs.Load(), errors: t.errs.Load(), overLimit: t.over.Load(), elapsed: elapsed}
+	if res.requests > 0 {
+		res.cpuPerCall = (c1.service - c0.service) / time.Duration(res.requests)
+		res.genCPUPerCall = (c1.gen - c0.gen) / time.Duration(res.requests)
+		res.valkeyCPUPerCall = (c1.valkey - c0.valkey) / time.Duration(res.requests)
+	}
+	res.p50, res.p99, res.p999 = percentiles(t.lat)
+	return res, nil
+}
+
+func percentiles(lat []time.Duration) (p50, p99, p999 time.Duration) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
 		}
-		gen0, _ := cpuTime(os.Getpid())
-		var vk0 time.Duration
-		if o.valkeyPID != 0 {
-			vk0, _ = cpuTime(o.valkeyPID)
-		}
-		start := time.Now()
-		if record && o.profile != "" && strings.HasPrefix(name, "ours") && d > 2*time.Second {
-			go fetchProfile(debugAddr, d-time.Second, fmt.Sprintf("%s.%d", o.profile, round), logw)
-		}
-		for w := 0; w < o.workers; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
-				local := make([]time.Duration, 0, 4096)
-				for pctx.Err() == nil {
-					if count.Add(1) > max {
-						break
-					}
-					p := rng.IntN(len(reqs))
-					t0 := time.Now()
-					var code int
-					var err error
-					if clients != nil {
-						var resp *rlpb.RateLimitResponse
-						resp, err = clients[w%len(clients)].ShouldRateLimit(pctx, reqs[p])
-						code = int(resp.GetOverallCode())
-					} else {
-						code, err = h2s[w%len(h2s)].call(bodies[p], 2*time.Second)
-					}
-					el := time.Since(t0)
-					if err != nil {
-						// The server enforces the phase deadline (sent as
-						// grpc-timeout) a moment before the client's timer:
-						// calls cut off by the end of the phase are not errors.
-						if pctx.Err() == nil && time.Until(phaseEnd) > 100*time.Millisecond {
-							if errs.Add(1) == 1 {
-								_, _ = fmt.Fprintf(logw, "%s: first error: %v\n", name, err) // diagnostic; the error count is the result
-							}
-						} else {
-							count.Add(-1) // cut off by the end of the phase
-						}
-						continue
-					}
-					if code == int(rlpb.RateLimitResponse_OVER_LIMIT) {
-						over.Add(1)
-					}
-					if record {
-						local = append(local, el)
-					}
-				}
-				mu.Lock()
-				lat = append(lat, local...)
-				mu.Unlock()
-			}(w)
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		cpu1, err := cpuTime(pid)
-		if err != nil {
-			return result{}, err
-		}
-		gen1, _ := cpuTime(os.Getpid())
-		var vk1 time.Duration
-		if o.valkeyPID != 0 {
-			vk1, _ = cpuTime(o.valkeyPID)
-		}
-		n := count.Load()
-		if n > max {
-			n = max
-		}
-		res := result{requests: n - errs.Load(), errors: errs.Load(), overLimit: over.Load(), elapsed: elapsed}
-		if res.requests > 0 {
-			res.cpuPerCall = (cpu1 - cpu0) / time.Duration(res.requests)
-			res.genCPUPerCall = (gen1 - gen0) / time.Duration(res.requests)
-			res.valkeyCPUPerCall = (vk1 - vk0) / time.Duration(res.requests)
-		}
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		pct := func(p float64) time.Duration {
-			if len(lat) == 0 {
-				return 0
+		return lat[int(p*float64(len(lat)-1))]
+	}
+	return pct(0.50), pct(0.99), pct(0.999)
+}
+
+// worker is one closed-loop caller: each step is one workload call (a
+// check, then a charge, in the llm mix: two calls).
+func (r *round) worker(ctx context.Context, w int, phaseEnd time.Time, record bool, t *tally, logw io.Writer) {
+	rng := rand.New(rand.NewPCG(uint64(w), uint64(r.idx)))
+	local := make([]time.Duration, 0, 4096)
+	for ctx.Err() == nil {
+		p := rng.IntN(r.work.principals())
+		for _, call := range r.work.calls(p) {
+			if t.count.Add(1) > r.o.maxRequests {
+				break
 			}
-			i := int(p * float64(len(lat)-1))
-			return lat[i]
+			t0 := time.Now()
+			code, err := r.call(ctx, w, call)
+			el := time.Since(t0)
+			if err != nil {
+				// The server enforces the phase deadline (sent as
+				// grpc-timeout) a moment before the client's timer: calls
+				// cut off by the end of the phase are not errors.
+				if ctx.Err() == nil && time.Until(phaseEnd) > 100*time.Millisecond {
+					if t.errs.Add(1) == 1 {
+						_, _ = fmt.Fprintf(logw, "%s: first error: %v\n", r.name, err) // diagnostic; the error count is the result
+					}
+				} else {
+					t.count.Add(-1) // cut off by the end of the phase
+				}
+				break
+			}
+			if code == int(rlpb.RateLimitResponse_OVER_LIMIT) {
+				t.over.Add(1)
+			}
+			if record {
+				local = append(local, el)
+			}
 		}
-		res.p50, res.p99, res.p999 = pct(0.50), pct(0.99), pct(0.999)
-		return res, nil
-	}
-	if o.warmup > 0 {
-		if _, err := phase(o.warmup, o.maxRequests, false); err != nil {
-			return result{}, err
+		if t.count.Load() > r.o.maxRequests {
+			break
 		}
 	}
-	return phase(o.duration, o.maxRequests, true)
+	t.mu.Lock()
+	t.lat = append(t.lat, local...)
+	t.mu.Unlock()
+}
+
+// call sends one request on worker w's connection.
+func (r *round) call(ctx context.Context, w int, c prepared) (int, error) {
+	if r.clients != nil {
+		resp, err := r.clients[w%len(r.clients)].ShouldRateLimit(ctx, c.req)
+		return int(resp.GetOverallCode()), err
+	}
+	return r.h2s[w%len(r.h2s)].call(c.body, 2*time.Second)
 }
 
 func report(w io.Writer, results map[string][]result) error {

@@ -87,6 +87,11 @@ func BenchmarkRawDoMulti(b *testing.B) {
 			var next atomic.Uint64
 			b.ReportAllocs()
 			b.SetParallelism(32)
+			self0, srv0 := selfCPU(b), serverCPU(b, srv.Addr)
+			defer func() {
+				b.ReportMetric(float64(selfCPU(b)-self0)/float64(b.N)/1e3, "client-cpu-us/op")
+				b.ReportMetric(float64(serverCPU(b, srv.Addr)-srv0)/float64(b.N)/1e3, "valkey-cpu-us/op")
+			}()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				cmds := make([]valkey.Completed, 0, 2*n)
