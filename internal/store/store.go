@@ -45,16 +45,24 @@ type Counter struct {
 // Hold is the reservation part of a counter of a reserving budget: a check
 // (Hits == 0) holds Reserve tokens for its admitted, unfinished request, and
 // the request's charge (Hits > 0, Release 1) adds its real count and releases
-// one hold. Holds are kept per counter, oldest first, and expire.
+// one hold.
+//
+// Holds are kept per counter in two generations of Expiry/2 each (a count
+// and the tokens they hold): a hold joins the current generation; a release
+// takes one from the older generation first (oldest first); when the clock
+// enters a new generation the older one expires, its holds dropped and
+// counted (Result.Expired), and the current one becomes the older. A hold
+// whose charge never comes thus lasts between Expiry/2 and Expiry, for two
+// commands per reserving op whatever the number of holds.
 type Hold struct {
 	// Reserve is what a check holds if its request is admitted (0: none).
 	Reserve uint64
-	// Release is how many of the counter's oldest live holds the call
-	// releases (a request's charge: 1; none left: nothing, never below zero).
+	// Release is how many of the counter's oldest holds the call releases
+	// (a request's charge: 1; none left: nothing, never below zero).
 	Release uint64
-	// ExpireAt is when a hold placed by this call expires, its charge never
-	// having come; the store drops and counts it then (Result.Expired).
-	ExpireAt time.Time
+	// Expiry is the longest a hold lives without its charge; required with
+	// Reserve or Release.
+	Expiry time.Duration
 }
 
 // On reports whether the counter touches holds.

@@ -40,6 +40,8 @@ type cacheEntry struct {
 	expireAt  time.Time
 	pending   uint64
 	releases  uint64 // holds the pending charges release
+	// holdExpiry is the holds' lifetime the releases were asked with.
+	holdExpiry time.Duration
 }
 
 const cacheShards = 32
@@ -65,7 +67,7 @@ func (c *overCache) shard(k []byte) *cacheShard {
 
 // hit reports whether key is known over limit at nowSec, and if so adds hits
 // (and the holds they release) to its pending charge.
-func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uint64) bool {
+func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uint64, holdExpiry time.Duration) bool {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e := sh.m[string(k)]
@@ -81,6 +83,9 @@ func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uin
 		e.pending += hits
 	}
 	e.releases += releases
+	if releases > 0 {
+		e.holdExpiry = holdExpiry
+	}
 	sh.mu.Unlock()
 	return true
 }
@@ -118,7 +123,7 @@ func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.pending > 0 || e.releases > 0 {
-				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases}})
+				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases, Expiry: e.holdExpiry}})
 				e.pending, e.releases = 0, 0
 			}
 			if nowSec >= e.windowEnd {

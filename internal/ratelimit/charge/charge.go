@@ -253,7 +253,7 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 			release = 1
 		}
 		enforce := !l.ShadowMode && !l.QuotaMode && !c.o.ShadowMode
-		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits, release) {
+		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits, release, c.o.HoldExpiry) {
 			it.Cached = true
 			denied = denied || enforce
 			c.ev.CacheHit()
@@ -265,9 +265,11 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 		it.Slot = len(counters)
 		k := store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it), Start: len(counters) == 0,
 			Limit: uint64(l.RequestsPerUnit), Enforce: enforce}
-		k.Hold.Release = release
-		if reserving && it.Hits == 0 && it.Reserve > 0 {
-			k.Hold.Reserve, k.Hold.ExpireAt = it.Reserve, now.Add(c.o.HoldExpiry)
+		if reserving {
+			k.Hold = store.Hold{Release: release, Expiry: c.o.HoldExpiry}
+			if it.Hits == 0 {
+				k.Hold.Reserve = it.Reserve
+			}
 		}
 		counters = append(counters, k)
 		if ann != nil {

@@ -158,7 +158,7 @@ type shard struct {
 type counter struct {
 	value    int64
 	expireAt int64  // Unix nanoseconds
-	holds    *holdQ // reserving counters only
+	holds    *holds // reserving counters only
 }
 
 var _ store.Store = (*Store)(nil)
@@ -358,7 +358,7 @@ func (s *Store) apply(counters []store.Counter, idx []int, results []store.Resul
 		cur.value += int64(c.Hits)
 		r.Total = uint64(cur.value)
 		if c.Hold.On() {
-			cur.holds = cur.holds.touch(now, c.Hold.Release, r)
+			cur.holds = touch(cur.holds, now, c, r)
 		}
 		denied = denied || (c.Enforce && s.over(c, r, cur.holds))
 		if cur.expireAt <= now {
@@ -383,9 +383,9 @@ func (s *Store) apply(counters []store.Counter, idx []int, results []store.Resul
 // over reports whether counter c of a request with a reserving check is
 // over its limit: a reserving check when total + reserved >= limit (or its
 // counter keeps the most holds), any other counter when total > limit.
-func (s *Store) over(c *store.Counter, r *store.Result, q *holdQ) bool {
+func (s *Store) over(c *store.Counter, r *store.Result, h *holds) bool {
 	if c.Hold.Reserve > 0 && c.Hits == 0 {
-		return r.Total+r.Reserved >= c.Limit || q.len() >= s.maxHolds
+		return r.Total+r.Reserved >= c.Limit || (h != nil && h.live() >= uint64(s.maxHolds))
 	}
 	return r.Total > c.Limit
 }
@@ -399,12 +399,12 @@ func (s *Store) placeHolds(counters []store.Counter, idx []int, results []store.
 		}
 		m := s.shards[idx[i]].m
 		cur, ok := m[c.Key]
-		if !ok || cur.holds.len() >= s.maxHolds {
+		if !ok || cur.holds == nil || cur.holds.live() >= uint64(s.maxHolds) {
 			continue
 		}
-		cur.holds = cur.holds.push(hold{exp: c.Hold.ExpireAt.UnixNano(), tokens: c.Hold.Reserve})
-		m[c.Key] = cur
-		r.Reserved, r.Held = cur.holds.reserved, true
+		cur.holds.c1++
+		cur.holds.t1 += c.Hold.Reserve
+		r.Reserved, r.Held = cur.holds.reserved(), true
 	}
 }
 
@@ -452,8 +452,8 @@ func validate(counters []store.Counter, results []store.Result) error {
 		if (c.Hits > 0 || c.Hold.On()) && c.ExpireAt.IsZero() {
 			return fmt.Errorf("charge: counter %d: zero ExpireAt would never expire", i)
 		}
-		if c.Hold.Reserve > 0 && c.Hold.ExpireAt.IsZero() {
-			return fmt.Errorf("charge: counter %d: a hold needs its expiry", i)
+		if c.Hold.On() && c.Hold.Expiry <= 0 {
+			return fmt.Errorf("charge: counter %d: holds need their expiry", i)
 		}
 	}
 	return nil

@@ -28,8 +28,12 @@ type target struct {
 	hash       bool
 }
 
+// pending is a write waiting in the buffer: hits, hold releases (with the
+// holds' expiry, which gives their generation's length) and the replay
+// deadline (the counter's expiry).
 type pending struct {
 	hits, releases uint64
+	holdExpiry     time.Duration
 	exp            time.Time
 }
 
@@ -42,22 +46,23 @@ func newBuffer(max int) *buffer { return &buffer{m: make(map[target]pending), ma
 
 // add sums a write into t's entry; false when the buffer is full (the caller
 // counts the loss).
-func (b *buffer) add(t target, hits, releases uint64, exp time.Time) bool {
+func (b *buffer) add(t target, w pending) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.m[t]; ok {
-		if p.hits > math.MaxInt64-hits {
+		if p.hits > math.MaxInt64-w.hits {
 			return false
 		}
-		p.hits += hits
-		p.releases += releases
+		p.hits += w.hits
+		p.releases += w.releases
+		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
 		b.m[t] = p
 		return true
 	}
 	if len(b.m)+b.gops >= b.max {
 		return false
 	}
-	b.m[t] = pending{hits: hits, releases: releases, exp: exp}
+	b.m[t] = w
 	b.size.Store(int64(len(b.m) + b.gops))
 	return true
 }

@@ -3,6 +3,7 @@ package valkey
 import (
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,7 @@ type op struct {
 	flags        uint8
 	limit        uint64
 	reserve      uint64 // tokens a check holds if admitted
-	holdExp      int64  // ms
+	period       int64  // a hold generation, ms (half the holds' expiry)
 	releases     uint64 // holds a charge releases
 	ci           int    // the counter's index in its call; -1 for a buffered write
 }
@@ -29,7 +30,7 @@ type op struct {
 // width is the number of reply values of the op.
 func (o *op) width() int {
 	if o.flags&flagHold != 0 && o.flags&flagHash == 0 {
-		return 5
+		return 4
 	}
 	return 1
 }
@@ -165,7 +166,9 @@ func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
 	k := &c.counters[i]
 	gi, g := c.groupFor(s.slotOf(k.Key))
 	o := op{key: k.Key, hits: k.Hits, exp: k.ExpireAt.UnixMilli(), ci: i}
-	if len(g.ops) == 0 || g.ops[len(g.ops)-1].ci < start {
+	if withLimit && (len(g.ops) == 0 || g.ops[len(g.ops)-1].ci < start) {
+		// Only a request with a reserving check needs its start marked:
+		// its holds are decided when the next request starts.
 		o.flags |= flagStart
 	}
 	if withLimit {
@@ -180,11 +183,8 @@ func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
 		o.holdKey = s.keys.hold(k.Key, s.ids.tags)
 		if k.Hits == 0 {
 			o.reserve = k.Hold.Reserve
-			o.holdExp = k.Hold.ExpireAt.UnixMilli()
-			if o.holdExp <= now.UnixMilli() {
-				o.holdExp = now.UnixMilli() + 1
-			}
 		}
+		o.period = max(k.Hold.Expiry.Milliseconds()/2, 1)
 		o.releases = k.Hold.Release
 	}
 	g.ops = append(g.ops, o)
@@ -193,8 +193,12 @@ func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
 
 // scriptCmd builds g's script call (EVALSHA, or EVAL after NOSCRIPT).
 func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
-	keys := make([]string, 0, 1+2*len(g.ops))
-	args := make([]string, 0, 4+6*len(g.ops))
+	// valkey-go copies the arguments into its own command: the scratch
+	// slices go back to the pool once it is built.
+	sc := scratchPool.Get().(*cmdScratch)
+	defer scratchPool.Put(sc)
+	keys, args := sc.keys[:0], sc.args[:0]
+	defer func() { clear(keys); clear(args); sc.keys, sc.args = keys[:0], args[:0] }()
 	if g.hasID {
 		keys = append(keys, g.id.key)
 		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg())
@@ -202,21 +206,19 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 		keys = append(keys, g.ops[0].key)
 		args = append(args, "-1", "0")
 	}
-	args = append(args, s.nowString(now), s.maxHolds)
+	usual := g.usualExpiry()
+	args = append(args, s.nowString(now), s.maxHolds, s.msString(usual))
+	last := uint64(0) // the hits of the last counter op ("0" in the script until one)
 	for i := range g.ops {
 		o := &g.ops[i]
 		keys = append(keys, o.key)
+		args = s.appendOp(args, o, usual, last)
 		if o.flags&flagHash != 0 {
-			args = append(args, strconv.Itoa(int(o.flags)), strconv.FormatUint(o.hits, 10), o.field)
 			continue
 		}
-		args = append(args, strconv.Itoa(int(o.flags)), strconv.FormatUint(o.hits, 10), s.msString(o.exp))
-		if o.flags&flagLimit != 0 {
-			args = append(args, strconv.FormatUint(o.limit, 10))
-		}
+		last = o.hits
 		if o.flags&flagHold != 0 {
 			keys = append(keys, o.holdKey)
-			args = append(args, strconv.FormatUint(o.reserve, 10), strconv.FormatInt(o.holdExp, 10), strconv.FormatUint(o.releases, 10))
 		}
 	}
 	name, body := "EVALSHA", chargeSHA
@@ -229,6 +231,46 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 	}
 	return s.b.Arbitrary(name).Args(body, strconv.Itoa(len(keys))).Args(keys...).Args(args...).Build()
 }
+
+// appendOp appends an op's kind and arguments (chargeScript): the common
+// ops in their short forms.
+func (s *Store) appendOp(args []string, o *op, usual int64, last uint64) []string {
+	hits := strconv.FormatUint(o.hits, 10)
+	switch {
+	case o.flags == flagHash && o.hits == last:
+		return append(args, "l", o.field)
+	case o.flags == flagHash:
+		return append(args, "h", hits, o.field)
+	case o.flags == 0 && o.exp == usual:
+		return append(args, "c", hits)
+	case o.flags == 0:
+		return append(args, "C", hits, s.msString(o.exp))
+	}
+	args = append(args, strconv.Itoa(int(o.flags)), hits, s.msString(o.exp))
+	if o.flags&flagLimit != 0 {
+		args = append(args, strconv.FormatUint(o.limit, 10))
+	}
+	if o.flags&flagHold != 0 {
+		args = append(args, strconv.FormatUint(o.reserve, 10), strconv.FormatInt(o.period, 10), strconv.FormatUint(o.releases, 10))
+	}
+	return args
+}
+
+// usualExpiry is the expiry of the group's first counter: most counters of
+// a call share their window's.
+func (g *group) usualExpiry() int64 {
+	for i := range g.ops {
+		if g.ops[i].flags&flagHash == 0 {
+			return g.ops[i].exp
+		}
+	}
+	return 0
+}
+
+// cmdScratch is the scratch space of one script call's arguments.
+type cmdScratch struct{ keys, args []string }
+
+var scratchPool = sync.Pool{New: func() any { return new(cmdScratch) }}
 
 // tsString caches the decimal form of the last time formatted: most
 // counters of a window share their expiry, and calls of one millisecond

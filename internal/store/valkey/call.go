@@ -22,7 +22,6 @@ type call struct {
 	spare    []*group // groups of earlier calls, reused
 	gets     []int    // counters read by a plain GET, after the scripts
 	pos      []int32  // per counter: group<<16 | op, or -1
-	seqs     []int64  // per counter: the hold it placed (withdraw)
 	replies  []opResult
 	cmds     []valkey.Completed
 	now      time.Time
@@ -131,7 +130,6 @@ func (s *Store) start(ctx context.Context, counters []store.Counter, results []s
 	c.counters = append(c.counters[:0], counters...)
 	c.results = append(c.results[:0], results...)
 	c.pos = resize(c.pos, len(counters))
-	c.seqs = resize(c.seqs, len(counters))
 	s.plan(c, c.now)
 	s.build(c)
 	s.workers.Add(1)
@@ -302,8 +300,8 @@ func validate(counters []store.Counter, results []store.Result) error {
 		if (c.Hits > 0 || c.Hold.On()) && c.ExpireAt.IsZero() {
 			return fmt.Errorf("charge: counter %d: zero ExpireAt would never expire", i)
 		}
-		if c.Hold.Reserve > 0 && c.Hold.ExpireAt.IsZero() {
-			return fmt.Errorf("charge: counter %d: a hold needs its expiry", i)
+		if c.Hold.On() && c.Hold.Expiry <= 0 {
+			return fmt.Errorf("charge: counter %d: holds need their expiry", i)
 		}
 	}
 	return nil

@@ -90,7 +90,6 @@ func (s *Store) collectGroup(c *call, g *group, r valkey.ValkeyResult) error {
 		c.applied[0] += o.hits
 		c.applied[1] += o.releases
 		c.results[o.ci] = rep.Result
-		c.seqs[o.ci] = rep.seq
 	}
 	return first
 }
@@ -119,7 +118,7 @@ func (s *Store) withdraw(ctx context.Context, c *call) error {
 	var first error
 	for n, k := range keys {
 		// One script per hold: each key may be in its own slot.
-		cmd := s.b.Arbitrary("EVAL").Args(unholdScript, "1").Keys(k).Args(args[2*n], args[2*n+1]).Build()
+		cmd := s.b.Arbitrary("EVAL").Args(unholdScript, "1").Keys(k).Args(args[n]).Build()
 		if err := s.client.DoMulti(ctx, cmd)[0].Error(); err != nil {
 			// The hold stays until it expires: the budget is held a little
 			// longer, never overspent.
@@ -163,7 +162,7 @@ func (s *Store) withdrawRequest(c *call, from, to int, keys, args []string, undo
 		}
 		g, o := c.groups[c.pos[i]>>16], int(c.pos[i]&0xffff)
 		keys = append(keys, g.ops[o].holdKey)
-		args = append(args, strconv.FormatInt(c.seqs[i], 10), strconv.FormatUint(c.counters[i].Hold.Reserve, 10))
+		args = append(args, strconv.FormatUint(c.counters[i].Hold.Reserve, 10))
 		undo = append(undo, i)
 	}
 	return keys, args, undo

@@ -38,11 +38,13 @@ type ids struct {
 }
 
 // epochIDs are the id sequences of one epoch: one per slot (one off a
-// cluster), and whether each slot's bitmap is known to have its expiry.
+// cluster), whether each slot's bitmap is known to have its expiry, and the
+// bitmaps' names (made once per epoch and slot, not per call).
 type epochIDs struct {
 	epoch  int64
 	seq    []atomic.Int64
 	expSet []atomic.Bool
+	keys   []atomic.Pointer[string]
 }
 
 // idRef names one call's id.
@@ -76,23 +78,28 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 		if n == 0 {
 			n = 1
 		}
-		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Bool, n)}
+		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Bool, n), keys: make([]atomic.Pointer[string], n)}
 		if x.cur.CompareAndSwap(ep, fresh) {
 			ep = fresh
 			break
 		}
 		ep = x.cur.Load()
 	}
-	if ep.epoch > e {
-		e = ep.epoch // a clock step back: stay in the newer epoch
-	}
+	e = ep.epoch // after a clock step back, stay in the newer epoch
 	si := 0
-	key := x.prefix + strconv.FormatInt(e, 10)
 	if x.tags != nil {
 		si = int(slot)
-		key = x.prefix + "{" + x.tags[slot] + "}" + strconv.FormatInt(e, 10)
 	}
-	return idRef{key: key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
+	key := ep.keys[si].Load()
+	if key == nil {
+		k := x.prefix + strconv.FormatInt(e, 10)
+		if x.tags != nil {
+			k = x.prefix + "{" + x.tags[slot] + "}" + strconv.FormatInt(e, 10)
+		}
+		ep.keys[si].CompareAndSwap(nil, &k)
+		key = ep.keys[si].Load()
+	}
+	return idRef{key: *key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
 }
 
 // expiryArg is the bitmap expiry the script sets, "0" once it is known set.

@@ -74,6 +74,11 @@ func (s *Store) countOp(o *op, c store.Class) {
 	s.tally.Add(store.TargetRelease, c, o.releases)
 }
 
+// pending is the op's write as the buffer keeps it.
+func (o *op) pending() pending {
+	return pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, exp: time.UnixMilli(o.exp)}
+}
+
 // target is the buffer entry an op's write is summed into.
 func (o *op) target() target {
 	if o.flags&flagHash != 0 {
@@ -87,10 +92,10 @@ func (s *Store) notSent(counters []store.Counter) {
 	for i := range counters {
 		k := &counters[i]
 		if k.Hits > 0 || k.Hold.Release > 0 {
-			s.buffer(counterTarget(k.Key), k.Hits, k.Hold.Release, k.ExpireAt, store.Buffered, store.Lost)
+			s.buffer(counterTarget(k.Key), pending{hits: k.Hits, releases: k.Hold.Release, holdExpiry: k.Hold.Expiry, exp: k.ExpireAt}, store.Buffered, store.Lost)
 		}
 		if k.Hits > 0 && k.Ledger.Key != "" {
-			s.buffer(ledgerTarget(k.Ledger), k.Hits, 0, k.ExpireAt, store.Buffered, store.Lost)
+			s.buffer(ledgerTarget(k.Ledger), pending{hits: k.Hits, exp: k.ExpireAt}, store.Buffered, store.Lost)
 		}
 	}
 }
@@ -109,9 +114,9 @@ func (t target) tallied() store.Target {
 // class full when there is no room. A ledger field's replay deadline is its
 // counter's expiry: the ledger Recorder re-sends the hash's expiry at every
 // flush, so a replayed hash gets it the way a normal one does.
-func (s *Store) buffer(t target, hits, releases uint64, exp time.Time, in, full store.Class) {
-	c := in
-	if s.buf == nil || !s.buf.add(t, hits, releases, exp) {
+func (s *Store) buffer(t target, w pending, in, full store.Class) {
+	c, hits, releases := in, w.hits, w.releases
+	if s.buf == nil || !s.buf.add(t, w) {
 		c = full
 	}
 	s.tally.Add(t.tallied(), c, hits)
@@ -136,7 +141,7 @@ func (s *Store) groupFailed(g *group, out outcome) {
 		for i := range g.ops {
 			o := &g.ops[i]
 			if o.hits > 0 || o.releases > 0 {
-				s.buffer(o.target(), o.hits, o.releases, time.UnixMilli(o.exp), store.Buffered, store.Lost)
+				s.buffer(o.target(), o.pending(), store.Buffered, store.Lost)
 			}
 		}
 	case maybeApplied:

@@ -115,7 +115,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 			case e.hash:
 				o.flags, o.field = flagHash, e.field
 			case e.releases > 0:
-				o.flags, o.holdKey = flagHold, s.keys.hold(e.key, s.ids.tags)
+				o.flags, o.holdKey, o.period = flagHold, s.keys.hold(e.key, s.ids.tags), max(e.holdExpiry.Milliseconds()/2, 1)
 			}
 			g.ops = append(g.ops, o)
 		}
@@ -153,7 +153,7 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, b
 			// Never sent unanswered: certainly not applied, summed back.
 			for i := range g.ops {
 				o := &g.ops[i]
-				if !s.buf.add(o.target(), o.hits, o.releases, time.UnixMilli(o.exp)) {
+				if !s.buf.add(o.target(), o.pending()) {
 					s.countOp(o, store.BufferLost)
 				}
 			}

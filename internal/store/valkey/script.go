@@ -15,107 +15,123 @@ import (
 // releases apply atomically and, under an id, exactly once.
 //
 // KEYS[1] is the call's id bitmap (any key of the slot when there is no id);
-// then, per op, its counter and, for a reservation-aware op, its hold hash.
+// then, per op, its key and, for a reservation-aware op, its hold hash.
 // ARGV: [1] the id's bit offset, or -1 (no id: the group only reads, places
 // holds and drops expired ones, which a replay never repeats); [2] the
 // bitmap's absolute expiry in ms, or 0 when it is known to be set; [3] now
-// in ms (hold expiries); [4] the most holds a counter keeps. Then per op:
-// flags, hits, the counter's absolute expiry in ms, the limit (flag 2), and
-// for flag 8 the tokens a check holds if admitted, the hold's absolute expiry
-// in ms and how many of the counter's oldest live holds to release.
+// in ms (hold expiries); [4] the most holds a counter keeps; [5] the
+// group's usual counter expiry in ms. Then per op, its kind and arguments:
 //
-// Flags: 1 starts a request; 2 carries the limit; 4 enforces (over its limit
-// denies the request); 8 is reservation-aware (its hold hash follows its
-// counter in KEYS); 16 is a ledger increment (the shadow-week measurement):
-// its key is a hash, and instead of an expiry it carries the field to add
-// the hits to (HINCRBY); it answers 0.
+//	c hits              a counter's add (or read, hits 0), the usual expiry
+//	C hits expiry       the same with its own expiry
+//	l field             a ledger increment (the shadow-week measurement) of
+//	                    the previous op's hits: HINCRBY of the hash, answers 0
+//	h hits field        a ledger increment with its own hits
+//	<flags> hits expiry [limit] [tokens period releases]
+//	                    a counter of a request with a reserving check
+//
+// Valkey turns every argument into a Lua string (about a third of a
+// microsecond each, more than the Lua logic of a plain add): the common
+// ops take two. Flags: 1 starts a request; 2 carries the limit; 4 enforces
+// (over its limit denies the request); 8 is reservation-aware (its hold
+// hash follows its counter in KEYS, and it carries the tokens a check holds
+// if admitted, the length of a hold generation in ms, half the holds'
+// expiry, and how many of the counter's oldest holds to release).
 //
 // With an id already set (a replay of an applied call) nothing is written:
 // the counters are only read. A counter's expiry is set when the add created
 // it (the total equals the add): once per counter and window.
 //
-// A hold hash has fields r (tokens held), h and t (oldest and next hold
-// sequence) and one field per live hold, "<expiry ms>:<tokens>". Holds are
-// released oldest first; expired ones are dropped (at most 64 a call) and
-// returned. A request's reserving checks are decided together when the
-// request ends: if an enforcing op of the request is over (a reserving check
-// is over when total + reserved >= limit, or when its counter already keeps
-// the most holds), no hold is placed.
+// A hold hash keeps a counter's holds in two generations (store.Hold): e
+// when the current generation ends (ms), p the period its holds were placed
+// with (a changed RESERVATION_EXPIRY applies from the next generation), c1
+// and t1 its holds and tokens, c0 and t0 the older generation's. At e the older one expires (its tokens are
+// returned as expired, once) and the current one ages into it; a period
+// later, both (a hold lives at most two periods: the holds' expiry); a release takes one hold from the older generation first,
+// its share of the tokens (the last one what is left). The script reads a
+// hold hash once (HMGET) and writes it once at its end (HSET), whatever the
+// number of ops on it. A request's reserving checks are decided together
+// when the request ends: if an enforcing op of the request is over (a
+// reserving check is over when total + reserved >= limit, or when its
+// counter already keeps the most holds), no hold is placed.
 //
-// Returns {fresh, per op: total, then for flag 8: reserved, held (0/1),
-// expired tokens, hold sequence (-1: none)}. A counter that is not an integer
-// yields an error element (pcall); the other ops still apply. Lua numbers are
-// doubles: a total from 2^53 up is returned as the string GET reads.
+// Returns {fresh, per op: total (0 for a ledger increment), then for flag
+// 8: reserved, held (0/1), expired tokens}. A key
+// that holds the wrong type yields an error element (pcall); the other ops
+// still apply. Lua numbers are doubles: a total from 2^53 up is returned as
+// the string GET reads.
 const chargeScript = `local fresh = true
 if ARGV[1] ~= '-1' then
   fresh = redis.call('SETBIT', KEYS[1], ARGV[1], 1) == 0
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[2], 'NX') end
 end
-local now, maxHolds = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, maxHolds, usualExp = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local band = bit.band
 local out = {fresh and 1 or 0}
-local req, denied = {}, false
-local a, k = 5, 2
+local n = 1
+local req, nreq, denied = {}, 0, false
+local hs = {}
+local a, k = 6, 2
+local function holds(hk, period, exp)
+  local h = hs[hk]
+  if h then return h end
+  local v = redis.call('HMGET', hk, 'e', 'p', 'c1', 't1', 'c0', 't0')
+  h = {e = tonumber(v[1]) or now + period, p = tonumber(v[2]) or period, c1 = tonumber(v[3]) or 0, t1 = tonumber(v[4]) or 0,
+       c0 = tonumber(v[5]) or 0, t0 = tonumber(v[6]) or 0, expired = 0, new = v[1] == false, exp = exp}
+  if now >= h.e + h.p then
+    h.expired, h.c0, h.t0, h.c1, h.t1, h.e, h.dirty = h.t0 + h.t1, 0, 0, 0, 0, now + period, true
+  elseif now >= h.e then
+    h.expired, h.c0, h.t0, h.c1, h.t1, h.e, h.dirty = h.t0, h.c1, h.t1, 0, 0, h.e + period, true
+  end
+  if h.p ~= period then h.p, h.dirty = period, true end
+  hs[hk] = h
+  return h
+end
+local function release(h, n)
+  while n > 0 do
+    if h.c0 > 0 then
+      if h.c0 == 1 then h.c0, h.t0 = 0, 0 else h.t0 = h.t0 - math.floor(h.t0 / h.c0); h.c0 = h.c0 - 1 end
+    elseif h.c1 > 0 then
+      if h.c1 == 1 then h.c1, h.t1 = 0, 0 else h.t1 = h.t1 - math.floor(h.t1 / h.c1); h.c1 = h.c1 - 1 end
+    else return end
+    h.dirty = true
+    n = n - 1
+  end
+end
 local function finish()
   if not denied then
-    for _, o in ipairs(req) do
-      local seq = redis.call('HINCRBY', o.hk, 't', 1) - 1
-      redis.call('HSET', o.hk, seq, o.hexp .. ':' .. o.res)
-      out[o.p + 1], out[o.p + 2], out[o.p + 4] = redis.call('HINCRBY', o.hk, 'r', o.res), 1, seq
-      if seq == 0 then redis.call('PEXPIREAT', o.hk, o.exp, 'NX') end
+    for i = 1, nreq do
+      local o = req[i]
+      local h = o.h
+      h.c1, h.t1, h.dirty = h.c1 + 1, h.t1 + o.res, true
+      out[o.p + 1], out[o.p + 2] = h.t0 + h.t1, 1
     end
   end
-  req, denied = {}, false
+  nreq, denied = 0, false
 end
-local function touch(hk, release)
-  local st = redis.call('HMGET', hk, 'r', 'h', 't')
-  local r, h, t = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
-  local h0, freed, expired, steps = h, 0, 0, 0
-  while h < t and steps < 64 do
-    steps = steps + 1
-    local v = redis.call('HGET', hk, h)
-    if v then
-      local c = string.find(v, ':', 1, true)
-      local e, n = tonumber(string.sub(v, 1, c - 1)), tonumber(string.sub(v, c + 1))
-      if e <= now then expired = expired + n
-      elseif release > 0 then release = release - 1; freed = freed + n
-      else break end
-      redis.call('HDEL', hk, h)
+local function add(key, hits, exp)
+  if hits == '0' or not fresh then
+    local g = redis.pcall('GET', key)
+    if g == false then return 0 end
+    return g
+  end
+  local total = redis.pcall('INCRBY', key, hits)
+  if type(total) == 'number' then
+    if total == tonumber(hits) then redis.call('PEXPIREAT', key, exp, 'NX') end
+    if total >= 9007199254740992 then
+      local g = redis.call('GET', key)
+      if g then total = g end
     end
-    h = h + 1
   end
-  if h ~= h0 then
-    r = math.max(r - freed - expired, 0)
-    redis.call('HSET', hk, 'r', r, 'h', h)
-  end
-  return r, expired, t - h
+  return total
 end
-local function hashOp(key, field, hits)
-  if not fresh then return 0 end
-  local r = redis.pcall('HINCRBY', key, field, hits)
-  if type(r) == 'number' then return 0 end
-  return r
-end
-local function counterOp(f, hits, exp, key)
+local function counterOp(f, key, hits, exp)
   if band(f, 1) ~= 0 then finish() end
-  local total
-  if hits ~= '0' and fresh then
-    total = redis.pcall('INCRBY', key, hits)
-    if type(total) == 'number' then
-      if total == tonumber(hits) then redis.call('PEXPIREAT', key, exp, 'NX') end
-      if total >= 9007199254740992 then
-        local g = redis.call('GET', key)
-        if g then total = g end
-      end
-    end
-  else
-    total = redis.pcall('GET', key)
-    if total == false then total = 0 end
-  end
-  local p = #out + 1
+  local total = add(key, hits, exp)
+  n = n + 1
+  local p = n
   out[p] = total
-  local used = tonumber(total)
-  if used == nil then used = 1 / 0 end
+  local used = tonumber(total) or 1 / 0
   local limit
   if band(f, 2) ~= 0 then
     limit = tonumber(ARGV[a])
@@ -123,41 +139,80 @@ local function counterOp(f, hits, exp, key)
   end
   local over = limit ~= nil and used > limit
   if band(f, 8) ~= 0 then
-    local hk, res, hexp, rel = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+    local hk, res, period, rel = KEYS[k], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     k, a = k + 1, a + 3
-    if not fresh then rel = 0 end
-    local r, expired, live = touch(hk, rel)
-    out[p + 1], out[p + 2], out[p + 3], out[p + 4] = r, 0, expired, -1
+    local h = holds(hk, period, exp)
+    if fresh then release(h, rel) end
+    out[p + 1], out[p + 2], out[p + 3] = h.t0 + h.t1, 0, h.expired
+    h.expired = 0
+    n = n + 3
     if res > 0 then
-      over = limit == nil or used + r >= limit or live >= maxHolds
-      if not over then req[#req + 1] = {hk = hk, res = res, hexp = hexp, exp = exp, p = p} end
+      over = limit == nil or used + h.t0 + h.t1 >= limit or h.c0 + h.c1 >= maxHolds
+      if not over then
+        nreq = nreq + 1
+        req[nreq] = {h = h, res = res, p = p}
+      end
     end
   end
   if over and band(f, 4) ~= 0 then denied = true end
 end
-while a <= #ARGV do
-  local f, hits, third = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
-  a = a + 3
+local function incr(key, field, hits)
+  if not fresh then return 0 end
+  local r = redis.pcall('HINCRBY', key, field, hits)
+  if type(r) == 'number' then return 0 end
+  return r
+end
+local last, nargs = '0', #ARGV
+while a <= nargs do
+  local f = ARGV[a]
   local key = KEYS[k]
   k = k + 1
-  if band(f, 16) ~= 0 then
-    out[#out + 1] = hashOp(key, third, hits)
+  if f == 'c' then
+    last = ARGV[a + 1]
+    n = n + 1
+    out[n] = add(key, last, usualExp)
+    a = a + 2
+  elseif f == 'l' then
+    n = n + 1
+    out[n] = incr(key, ARGV[a + 1], last)
+    a = a + 2
+  elseif f == 'C' then
+    last = ARGV[a + 1]
+    n = n + 1
+    out[n] = add(key, last, ARGV[a + 2])
+    a = a + 3
+  elseif f == 'h' then
+    n = n + 1
+    out[n] = incr(key, ARGV[a + 2], ARGV[a + 1])
+    a = a + 3
   else
-    counterOp(f, hits, third, key)
+    last = ARGV[a + 1]
+    a = a + 3
+    counterOp(tonumber(f), key, last, ARGV[a - 1])
   end
 end
 finish()
+for hk, h in pairs(hs) do
+  if h.dirty then
+    redis.call('HSET', hk, 'e', h.e, 'p', h.p, 'c1', h.c1, 't1', h.t1, 'c0', h.c0, 't0', h.t0)
+    if h.new then redis.call('PEXPIREAT', hk, h.exp, 'NX') end
+  end
+end
 return out
 `
 
 // unholdScript withdraws holds a request placed in one slot while another
 // slot's part of it was over (a cluster only): KEYS are hold hashes, ARGV
-// per key the hold's sequence and tokens. A hold already released or expired
-// is left alone. Returns nothing.
+// per key the hold's tokens. The hold is taken from the current generation
+// (where it was placed; the older one if the generation turned since).
 const unholdScript = `for i = 1, #KEYS do
-  if redis.call('HDEL', KEYS[i], ARGV[2 * i - 1]) == 1 then
-    local r = redis.call('HINCRBY', KEYS[i], 'r', -tonumber(ARGV[2 * i]))
-    if r < 0 then redis.call('HSET', KEYS[i], 'r', 0) end
+  local v = redis.call('HMGET', KEYS[i], 'c1', 't1', 'c0', 't0')
+  local c1, t1, c0, t0 = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
+  local res = tonumber(ARGV[i])
+  if c1 > 0 then
+    redis.call('HSET', KEYS[i], 'c1', c1 - 1, 't1', math.max(t1 - res, 0))
+  elseif c0 > 0 then
+    redis.call('HSET', KEYS[i], 'c0', c0 - 1, 't0', math.max(t0 - res, 0))
   end
 end
 return 0
@@ -195,7 +250,6 @@ func noScript(r valkey.ValkeyResult) bool {
 // opResult is one op's part of a script reply.
 type opResult struct {
 	store.Result
-	seq int64 // the hold placed (-1: none)
 	err error // the counter's own error (not an integer)
 }
 
@@ -220,7 +274,7 @@ func parseReply(r valkey.ValkeyResult, ops []op, out []opResult) (fresh bool, er
 	j := 1
 	for i := range ops {
 		o := &out[i]
-		*o = opResult{seq: -1}
+		*o = opResult{}
 		o.Total, o.err = replyUint(arr[j])
 		if ops[i].flags&flagHash != 0 {
 			o.Total = 0 // a ledger increment answers 0, or its error
@@ -228,16 +282,15 @@ func parseReply(r valkey.ValkeyResult, ops []op, out []opResult) (fresh bool, er
 			continue
 		}
 		if ops[i].flags&flagHold != 0 {
-			var held, seq int64
-			var e1, e2, e3, e4 error
+			var held int64
+			var e1, e2, e3 error
 			o.Reserved, e1 = replyUint(arr[j+1])
 			held, e2 = arr[j+2].AsInt64()
 			o.Expired, e3 = replyUint(arr[j+3])
-			seq, e4 = arr[j+4].AsInt64()
-			if e := firstErr(e1, e2, e3, e4); e != nil {
+			if e := firstErr(e1, e2, e3); e != nil {
 				return false, fmt.Errorf("%w: charge script hold fields: %w", store.ErrMalformedReply, e)
 			}
-			o.Held, o.seq = held == 1, seq
+			o.Held = held == 1
 		}
 		j += ops[i].width()
 	}
