@@ -460,7 +460,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 			if err != nil {
 				return err
 			}
-			rb.Window, rb.Measure = windowName(l), c.measure
+			rb.Window, rb.Measure, rb.Currency = windowName(l), c.measure, ""
 			if c.measure == MeasureCost {
 				rb.Currency = bs.Spec.Pricing.Currency
 			}

@@ -118,6 +118,7 @@ func (v *validator) check() {
 	if pr := s.Spec.Pricing; pr != nil {
 		v.pricing(pr)
 	}
+	v.tokenType()
 }
 
 func (v *validator) budget(i int, names map[string]int) {
