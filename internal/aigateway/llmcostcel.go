@@ -60,7 +60,7 @@ func CostEnv() (*cel.Env, error) {
 // CostInput is what AI Gateway passes a cost program for one response. The
 // counts are uint32, as AI Gateway's EvaluateProgram takes them.
 type CostInput struct {
-	Model, Backend, RouteName                                  string
+	Model, Backend, RouteName                                        string
 	Input, CachedInput, CacheCreationInput, Output, Total, Reasoning uint32
 }
 
