@@ -16,11 +16,9 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
-	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/safetext"
-	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
 // reportOptions are the flags of budgetgen report.
@@ -157,13 +155,11 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	var m report.Mapping
 	if o.specFile != "" {
-		b, err := ctxio.ReadFile(ctx, o.specFile)
+		// Loaded as render loads it (base policies included): the mapping
+		// renders the spec to number its rules as the deployed policies do.
+		bs, err := loadSpecFile(ctx, o.specFile, e.stdin)
 		if err != nil {
-			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
-		}
-		bs, err := spec.Load(b, o.specFile)
-		if err != nil {
-			return failure(err)
+			return specError(err)
 		}
 		if m, err = report.MappingFromSpec(bs); err != nil {
 			return failure(err)

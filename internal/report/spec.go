@@ -60,11 +60,14 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 		if btp.Spec.RateLimit != nil && btp.Spec.RateLimit.Global != nil {
 			rules = btp.Spec.RateLimit.Global.Rules
 		}
-		if len(rules) != len(rbs) {
-			return Mapping{}, fmt.Errorf("BackendTrafficPolicy %s/%s: %d rules but %d entries in %s", btp.Namespace, btp.Name, len(rules), len(rbs), render.AnnotationRuleBudgets)
+		// A base policy's own rules come first (spec.gateways[].basePolicy):
+		// the annotation gives each budget rule's index among all of them.
+		if n := len(rbs); n > 0 && rbs[n-1].Rule >= len(rules) {
+			return Mapping{}, fmt.Errorf("BackendTrafficPolicy %s/%s: %s names rule %d but the policy has %d rules", btp.Namespace, btp.Name, render.AnnotationRuleBudgets, rbs[n-1].Rule, len(rules))
 		}
 		domain := btp.Namespace + "/" + btp.Name
-		for i, rb := range rbs {
+		for _, rb := range rbs {
+			i := rb.Rule
 			id := ledger.RuleID{Domain: domain, Rule: domain + "/rule/" + strconv.Itoa(i)}
 			// A money or kilotoken rule is measured in other units than the
 			// budget's token rules: report it as a budget of its own.

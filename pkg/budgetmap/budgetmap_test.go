@@ -185,3 +185,24 @@ func TestIndexLongestPrefix(t *testing.T) {
 		t.Errorf("unknown budget matched %+v", e)
 	}
 }
+
+func TestParseBucket(t *testing.T) {
+	for _, c := range []struct {
+		in                            string
+		set, budget, gateway, measure string
+		ok                            bool
+	}{
+		{"s/b", "s", "b", "", "", true},
+		{"s/b@ns/gw", "s", "b", "ns/gw", "", true},
+		{"s/b@ns/gw#cost", "s", "b", "ns/gw", "cost", true},
+		{budgetmap.MeasureBucket(budgetmap.BucketName("s", "b", ""), budgetmap.MeasureKiloTokens), "s", "b", "", "ktokens", true},
+		{"s/frontier#killswitch", "s", "frontier", "", "killswitch", true},
+		{"nobucket", "", "", "", "", false},
+		{"/b", "", "", "", "", false},
+	} {
+		set, budget, gw, m, ok := budgetmap.ParseBucket(c.in)
+		if set != c.set || budget != c.budget || gw != c.gateway || m != c.measure || ok != c.ok {
+			t.Errorf("%q: %q %q %q %q %v", c.in, set, budget, gw, m, ok)
+		}
+	}
+}

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+
 	"github.com/budgetgen/budgetgen/internal/aigateway"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -267,4 +270,48 @@ func asUnsupported(err error, target **UnsupportedError) bool {
 		*target = ue
 	}
 	return ok
+}
+
+// TestBudgetMapFollowsDeployedPolicy: the budget map names every budget rule
+// as the deployed policy does (a base policy's name, its rules first), and a
+// money rule's bucket is not its budget's token bucket (they would share a
+// counter in the same window).
+func TestBudgetMapFollowsDeployedPolicy(t *testing.T) {
+	for _, name := range []string{"testdata/base_policy.yaml", "testdata/money.yaml"} {
+		bs := load(t, name)
+		res, err := Render(bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := map[string]budgetmap.Entry{}
+		for _, e := range BudgetMap(bs).Entries {
+			entries[e.Domain+" "+e.Descriptor[0].Value] = e
+		}
+		n := 0
+		for _, o := range res.Objects {
+			btp, ok := o.Object.(*egv1a1.BackendTrafficPolicy)
+			if !ok {
+				continue
+			}
+			rbs, err := RuleBudgets(btp.Annotations)
+			if err != nil {
+				t.Fatal(err)
+			}
+			domain := btp.Namespace + "/" + btp.Name
+			for _, rb := range rbs {
+				e, ok := entries[domain+" "+RuleDescriptor(domain, rb.Rule)]
+				if !ok {
+					t.Fatalf("%s: rule %d of %s is not in the budget map", name, rb.Rule, domain)
+				}
+				n++
+				_, budget, _, measure, ok := budgetmap.ParseBucket(e.Bucket)
+				if !ok || budget != rb.Budget || (rb.Kind == RuleKindTokens && measure != rb.Measure) {
+					t.Errorf("%s: rule %d bucket %q, want budget %s measure %q", name, rb.Rule, e.Bucket, rb.Budget, rb.Measure)
+				}
+			}
+		}
+		if n != len(entries) {
+			t.Errorf("%s: %d map entries, %d rules", name, len(entries), n)
+		}
+	}
 }
