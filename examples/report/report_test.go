@@ -97,7 +97,7 @@ func TestExampleReportIsCurrent(t *testing.T) {
 // named by ledger.FromDescriptor from the descriptor the gateway sends and
 // the rate limit config matches (free marks the entries whose value came
 // from the request), as the service does; would-be 429s are counted per
-// rule and day as the service's shadow decisions count them.
+// rule, day and principal as the service's shadow decisions count them.
 func fixture(t *testing.T) *ledger.Memory {
 	t.Helper()
 	clock := func() time.Time { return now }
@@ -115,7 +115,7 @@ func fixture(t *testing.T) *ledger.Memory {
 		// Each call after the bucket passed its cap would have been a 429.
 		if tokens > limit {
 			for range (tokens-limit)/callTokens + 1 {
-				rec.Denied(rule, at, true)
+				rec.DeniedIn(rule, ledger.WindowAt(ledger.PeriodDay, at, nil), ledger.Denial{Principal: principal, Shadow: true})
 			}
 		}
 	}

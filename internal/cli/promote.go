@@ -111,7 +111,8 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	}
 	// The spec must be valid before the edit too, loaded as render loads it
 	// (base policies included): a broken file is not ours to fix.
-	if _, err := loadSpecBytes(src, o.specFile); err != nil {
+	bs, err := loadSpecBytes(src, o.specFile)
+	if err != nil {
 		return specError(err)
 	}
 	opts := promote.Options{
@@ -124,6 +125,8 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 			return &ExitError{Code: ExitUsage, Err: err}
 		}
 		opts.Evidence = ev
+		// An unknown budget is Promote's error, with the known names.
+		opts.SpecCaps, _ = report.SpecCaps(bs, budget)
 	}
 	var out []byte
 	var res promote.Result
@@ -146,6 +149,11 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
 		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
+	}
+	for _, n := range res.Notes {
+		if err == nil {
+			_, err = fmt.Fprintf(e.stdout, "note: %s\n", safetext.Inline(n))
+		}
 	}
 	if err == nil {
 		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)

@@ -32,6 +32,8 @@ type reportOptions struct {
 	days         int
 	format       string
 	targetShare  float64
+	maxShare     float64
+	timeZone     string
 	includeToday bool
 	headroom     float64
 	top          int
@@ -95,7 +97,9 @@ The JSON output is the evidence budgetgen promote --evidence reads.`,
 	f.StringVar(&o.specFile, "spec", "", "BudgetSet spec: names rules by budget and gives caps")
 	f.IntVar(&o.days, "days", report.DefaultDays, "completed UTC days to report, ending yesterday")
 	f.StringVar(&o.format, "format", report.FormatText, "output format: "+strings.Join(report.Formats, ", "))
-	f.Float64Var(&o.targetShare, "target-share", report.DefaultTargetLimitedShare, "share of principal-days a suggested cap may limit")
+	f.Float64Var(&o.targetShare, "target-share", report.DefaultTargetLimitedShare, "share of principal-windows a suggested cap may limit")
+	f.Float64Var(&o.maxShare, "max-limited-share", report.DefaultMaxLimitedShare, "a cap is ready to promote with a share of principal-windows over it strictly under this (as promote --evidence)")
+	f.StringVar(&o.timeZone, "time-zone", "UTC", "IANA zone of the day, week and month windows: the rate limit service's RESET_TIME_ZONE")
 	f.BoolVar(&o.includeToday, "include-today", false, "add today's UTC day so far (marked partial)")
 	f.Float64Var(&o.headroom, "headroom", report.DefaultHeadroom, "factor over the observed peak for peak-based suggestions (shared buckets, few principals); above 1")
 	f.IntVar(&o.top, "top", report.DefaultTopN, "list at most this many principals over the cap per budget")
@@ -129,6 +133,12 @@ func (o *reportOptions) validate() error {
 	if o.targetShare <= 0 || o.targetShare >= 1 {
 		return usageError("--target-share %v: must be within (0, 1)", o.targetShare)
 	}
+	if o.maxShare <= 0 || o.maxShare >= 1 {
+		return usageError("--max-limited-share %v: must be within (0, 1)", o.maxShare)
+	}
+	if _, err := loadZone(o.timeZone); err != nil {
+		return usageError("--time-zone: %v", err)
+	}
 	if !(o.headroom > 1 && o.headroom <= report.MaxHeadroom) {
 		return usageError("--headroom %v: must be above 1 and at most %d (a cap exactly at the peak denies the next busier day)", o.headroom, report.MaxHeadroom)
 	}
@@ -153,46 +163,34 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 		}
 		now = t
 	}
-	var m report.Mapping
-	if o.specFile != "" {
-		// Loaded as render loads it (base policies included): the mapping
-		// renders the spec to number its rules as the deployed policies do.
-		bs, err := loadSpecFile(ctx, o.specFile, e.stdin)
-		if err != nil {
-			return specError(err)
-		}
-		if m, err = report.MappingFromSpec(bs); err != nil {
-			return failure(err)
-		}
+	m, err := o.mapping(ctx, e)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	var (
-		rd    ledger.Reader
-		where string
-	)
-	if o.service != "" {
-		rd = &ledger.HTTPReader{Base: o.service, Client: &http.Client{Timeout: o.timeout}, MaxPrincipals: o.maxPrincipal}
-		where = "the service at " + o.service
-	} else {
-		lv, closeClient, err := o.openValkey()
-		if err != nil {
-			return failure(err)
-		}
-		defer closeClient()
-		rd, where = lv, fmt.Sprintf("this Valkey (prefix %q)", o.prefix)
+	rd, where, closeReader, err := o.openReader(ctx)
+	if err != nil {
+		return failure(err)
 	}
-	data, err := ledger.ReadAll(ctx, rd, report.ReadDays(now, o.days))
+	defer closeReader()
+	loc, _ := loadZone(o.timeZone)
+	ropts := report.Options{
+		Now: now, Days: o.days, Location: loc, TargetLimitedShare: o.targetShare, MaxLimitedShare: o.maxShare, Only: o.budgets,
+		IncludeToday: o.includeToday, Headroom: o.headroom, TopN: o.top,
+	}
+	windows, err := report.ReadWindows(ropts)
+	if err != nil {
+		return failure(err)
+	}
+	data, err := ledger.ReadAll(ctx, rd, windows)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return failure(fmt.Errorf("reading the ledger took longer than --timeout %s: %w", o.timeout, err))
 		}
 		return failure(fmt.Errorf("read ledger: %w", err))
 	}
-	r, err := report.Build(data, m, report.Options{
-		Now: now, Days: o.days, TargetLimitedShare: o.targetShare, Only: o.budgets,
-		IncludeToday: o.includeToday, Headroom: o.headroom, TopN: o.top,
-	})
+	r, err := report.Build(data, m, ropts)
 	if err != nil {
 		return failure(err)
 	}
@@ -202,6 +200,43 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	case r.NoData != "":
 		_, _ = fmt.Fprintf(e.stderr, "budgetgen: %s\n", safetext.Inline(r.NoData)) // a warning, not the output
 	}
+	return o.write(e, r)
+}
+
+// mapping loads the spec, as render loads it (base policies included), and
+// renders it to number the rules as the deployed policies do; no spec is an
+// empty mapping.
+func (o *reportOptions) mapping(ctx context.Context, e *env) (report.Mapping, error) {
+	if o.specFile == "" {
+		return report.Mapping{}, nil
+	}
+	bs, err := loadSpecFile(ctx, o.specFile, e.stdin)
+	if err != nil {
+		return report.Mapping{}, specError(err)
+	}
+	m, err := report.MappingFromSpec(bs)
+	if err != nil {
+		return report.Mapping{}, failure(err)
+	}
+	return m, nil
+}
+
+// openReader opens the ledger the flags name and says where it is.
+func (o *reportOptions) openReader(ctx context.Context) (ledger.Reader, string, func(), error) {
+	if o.service != "" {
+		rd := &ledger.HTTPReader{Base: o.service, Client: &http.Client{Timeout: o.timeout}, MaxPrincipals: o.maxPrincipal}
+		return rd, "the service at " + o.service, func() {}, nil
+	}
+	lv, closeClient, err := o.openValkey()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return lv, fmt.Sprintf("this Valkey (prefix %q)", o.prefix), closeClient, nil
+}
+
+// write writes the report to stdout or, built in memory first so a failed
+// run never leaves a partial report, atomically to -o.
+func (o *reportOptions) write(e *env, r *report.Report) error {
 	if o.format != report.FormatText {
 		for _, w := range r.Warnings {
 			_, _ = fmt.Fprintf(e.stderr, "budgetgen: warning: %s\n", safetext.Inline(w)) // a warning, not the output
@@ -211,7 +246,6 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	if o.output == "" {
 		return w(e.stdout, r)
 	}
-	// Built in memory first: a failed run never leaves a partial report.
 	var buf bytes.Buffer
 	if err := w(&buf, r); err != nil {
 		return failure(err)
@@ -222,6 +256,15 @@ func runReport(ctx context.Context, e *env, o *reportOptions) error {
 	}
 	_, _ = fmt.Fprintf(e.stderr, "budgetgen: wrote %s\n", path) // a note: the file is written
 	return nil
+}
+
+// loadZone reads an IANA zone name; "Local" is refused (a report must not
+// depend on the machine it runs on).
+func loadZone(name string) (*time.Location, error) {
+	if name == "" || name == "Local" {
+		return nil, fmt.Errorf("%q: want an IANA zone name such as UTC or Europe/Paris", name)
+	}
+	return time.LoadLocation(name)
 }
 
 // openValkey connects to the Valkey the service writes its ledger to.

@@ -68,17 +68,17 @@ func TestReportCLI(t *testing.T) {
 	if len(r.Budgets) != 1 {
 		t.Fatalf("budgets %+v", r.Budgets)
 	}
-	b := r.Budgets[0]
+	b := r.Budgets[0].Caps[0]
 	// 5 principals a day over 5 days; the runaway (9M) is over the 5M cap every day.
-	if b.Name != "per-run" || b.Cap != 5_000_000 || b.DaysCovered != 5 || b.Summary.PrincipalDays != 25 || b.Summary.OverCap != 5 ||
-		b.Summary.TokensAboveCap != 5*4_000_000 || b.Summary.Would429 != 5 || b.Summary.Max != 9_000_000 || b.Summary.Principals != 5 {
+	if r.Budgets[0].Name != "per-run" || b.Cap != 5_000_000 || b.DaysCovered != 5 || b.Summary.PrincipalWindows != 25 || b.Summary.OverCap != 5 ||
+		b.Summary.AboveCap != 5*4_000_000 || b.Summary.Would429 != 5 || b.Summary.Max != 9_000_000 || b.Summary.Principals != 5 {
 		t.Fatalf("per-run %+v", b)
 	}
-	if !strings.Contains(stderr, "measurements on 5 of 7 days") {
+	if !strings.Contains(stderr, "measured on 5 of 7 days") {
 		t.Fatalf("fewer than 7 days should be said: %s", stderr)
 	}
 
-	if len(b.OverCapPrincipals) != 1 || b.OverCapPrincipals[0].Principal != "runaway" || len(b.OverCapPrincipals[0].DaysOver) != 5 || r.PartialDay != "" {
+	if len(b.OverCapPrincipals) != 1 || b.OverCapPrincipals[0].Principal != "runaway" || len(b.OverCapPrincipals[0].WindowsOver) != 5 || r.PartialDay != "" {
 		t.Fatalf("over-cap principals %+v", b.OverCapPrincipals)
 	}
 	// --include-today: today is the partial last day; --top bounds the list.
@@ -90,9 +90,9 @@ func TestReportCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
-	b = r.Budgets[0]
-	if last := b.PerDay[len(b.PerDay)-1]; r.PartialDay != now.Format("2006-01-02") || !last.Partial || last.Max != 6_000_000 ||
-		len(b.OverCapPrincipals[0].DaysOver) != 6 || r.TopN != 1 || r.Headroom != 1.5 || b.SuggestedCap != 14_000_000 {
+	b = r.Budgets[0].Caps[0]
+	if last := b.PerWindow[len(b.PerWindow)-1]; r.PartialDay != now.Format("2006-01-02") || !last.Partial || last.Max != 6_000_000 ||
+		len(b.OverCapPrincipals[0].WindowsOver) != 6 || r.TopN != 1 || r.Headroom != 1.5 || b.SuggestedCap != 14_000_000 {
 		t.Fatalf("include-today: %+v", r)
 	}
 	// A window with nothing in it but today: says why, not zeros.
@@ -111,7 +111,7 @@ func TestReportCLI(t *testing.T) {
 	}
 
 	code, stdout, _ = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "html", "--now", nowArg)
-	if code != ExitOK || !strings.Contains(stdout, `<svg class="chart" data-budget="per-run"`) {
+	if code != ExitOK || !strings.Contains(stdout, `<section class="budget" id="budget-per-run">`) || !strings.Contains(stdout, `<svg class="chart" data-chart="histogram"`) {
 		t.Fatalf("html: %d", code)
 	}
 
@@ -136,7 +136,8 @@ func TestReportCLI(t *testing.T) {
 
 	// Usage errors.
 	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"},
-		{"report", "--valkey", srv.Addr, "--headroom", "1"}, {"report", "--valkey", srv.Addr, "--top", "0"}} {
+		{"report", "--valkey", srv.Addr, "--headroom", "1"}, {"report", "--valkey", srv.Addr, "--top", "0"},
+		{"report", "--valkey", srv.Addr, "--time-zone", "Mars/Olympus"}, {"report", "--valkey", srv.Addr, "--time-zone", "Local"}, {"report", "--valkey", srv.Addr, "--max-limited-share", "1"}} {
 		if code, _, _ := runCLI(t, args...); code != ExitUsage {
 			t.Errorf("%v: code %d", args, code)
 		}
@@ -184,9 +185,9 @@ func TestReportCLICluster(t *testing.T) {
 	}
 	got := map[string]uint64{}
 	for _, b := range r.Budgets {
-		got[b.Name] = b.Summary.TotalTokens
-		for _, o := range b.Overridden {
-			got[b.Name+"/"+o.Principal] = o.Summary.TotalTokens
+		got[b.Name] = b.Caps[0].Summary.Total
+		for _, o := range b.Caps[0].Overridden {
+			got[b.Name+"/"+o.Principal] = o.Summary.Total
 		}
 	}
 	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key/trial-42"] != 9000 {
@@ -232,8 +233,8 @@ func TestReportCLIFromService(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Budgets) != 1 || r.Budgets[0].DaysCovered != 3 || r.Budgets[0].Summary.PrincipalDays != 12 ||
-		r.Budgets[0].Summary.OverCap != 3 || r.Budgets[0].Summary.Would429 != 3 {
+	if len(r.Budgets) != 1 || r.Budgets[0].Caps[0].DaysCovered != 3 || r.Budgets[0].Caps[0].Summary.PrincipalWindows != 12 ||
+		r.Budgets[0].Caps[0].Summary.OverCap != 3 || r.Budgets[0].Caps[0].Summary.Would429 != 3 {
 		t.Fatalf("report %+v", r.Budgets)
 	}
 	// Usage errors and a service that serves no ledger.

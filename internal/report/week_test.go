@@ -278,7 +278,7 @@ func TestSimulatedWeek(t *testing.T) {
 		total += n
 		got := 0.0
 		for _, rule := range []string{"gw/week-router/rule/0", "gw/week-router/rule/1", "gw/week-router/rule/2"} {
-			got += testutil.ToFloat64(det.Collector().(*prometheus.CounterVec).WithLabelValues("gw/week-router", rule, pct))
+			got += testutil.ToFloat64(det.Collector().(*prometheus.CounterVec).WithLabelValues("gw/week-router", rule, "day", pct))
 		}
 		if int(got) != n {
 			t.Errorf("threshold %s%%: counter %v, want %d", pct, got, n)
@@ -294,11 +294,16 @@ func TestSimulatedWeek(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := ledger.ReadAll(ctx, lv, report.Window(clock.Now(), 7))
+	ropts := report.Options{Now: clock.Now(), Days: 7}
+	windows, err := report.ReadWindows(ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := report.Build(data, mapping, report.Options{Now: clock.Now()})
+	data, err := ledger.ReadAll(ctx, lv, windows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := report.Build(data, mapping, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,20 +388,25 @@ func TestSimulatedWeek(t *testing.T) {
 	}
 }
 
-func checkBudget(t *testing.T, b report.Budget, exp expected) {
+func checkBudget(t *testing.T, rb report.Budget, exp expected) {
 	t.Helper()
+	if len(rb.Caps) != 1 || rb.Caps[0].Window != "day" {
+		t.Fatalf("budget %s: caps %+v, want its day cap", rb.Name, rb.Caps)
+	}
+	b := rb.Caps[0]
+	name := rb.Name
 	// The default rule's population: every principal but the override.
 	var values []uint64
 	var over int
 	var above uint64
 	principals := 0
 	peaks := map[string]uint64{}
-	for p, days := range exp.usage[b.Name] {
+	for p, days := range exp.usage[name] {
 		if p == "big-batch" {
 			continue
 		}
 		principals++
-		c := capOf(b.Name, p)
+		c := capOf(name, p)
 		for _, used := range days {
 			values = append(values, used)
 			peaks[p] = max(peaks[p], used)
@@ -435,57 +445,57 @@ func checkBudget(t *testing.T, b report.Budget, exp expected) {
 		}
 	}
 	if suggested <= peak && principals < report.MinPrincipalsForPercentile {
-		t.Errorf("budget %s: suggestion %d not above the peak %d", b.Name, suggested, peak)
+		t.Errorf("budget %s: suggestion %d not above the peak %d", name, suggested, peak)
 	}
 	s := b.Summary
 	got := fmt.Sprintf("pd=%d principals=%d p50=%d p95=%d p99=%d max=%d over=%d above=%d would429=%d denied=%d suggested=%d days=%d",
-		s.PrincipalDays, s.Principals, s.P50, s.P95, s.P99, s.Max, s.OverCap, s.TokensAboveCap, s.Would429, s.Denied, b.SuggestedCap, b.DaysCovered)
+		s.PrincipalWindows, s.Principals, s.P50, s.P95, s.P99, s.Max, s.OverCap, s.AboveCap, s.Would429, s.Denied, b.SuggestedCap, b.DaysCovered)
 	want := fmt.Sprintf("pd=%d principals=%d p50=%d p95=%d p99=%d max=%d over=%d above=%d would429=%d denied=%d suggested=%d days=%d",
-		len(values), principals, rank(50), rank(95), rank(99), peak, over, above, exp.would429[b.Name], 0, suggested, 7)
+		len(values), principals, rank(50), rank(95), rank(99), peak, over, above, exp.would429[name], 0, suggested, 7)
 	if got != want {
-		t.Errorf("budget %s:\n got %s\nwant %s", b.Name, got, want)
+		t.Errorf("budget %s:\n got %s\nwant %s", name, got, want)
 	}
 	if !strings.Contains(b.SuggestionBasis, "headroom 1.20") {
-		t.Errorf("budget %s: basis %q", b.Name, b.SuggestionBasis)
+		t.Errorf("budget %s: basis %q", name, b.SuggestionBasis)
 	}
 	// Principals over the cap: each with its days over, most above first.
 	var overNames []string
-	for p, days := range exp.usage[b.Name] {
+	for p, days := range exp.usage[name] {
 		if p == "big-batch" {
 			continue
 		}
 		for _, used := range days {
-			if used > capOf(b.Name, p) {
+			if used > capOf(name, p) {
 				overNames = append(overNames, p)
 				break
 			}
 		}
 	}
 	if b.OverCapPrincipalsTotal != len(overNames) || len(b.OverCapPrincipals) != len(overNames) {
-		t.Errorf("budget %s: over-cap principals %+v, want %v", b.Name, b.OverCapPrincipals, overNames)
+		t.Errorf("budget %s: over-cap principals %+v, want %v", name, b.OverCapPrincipals, overNames)
 	}
 	for _, po := range b.OverCapPrincipals {
 		n := 0
 		var pabove uint64
-		for _, used := range exp.usage[b.Name][po.Principal] {
-			if c := capOf(b.Name, po.Principal); used > c {
+		for _, used := range exp.usage[name][po.Principal] {
+			if c := capOf(name, po.Principal); used > c {
 				n++
 				pabove += used - c
 			}
 		}
-		if len(po.DaysOver) != n || po.TokensAboveCap != pabove || po.MaxDay != peaks[po.Principal] {
-			t.Errorf("budget %s: principal %+v, want %d days over, %d above", b.Name, po, n, pabove)
+		if len(po.WindowsOver) != n || po.AboveCap != pabove || po.MaxWindow != peaks[po.Principal] {
+			t.Errorf("budget %s: principal %+v, want %d days over, %d above", name, po, n, pabove)
 		}
 		// Only one principal is over per day here: its would-be 429s are exact
 		// and are all of the budget's.
-		if !po.Would429Exact || po.Would429 != exp.would429[b.Name] {
-			t.Errorf("budget %s: principal %s would429 %d exact %v, want %d", b.Name, po.Principal, po.Would429, po.Would429Exact, exp.would429[b.Name])
+		if !po.Would429Exact || po.Would429 != exp.would429[name] {
+			t.Errorf("budget %s: principal %s would429 %d exact %v, want %d", name, po.Principal, po.Would429, po.Would429Exact, exp.would429[name])
 		}
 	}
 	// The override, against its own cap.
-	if days, ok := exp.usage[b.Name]["big-batch"]; ok {
+	if days, ok := exp.usage[name]["big-batch"]; ok {
 		if len(b.Overridden) != 1 || b.Overridden[0].Principal != "big-batch" {
-			t.Fatalf("budget %s: overridden %+v", b.Name, b.Overridden)
+			t.Fatalf("budget %s: overridden %+v", name, b.Overridden)
 		}
 		ov := b.Overridden[0]
 		var oover int
@@ -497,12 +507,12 @@ func checkBudget(t *testing.T, b report.Budget, exp expected) {
 				oabove += used - ov.Cap
 			}
 		}
-		if ov.Cap != capOf(b.Name, "big-batch") || ov.Summary.OverCap != oover || ov.Summary.TokensAboveCap != oabove || ov.Summary.Max != omax || ov.SuggestedCap <= omax {
-			t.Errorf("budget %s: override %+v, want over %d above %d max %d", b.Name, ov, oover, oabove, omax)
+		if ov.Cap != capOf(name, "big-batch") || ov.Summary.OverCap != oover || ov.Summary.AboveCap != oabove || ov.Summary.Max != omax || ov.SuggestedCap <= omax {
+			t.Errorf("budget %s: override %+v, want over %d above %d max %d", name, ov, oover, oabove, omax)
 		}
 	}
-	t.Logf("budget %s: %s", b.Name, got)
-	js, _ := json.Marshal(b.PerDay[6])
+	t.Logf("budget %s: %s", name, got)
+	js, _ := json.Marshal(b.PerWindow[6])
 	t.Logf("  last day %s", js)
 }
 

@@ -106,6 +106,15 @@ func (p Price) Scaled() (ScaledPrice, error) {
 	return s, nil
 }
 
+// costs checks what the costs of the budgets rest on: the price table and
+// one token type.
+func (v *validator) costs() {
+	if pr := v.s.Spec.Pricing; pr != nil {
+		v.pricing(pr)
+	}
+	v.tokenType()
+}
+
 func (v *validator) pricing(pr *Pricing) {
 	const p = "spec.pricing"
 	if !currencyRE.MatchString(pr.Currency) {
