@@ -90,6 +90,7 @@ var subcommands = []func(*env) *cobra.Command{
 	newPromoteCmd,
 	newDemoteCmd,
 	newReportCmd,
+	newLedgerCmd,
 	newAssertCmd,
 	newRenderCmd,
 	newInitCmd,

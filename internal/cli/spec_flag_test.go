@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/pgtest"
 )
 
 // exampleSpecs are the spec files shipped in the repository, each with the
@@ -28,17 +30,20 @@ var exampleSpecs = []string{
 
 // specCommands runs each command that takes --spec on a spec copied to a
 // temporary directory, with whatever else the command needs.
-var specCommands = map[string]func(t *testing.T, spec, ledgerURL string) []string{
-	"report": func(_ *testing.T, spec, ledgerURL string) []string {
-		return []string{"report", "--service", ledgerURL, "--spec", spec}
+var specCommands = map[string]func(t *testing.T, spec string, r *specResources) []string{
+	"ledger sync": func(_ *testing.T, spec string, r *specResources) []string {
+		return []string{"ledger", "sync", "--service", r.ledgerURL, "--postgres", r.postgres(), "--spec", spec}
 	},
-	"promote": func(_ *testing.T, spec, _ string) []string {
+	"report": func(_ *testing.T, spec string, r *specResources) []string {
+		return []string{"report", "--service", r.ledgerURL, "--spec", spec}
+	},
+	"promote": func(_ *testing.T, spec string, _ *specResources) []string {
 		return []string{"promote", "no-such-budget", "--spec", spec}
 	},
-	"demote": func(_ *testing.T, spec, _ string) []string {
+	"demote": func(_ *testing.T, spec string, _ *specResources) []string {
 		return []string{"demote", "no-such-budget", "--spec", spec}
 	},
-	"assert": func(t *testing.T, spec, _ string) []string {
+	"assert": func(t *testing.T, spec string, _ *specResources) []string {
 		dir := filepath.Join(t.TempDir(), "rendered")
 		if code, _, stderr := runCLI(t, "render", spec, "-o", dir); code != ExitOK {
 			t.Fatalf("render %s: %d %s", spec, code, stderr)
@@ -73,11 +78,12 @@ func TestEverySpecFlagLoadsLikeRender(t *testing.T) {
 	mux.Handle("/ledger/", ledger.Handler(ledger.NewMemory("", nil)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
+	res := &specResources{t: t, ledgerURL: srv.URL}
 	for _, rel := range exampleSpecs {
 		for _, name := range withSpec {
 			t.Run(rel+"/"+name, func(t *testing.T) {
 				spec := copySpecDir(t, rel)
-				code, stdout, stderr := runCLI(t, specCommands[name](t, spec, srv.URL)...)
+				code, stdout, stderr := runCLI(t, specCommands[name](t, spec, res)...)
 				if strings.Contains(stderr, "was not read") || strings.Contains(stderr, "ReadBasePolicies") {
 					t.Fatalf("%s did not load %s as render does: %s", name, rel, stderr)
 				}
@@ -96,12 +102,26 @@ func TestEverySpecFlagLoadsLikeRender(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(filepath.Dir(spec), "gateway-team")); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"report", "promote", "demote"} {
-		code, _, stderr := runCLI(t, specCommands[name](t, spec, srv.URL)...)
+	for _, name := range []string{"report", "promote", "demote", "ledger sync"} {
+		code, _, stderr := runCLI(t, specCommands[name](t, spec, res)...)
 		if code != ExitFailure || !strings.Contains(stderr, "basePolicy: read base policy") {
 			t.Errorf("%s without the base policy file: exit %d: %s", name, code, stderr)
 		}
 	}
+}
+
+// specResources are the servers the commands read from or write to: an
+// empty ledger on a debug port, and one PostgreSQL started on first use.
+type specResources struct {
+	t         *testing.T // the test owning the servers
+	ledgerURL string
+	once      sync.Once
+	dsn       string
+}
+
+func (r *specResources) postgres() string {
+	r.once.Do(func() { r.dsn = pgtest.Start(r.t).DSN })
+	return r.dsn
 }
 
 // copySpecDir copies the directory of the repository-relative spec rel into

@@ -101,6 +101,12 @@ func newWindowSet(ws []Window) windowSet {
 
 func (s windowSet) has(w Window) bool { return s == nil || s[w] }
 
+// SortKeys sorts keys by rule, then window (period, then start), as every
+// Reader returns them.
+func SortKeys(keys []Key) {
+	sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
+}
+
 // sortKeys sorts and deduplicates keys.
 func sortKeys(m map[Key]bool) []Key {
 	out := make([]Key, 0, len(m))
