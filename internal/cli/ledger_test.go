@@ -89,12 +89,30 @@ func TestLedgerSyncAndReportFromPostgres(t *testing.T) {
 			t.Fatalf("report:\n%s", fromPG)
 		}
 	}
+	// The chargeback export reads the same rows from either ledger.
+	from := ledger.DayWindow(ledger.DayOf(now) - 14).Day.String()
+	args := []string{"export", "--spec", spec, "--from", from, "--to", ledger.DayOf(now).String(), "--now", nowArg}
+	code, focusPG, stderr := runCLI(t, append(args, "--postgres", pg.DSN)...)
+	if code != ExitOK {
+		t.Fatalf("export: %d %s", code, stderr)
+	}
+	if _, focusVK, _ := runCLI(t, append(args, "--valkey", vk.Addr)...); focusVK != focusPG {
+		t.Fatalf("FOCUS export from PostgreSQL differs from Valkey's:\n%s\n---\n%s", focusPG, focusVK)
+	}
+	// 26 principals of per-human and the fleet's shared bucket, 14 days, and a header.
+	if lines := strings.Count(focusPG, "\n"); lines != 14*27+1 || !strings.Contains(focusPG, `"{""budgetgen/budget"":""per-human"",""budgetgen/budget-set"":""ai-budgets"",""budgetgen/principal"":""alice@example.com""}"`) ||
+		!strings.Contains(focusPG, ",2500000,Tokens,") {
+		t.Fatalf("FOCUS export (%d lines):\n%s", lines, focusPG)
+	}
 	// Usage errors: no destination, two sources, a password in the DSN.
 	for _, args := range [][]string{
 		{"ledger", "sync", "--valkey", vk.Addr},
 		{"ledger", "sync", "--valkey", vk.Addr, "--service", "http://127.0.0.1:1", "--postgres", pg.DSN},
 		{"ledger", "sync", "--valkey", vk.Addr, "--postgres", "postgres://u:secret@127.0.0.1:1/db"},
 		{"report", "--valkey", vk.Addr, "--postgres", pg.DSN},
+		{"export", "--postgres", pg.DSN, "--format", "parquet"},
+		{"export", "--postgres", pg.DSN, "--from", "2026-11-10", "--to", "2026-11-01"},
+		{"export", "--postgres", pg.DSN, "--period", "week"},
 	} {
 		if code, _, stderr := runCLI(t, args...); code != ExitUsage || strings.Contains(stderr, "secret") {
 			t.Errorf("%v: code %d %s", args, code, stderr)

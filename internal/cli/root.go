@@ -91,6 +91,7 @@ var subcommands = []func(*env) *cobra.Command{
 	newDemoteCmd,
 	newReportCmd,
 	newLedgerCmd,
+	newExportCmd,
 	newAssertCmd,
 	newRenderCmd,
 	newInitCmd,

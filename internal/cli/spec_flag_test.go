@@ -34,6 +34,9 @@ var specCommands = map[string]func(t *testing.T, spec string, r *specResources) 
 	"ledger sync": func(_ *testing.T, spec string, r *specResources) []string {
 		return []string{"ledger", "sync", "--service", r.ledgerURL, "--postgres", r.postgres(), "--spec", spec}
 	},
+	"export": func(_ *testing.T, spec string, r *specResources) []string {
+		return []string{"export", "--service", r.ledgerURL, "--spec", spec}
+	},
 	"report": func(_ *testing.T, spec string, r *specResources) []string {
 		return []string{"report", "--service", r.ledgerURL, "--spec", spec}
 	},
@@ -102,7 +105,7 @@ func TestEverySpecFlagLoadsLikeRender(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(filepath.Dir(spec), "gateway-team")); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"report", "promote", "demote", "ledger sync"} {
+	for _, name := range []string{"report", "promote", "demote", "ledger sync", "export"} {
 		code, _, stderr := runCLI(t, specCommands[name](t, spec, res)...)
 		if code != ExitFailure || !strings.Contains(stderr, "basePolicy: read base policy") {
 			t.Errorf("%s without the base policy file: exit %d: %s", name, code, stderr)

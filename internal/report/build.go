@@ -81,7 +81,7 @@ func groupData(data []ledger.Data, m Mapping, p plan) *grouped {
 	}
 	for i := range data {
 		d := &data[i]
-		info, mapped := m.rule(d.Rule)
+		info, mapped := m.Rule(d.Rule)
 		if info.Kind == KindKillSwitch {
 			continue // request counts, not tokens
 		}

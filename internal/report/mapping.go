@@ -65,9 +65,10 @@ type Mapping struct {
 	Budgets map[string]BudgetInfo
 }
 
-// rule resolves a ledger rule; ok is false for a rule neither the mapping
-// nor the bucket layout names.
-func (m Mapping) rule(r ledger.RuleID) (RuleInfo, bool) {
+// Rule resolves a ledger rule: by the mapping, else by a budget map
+// bucket's name; ok is false for a rule neither names (it is reported on
+// its own, counting tokens).
+func (m Mapping) Rule(r ledger.RuleID) (RuleInfo, bool) {
 	if info, ok := m.Rules[r]; ok {
 		return info, true
 	}
@@ -77,6 +78,16 @@ func (m Mapping) rule(r ledger.RuleID) (RuleInfo, bool) {
 		}
 	}
 	return RuleInfo{Budget: "rule " + r.Rule, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}, false
+}
+
+// BucketSet is the budget set a budget map bucket names ("" for a name that
+// is not a bucket).
+func BucketSet(bucket string) string {
+	set, _, _, _, ok := budgetmap.ParseBucket(bucket)
+	if !ok {
+		return ""
+	}
+	return set
 }
 
 // bucketRule is what a bucket's name says of its rows.
