@@ -20,16 +20,11 @@ import (
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
-func TestReportCLI(t *testing.T) {
-	srv := valkeytest.Start(t, valkeytest.Options{})
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// Valkey expires on its own clock: measure "tomorrow" and report from the day after 5 days later.
+// fiveDays writes 5 days of per-run (agentgateway) usage, a runaway over its
+// cap every day, and today so far; it returns the report's clock. Valkey
+// expires on its own clock: the days start tomorrow.
+func fiveDays(t *testing.T, ctx context.Context, c valkey.Client) time.Time {
+	t.Helper()
 	day0 := ledger.DayOf(time.Now()) + 1
 	now := (day0 + 5).Start().Add(9 * time.Hour)
 	lv := ledger.NewValkey(c, "")
@@ -54,6 +49,19 @@ func TestReportCLI(t *testing.T) {
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return now
+}
+
+func TestReportCLI(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	now := fiveDays(t, ctx, c)
 	spec := copyExample(t)
 	nowArg := now.Format(time.RFC3339)
 
@@ -96,7 +104,7 @@ func TestReportCLI(t *testing.T) {
 		t.Fatalf("include-today: %+v", r)
 	}
 	// A window with nothing in it but today: says why, not zeros.
-	firstDay := (day0).Start().Add(9 * time.Hour).Format(time.RFC3339)
+	firstDay := now.AddDate(0, 0, -5).Format(time.RFC3339) // the first day of data, at 09:00
 	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-run", "--now", firstDay)
 	if code != ExitOK || !strings.Contains(stderr, "use --include-today") || !strings.Contains(stdout, "use --include-today") || strings.Contains(stdout, "suggested cap: 0") {
 		t.Fatalf("empty window: %d\n%s\n%s", code, stdout, stderr)
@@ -115,7 +123,14 @@ func TestReportCLI(t *testing.T) {
 		t.Fatalf("html: %d", code)
 	}
 
-	code, _, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-rnu", "--now", nowArg)
+	checkReportErrors(t, srv.Addr, spec, nowArg)
+}
+
+// checkReportErrors: an unknown budget, an unreachable Valkey and usage
+// errors, each with a clear message and its exit code.
+func checkReportErrors(t *testing.T, addr, spec, nowArg string) {
+	t.Helper()
+	code, _, stderr := runCLI(t, "report", "--valkey", addr, "--spec", spec, "--budget", "per-rnu", "--now", nowArg)
 	if code != ExitFailure || !strings.Contains(stderr, `unknown budget "per-rnu"`) || !strings.Contains(stderr, "per-run") {
 		t.Fatalf("unknown budget: %d %s", code, stderr)
 	}
@@ -135,9 +150,9 @@ func TestReportCLI(t *testing.T) {
 	}
 
 	// Usage errors.
-	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"},
-		{"report", "--valkey", srv.Addr, "--headroom", "1"}, {"report", "--valkey", srv.Addr, "--top", "0"},
-		{"report", "--valkey", srv.Addr, "--time-zone", "Mars/Olympus"}, {"report", "--valkey", srv.Addr, "--time-zone", "Local"}, {"report", "--valkey", srv.Addr, "--max-limited-share", "1"}} {
+	for _, args := range [][]string{{"report"}, {"report", "--valkey", addr, "--format", "yaml"}, {"report", "--valkey", addr, "--days", "0"},
+		{"report", "--valkey", addr, "--headroom", "1"}, {"report", "--valkey", addr, "--top", "0"},
+		{"report", "--valkey", addr, "--time-zone", "Mars/Olympus"}, {"report", "--valkey", addr, "--time-zone", "Local"}, {"report", "--valkey", addr, "--max-limited-share", "1"}} {
 		if code, _, _ := runCLI(t, args...); code != ExitUsage {
 			t.Errorf("%v: code %d", args, code)
 		}

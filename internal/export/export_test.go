@@ -219,7 +219,7 @@ func checkRules(t *testing.T, v map[string]string) {
 	if (v["PricingQuantity"] == "") != (v["PricingUnit"] == "") || !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(v["BillingCurrency"]) {
 		t.Errorf("pricing or currency: %v", v)
 	}
-	if !(v["BillingPeriodStart"] <= v["ChargePeriodStart"] && v["ChargePeriodStart"] < v["ChargePeriodEnd"] && v["ChargePeriodStart"] < v["BillingPeriodEnd"]) {
+	if v["ChargePeriodStart"] < v["BillingPeriodStart"] || v["ChargePeriodEnd"] <= v["ChargePeriodStart"] || v["ChargePeriodStart"] >= v["BillingPeriodEnd"] {
 		t.Errorf("charge period outside its billing period: %v", v)
 	}
 	// A day or month charge lies within its month (a week-only budget's

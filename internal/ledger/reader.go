@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -131,18 +130,6 @@ func keyLess(a, b Key) bool {
 		return a.Window.Day < b.Window.Day
 	}
 	return a.Window.Hour < b.Window.Hour
-}
-
-// decodeStats fills d's denials from a stats hash's fields.
-func decodeStats(d *Data, key string, fields map[string]string) error {
-	for f, s := range fields {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%s field %q: not a count: %q", key, f, s)
-		}
-		addStatsField(d, f, n)
-	}
-	return nil
 }
 
 // addStatsField adds n to the denial count a stats field names; unknown

@@ -69,12 +69,6 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 	rec.Denied(rules[0], now, true)
 	rec.Denied(rules[0], now, false)
 	rec.Denied(rules[0], now, false)
-	// A week window with a principal's reservation denial.
-	ww := WindowAt(PeriodWeek, now, nil)
-	if err := v.Add(ctx, rec.UsageIn(rules[2], "user-1", ww, 77)); err != nil {
-		t.Fatal(err)
-	}
-	rec.DeniedIn(rules[2], ww, Denial{Principal: "user-1", Reserve: true})
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,15 +110,29 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 	if err != nil || len(all) != len(rules) {
 		t.Fatalf("ReadAll: %d %v", len(all), err)
 	}
-	wd, err := v.Read(ctx, rules[2], ww)
+	exerciseWeek(t, ctx, v, rec, now, rules[2], pexpiretime, len(rules))
+}
+
+// exerciseWeek: a week window with a principal's reservation denial, its
+// absolute expiry, and ReadAll of every window (the day ones too).
+func exerciseWeek(t *testing.T, ctx context.Context, v *Valkey, rec *Recorder, now time.Time, rule RuleID, pexpiretime func(string) string, dayRules int) {
+	ww := WindowAt(PeriodWeek, now, nil)
+	if err := v.Add(ctx, rec.UsageIn(rule, "user-1", ww, 77)); err != nil {
+		t.Fatal(err)
+	}
+	rec.DeniedIn(rule, ww, Denial{Principal: "user-1", Reserve: true})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := v.Read(ctx, rule, ww)
 	if err != nil || wd.Usage["user-1"] != 77 || wd.Denials != (Denials{Enforce: 1, Reserve: 1}) || wd.PrincipalDenials["user-1"] != (Denials{Enforce: 1, Reserve: 1}) {
 		t.Fatalf("week window: %+v %v", wd, err)
 	}
 	wantExp := strconv.FormatInt(ww.End(nil).AddDate(0, 0, 8).UnixMilli(), 10)
-	if e := pexpiretime(WindowStatsKey("rl:", rules[2], ww)); e != wantExp {
+	if e := pexpiretime(WindowStatsKey("rl:", rule, ww)); e != wantExp {
 		t.Fatalf("week stats expiry %s, want %s (week end + 8 days)", e, wantExp)
 	}
-	if everything, err := ReadAll(ctx, v, nil); err != nil || len(everything) != len(rules)+1 {
+	if everything, err := ReadAll(ctx, v, nil); err != nil || len(everything) != dayRules+1 {
 		t.Fatalf("ReadAll of every window: %d %v", len(everything), err)
 	}
 }

@@ -89,6 +89,14 @@ spec:
 // month not yet measured in full on a projection, marked as such.
 func TestEveryWindowJudgedOnItsOwn(t *testing.T) {
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC) // a Friday
+	data := everyWindowData(now)
+	checkEveryWindowJudged(t, buildSpec(t, strings.Replace(everyWindow, "SINCE", "2026-09-20", 1), data, now))
+	checkProjectedMonth(t, buildSpec(t, strings.Replace(everyWindow, "SINCE", "2026-11-10", 1), data, now))
+}
+
+// everyWindowData: a week of hour and day rows (one hour over the hour
+// cap), a week, and two months of kilotokens and money.
+func everyWindowData(now time.Time) []ledger.Data {
 	bucket := func(m string) ledger.RuleID { return ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/all" + m} }
 	row := func(rule ledger.RuleID, w ledger.Window, u uint64) ledger.Data {
 		return ledger.Data{Rule: rule, Window: w, Usage: map[string]uint64{"u1": u, "u2": 1}}
@@ -108,10 +116,13 @@ func TestEveryWindowJudgedOnItsOwn(t *testing.T) {
 	data = append(data, row(bucket(""), wk, 6300))
 	oct := ledger.WindowAt(ledger.PeriodMonth, time.Date(2026, 10, 5, 0, 0, 0, 0, time.UTC), nil)
 	nov := ledger.WindowAt(ledger.PeriodMonth, now, nil)
-	data = append(data, row(bucket("#ktokens"), oct, 5_000_000), row(bucket("#ktokens"), nov, 3_000_000),
+	return append(data, row(bucket("#ktokens"), oct, 5_000_000), row(bucket("#ktokens"), nov, 3_000_000),
 		row(bucket("#cost"), oct, 80_000), row(bucket("#cost"), nov, 50_000))
+}
 
-	r := buildSpec(t, strings.Replace(everyWindow, "SINCE", "2026-09-20", 1), data, now)
+// checkEveryWindowJudged: shadow since September, each cap on its window.
+func checkEveryWindowJudged(t *testing.T, r *Report) {
+	t.Helper()
 	b := r.Budgets[0]
 	want := map[string]string{
 		"hour/tokens":  "168 hours of 7 days 2026-11-13..2026-11-19",
@@ -143,11 +154,13 @@ func TestEveryWindowJudgedOnItsOwn(t *testing.T) {
 	if money := capOf(t, b, "month", MeasureCost); money.Currency != "EUR" || money.Cap != 100_000 || money.Summary.Max != 80_000 {
 		t.Errorf("money cap %+v", money)
 	}
+}
 
-	// Shadow since November 10: October was not measured in full, so the
-	// month is judged on November so far (the 11th to now, 9.5 of 30 days),
-	// projected.
-	r = buildSpec(t, strings.Replace(everyWindow, "SINCE", "2026-11-10", 1), data, now)
+// checkProjectedMonth: shadow since November 10: October was not measured in full, so the
+// month is judged on November so far (the 11th to now, 9.5 of 30 days),
+// projected.
+func checkProjectedMonth(t *testing.T, r *Report) {
+	t.Helper()
 	month := capOf(t, r.Budgets[0], "month", MeasureCost)
 	p := month.Judged.Projection
 	if p == nil || p.Window != "2026-11" || p.ObservedHours != 228 || math.Abs(p.Factor-720.0/228) > 0.001 {

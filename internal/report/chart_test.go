@@ -317,7 +317,7 @@ func TestChartScreenshot(t *testing.T) {
 		t.Fatalf("screenshot lacks parts: %v pixels, %d colours", count, len(distinct))
 	}
 	// Read top down: the verdict, then the days, then the distribution.
-	if !(firstY["not-yet"] < firstY["daybar"] && firstY["daybar"] < firstY["bar"]) {
+	if firstY["not-yet"] >= firstY["daybar"] || firstY["daybar"] >= firstY["bar"] {
 		t.Fatalf("order on the page: %v", firstY)
 	}
 }

@@ -131,6 +131,14 @@ func TestBuildNumbers(t *testing.T) {
 	if !reflect.DeepEqual(names, []string{"frontier", "per-api-key", "per-run", "rule ai-gateway/old/rule/0"}) {
 		t.Fatalf("budgets %v", names)
 	}
+	checkPerRun(t, r)
+	checkPerAPIKey(t, r)
+	checkFrontierAndSummary(t, r)
+}
+
+// checkPerRun: 10 steady principals and a runaway over its cap two days.
+func checkPerRun(t *testing.T, r *Report) {
+	t.Helper()
 	run := capOf(t, find(t, r, "per-run"), "day", MeasureTokens)
 	s := run.Summary
 	// 70 steady principal-days (100..1000 each day) + 2 runaway ones.
@@ -162,6 +170,11 @@ func TestBuildNumbers(t *testing.T) {
 	if v := run.Verdict; v.Status != VerdictNotYet || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "2 of 72 principal-days over the cap (2.78%), not under 1.00%: raise it to the suggested 3,600") {
 		t.Fatalf("per-run verdict %+v", v)
 	}
+}
+
+// checkPerAPIKey: the default rule's population apart from the override's.
+func checkPerAPIKey(t *testing.T, r *Report) {
+	t.Helper()
 	key := capOf(t, find(t, r, "per-api-key"), "day", MeasureTokens)
 	// The default rule's population is client a alone; acme-batch is its own.
 	if key.Summary.OverCap != 0 || key.Summary.Denied != 0 || key.Summary.Principals != 1 || key.Summary.Max != 400 || key.OverCapPrincipalsTotal != 0 {
@@ -183,6 +196,12 @@ func TestBuildNumbers(t *testing.T) {
 	if key.Verdict.Status != VerdictEnforced || find(t, r, "per-api-key").Verdict.Status != VerdictEnforced {
 		t.Fatalf("an enforced budget: %+v", key.Verdict)
 	}
+}
+
+// checkFrontierAndSummary: a budget without data, the warnings, the
+// summary rows and a budget's days.
+func checkFrontierAndSummary(t *testing.T, r *Report) {
+	t.Helper()
 	fr := capOf(t, find(t, r, "frontier"), "day", MeasureTokens)
 	if fr.Summary.PrincipalWindows != 0 || fr.DaysCovered != 0 || fr.Summary.Would429 != 0 {
 		t.Fatalf("kill switch rule counted as tokens: %+v", fr)
