@@ -2,6 +2,8 @@ package aigateway
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 
 	"github.com/google/cel-go/cel"
 )
@@ -111,4 +113,21 @@ func (p *CostProgram) Eval(in CostInput) (uint64, error) {
 		return v, nil
 	}
 	return 0, fmt.Errorf("CEL expression result is not an integer, got %v", out.Type())
+}
+
+// modelMatchRE finds the patterns of model.matches("...") calls.
+var modelMatchRE = regexp.MustCompile(`\bmodel\.matches\(("(?:[^"\\]|\\.)*")\)`)
+
+// ModelPatterns returns the RE2 patterns an expression matches the model
+// name against (model.matches("...")), in order; ok is false when one does
+// not unquote.
+func ModelPatterns(expr string) (patterns []string, ok bool) {
+	for _, m := range modelMatchRE.FindAllStringSubmatch(expr, -1) {
+		p, err := strconv.Unquote(m[1])
+		if err != nil {
+			return nil, false
+		}
+		patterns = append(patterns, p)
+	}
+	return patterns, true
 }

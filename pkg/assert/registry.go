@@ -20,6 +20,7 @@ var rules = []*Rule{
 	ruleAICost,
 	ruleOptionalCredential,
 	ruleGatewayScope,
+	rulePricedModel,
 }
 
 // Rules returns every registered rule in ID order.
