@@ -56,6 +56,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:2px 8px;text-align:right;vertical-align:top}
 th:first-child,td:first-child{text-align:left}
 table.summary td.verdict,table.summary td.text,table.summary th:last-child{text-align:left}
+table.summary td:first-child{white-space:nowrap}
 td.v-ready{background:#e3f4e8;color:#1e6b34;font-weight:bold}
 td.v-not-yet{background:#fdf0dc;color:#8a4b00}
 td.v-enforced{background:#eee;color:#555}

@@ -1,4 +1,4 @@
-// Package thresholds emits the alerting hooks of seed ADR-050: the first time
+// Package thresholds emits the budgets' alerting hooks: the first time
 // in a counter window (an hour, day, ISO week or month: the rule's) that a
 // principal's usage crosses 80%, 90% and 100% of its cap, one structured log
 // event and one increment of a Prometheus counter labelled by rule, window and
@@ -24,7 +24,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/eventsink"
 )
 
-// DefaultPercents are the thresholds of seed ADR-050.
+// DefaultPercents are the default thresholds: 80, 90 and 100% of the cap.
 var DefaultPercents = []int{80, 90, 100}
 
 // MetricName is the counter's name.
