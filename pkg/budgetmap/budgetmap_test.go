@@ -206,3 +206,31 @@ func TestParseBucket(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseBucket: any name either is refused or splits into parts that
+// build it back.
+func FuzzParseBucket(f *testing.F) {
+	for _, s := range []string{"s/b", "s/b@ns/gw#cost", "s/frontier#killswitch", "a/b/c", "#", "/@#"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		set, budget, gw, m, ok := budgetmap.ParseBucket(s)
+		if !ok {
+			return
+		}
+		if set == "" || budget == "" || strings.Contains(budget, "/") {
+			t.Fatalf("%q: set %q budget %q", s, set, budget)
+		}
+		back := set + "/" + budget
+		before, _, hasMeasure := strings.Cut(s, "#")
+		if strings.Contains(before, "@") {
+			back += "@" + gw
+		}
+		if hasMeasure {
+			back += "#" + m
+		}
+		if back != s {
+			t.Fatalf("%q parses to %q %q %q %q, which builds %q", s, set, budget, gw, m, back)
+		}
+	})
+}
