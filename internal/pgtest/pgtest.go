@@ -92,7 +92,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	dir, err := os.MkdirTemp(as.tempBase(), "pgtest-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func Start(t testing.TB) *Server {
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	as.apply(initdb)
+	as.apply(initdb, dir)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
@@ -133,7 +133,7 @@ func start(bin, dir, data string, port int, as runAs) (*Server, error) {
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
 	cmd.Stdout, cmd.Stderr = lf, lf
-	as.apply(cmd)
+	as.apply(cmd, dir)
 	cmd.SysProcAttr.Setpgid = true
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
@@ -230,6 +230,25 @@ func credentials() (runAs, error) {
 	return runAs{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}, nil
 }
 
+// tempBase is where the data directory goes: the temp directory, unless
+// the server runs as another user who cannot reach it (a $TMPDIR under
+// root's home): then /tmp.
+func (a runAs) tempBase() string {
+	base := os.TempDir()
+	if a.cred == nil {
+		return ""
+	}
+	for d := base; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return "/tmp"
+		}
+		if d == filepath.Dir(d) {
+			return base
+		}
+	}
+}
+
 // own gives dir to the server's user.
 func (a runAs) own(dir string) error {
 	if a.cred == nil {
@@ -238,12 +257,14 @@ func (a runAs) own(dir string) error {
 	return os.Chown(dir, int(a.cred.Uid), int(a.cred.Gid))
 }
 
-func (a runAs) apply(cmd *exec.Cmd) {
+// apply runs cmd as the server's user, from dir (which that user owns:
+// nobody's home is not writable, and the caller's working directory may
+// not be reachable).
+func (a runAs) apply(cmd *exec.Cmd, dir string) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: a.cred}
 	if a.cred != nil {
-		// nobody's home is not writable; initdb and postgres need none.
-		cmd.Env = append(os.Environ(), "HOME="+os.TempDir())
-		cmd.Dir = os.TempDir()
+		cmd.Env = append(os.Environ(), "HOME="+dir)
+		cmd.Dir = dir
 	}
 }
 
