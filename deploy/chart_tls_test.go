@@ -152,7 +152,7 @@ func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 		env[e.Name] = v
 	}
 	for k, v := range map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1",
-		"DEBUG_HOST": "127.0.0.1", "PROMETHEUS_ADDR": "127.0.0.1:0"} {
+		"DEBUG_HOST": "127.0.0.1", "PROMETHEUS_ADDR": "127.0.0.1:0", "XDG_STATE_HOME": root} {
 		env[k] = v
 	}
 	return env

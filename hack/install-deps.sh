@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel), helm,
-# Chromium (the HTML report's screenshot test), prlimit, h2spec and @grpc/grpc-js (the
-# gRPC server's conformance and foreign-client tests), Prometheus and promtool (the alert
-# rules' tests in deploy/monitoring). Works on Debian and Ubuntu:
+# Chromium (the HTML report's screenshot test), PostgreSQL (the durable ledger's tests:
+# internal/pgtest runs initdb and postgres), prlimit, h2spec and @grpc/grpc-js (the gRPC
+# server's conformance and foreign-client tests), Prometheus and promtool (the alert rules'
+# tests in deploy/monitoring). Works on Debian and Ubuntu:
 # - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
 #   machine's own apt sources, so no host name is written here); later Debian: main.
 # - Ubuntu: Valkey from the release's own archive when it has it (24.10 and later);
@@ -153,6 +154,26 @@ install_prometheus() {
   echo "install-deps: installed $(prometheus --version 2>&1 | head -1)"
 }
 
+# PostgreSQL server binaries (initdb, postgres, psql) from the distribution: Debian 12
+# ships 15, later releases newer; the tests need 12 or later. Debian keeps them in
+# /usr/lib/postgresql/<version>/bin, off PATH; internal/pgtest finds them there (or via
+# pg_config --bindir). No cluster is created or started: each test makes its own.
+have_postgres() {
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; }
+}
+install_postgres() {
+  if have_postgres; then
+    echo "install-deps: postgresql present: $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)"
+    return
+  fi
+  apt_update
+  $SUDO apt-get install -y -qq postgresql >/dev/null
+  # The package starts a default cluster on 5432 on some machines; tests start their own.
+  $SUDO systemctl stop postgresql >/dev/null 2>&1 || true
+  echo "install-deps: installed $(ls -d /usr/lib/postgresql/*/bin | tail -1)"
+}
+
 install_valkey
 install_chromium
 install_prometheus
+install_postgres

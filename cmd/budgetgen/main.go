@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // --time-zone works on images without /usr/share/zoneinfo
 
 	"github.com/budgetgen/budgetgen/internal/cli"
 )

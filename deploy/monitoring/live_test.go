@@ -61,7 +61,8 @@ func startService(t *testing.T, env map[string]string) *running {
 		t.Fatal(err)
 	}
 	base := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-		"CONFIG_DIR": filepath.Join(examples, "ratelimit"), "BUDGET_MAP_PATH": filepath.Join(examples, "budget-map.yaml")}
+		"CONFIG_DIR": filepath.Join(examples, "ratelimit"), "BUDGET_MAP_PATH": filepath.Join(examples, "budget-map.yaml"),
+		"XDG_STATE_HOME": t.TempDir()} // the embedded store's default snapshot, this test's own
 	for k, v := range env {
 		base[k] = v
 	}

@@ -97,47 +97,17 @@ func TestExampleReportIsCurrent(t *testing.T) {
 // named by ledger.FromDescriptor from the descriptor the gateway sends and
 // the rate limit config matches (free marks the entries whose value came
 // from the request), as the service does; would-be 429s are counted per
-// rule and day as the service's shadow decisions count them.
+// rule, day and principal as the service's shadow decisions count them.
 func fixture(t *testing.T) *ledger.Memory {
 	t.Helper()
 	clock := func() time.Time { return now }
-	mem := ledger.NewMemory("", clock)
-	rec, err := ledger.NewRecorder(ledger.Options{}, mem, clock)
-	if err != nil {
+	w := &shadowWeek{mem: ledger.NewMemory("", clock), rng: rand.New(rand.NewPCG(2026, 1016))} // fixed seed: the same week every run
+	var err error
+	if w.rec, err = ledger.NewRecorder(ledger.Options{}, w.mem, clock); err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(2026, 1016)) // fixed seed: the same week every run
-	between := func(lo, hi uint64) uint64 { return lo + rng.Uint64N(hi-lo+1) }
-	use := func(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64, at time.Time, tokens, callTokens, limit uint64) {
-		rule, principal := ledger.FromDescriptor(domain, "", entries, free)
-		u := rec.Usage(rule, principal, at, tokens)
-		mem.HIncrBy(u.Key, u.Field, u.Tokens)
-		// Each call after the bucket passed its cap would have been a 429.
-		if tokens > limit {
-			for range (tokens-limit)/callTokens + 1 {
-				rec.Denied(rule, at, true)
-			}
-		}
-	}
-	entry := func(k, v string) *rlcommon.RateLimitDescriptor_Entry {
-		return &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v}
-	}
-	egRule := func(i int, matches ...string) []*rlcommon.RateLimitDescriptor_Entry {
-		r := fmt.Sprintf("%s/rule/%d", egDomain, i)
-		es := []*rlcommon.RateLimitDescriptor_Entry{entry(r, r)}
-		for m, v := range matches {
-			k := fmt.Sprintf("rule-%d-match-%d", i, m)
-			if v == "" {
-				v = k // header_value_match: key = value
-			}
-			es = append(es, entry(k, v))
-		}
-		return es
-	}
-
 	for d := 0; d <= 7; d++ { // day 7 is today, until 15:00
 		day := firstDay.AddDate(0, 0, d)
-		at := day.Add(10 * time.Hour)
 		share := uint64(100) // percent of a full day's traffic
 		switch {
 		case d == 7:
@@ -145,74 +115,119 @@ func fixture(t *testing.T) *ledger.Memory {
 		case day.Weekday() == time.Saturday || day.Weekday() == time.Sunday:
 			share = 40
 		}
-		scaled := func(n uint64) uint64 { return n * share / 100 }
-		tag := day.Format("0102")
-
-		// B1 per-run (agentgateway, 5M per run): runs live for a day; one
-		// loops on 10-18, one retries too often on 10-20, one loops today.
-		var fleet uint64
-		runs := int(scaled(40))
-		for i := range runs {
-			tok := between(200_000, 3_500_000)
-			fleet += tok
-			use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000)
-		}
-		for run, tok := range map[string]uint64{"run-1018-loop": 11_400_000, "run-1020-retry": 6_500_000, "run-1023-loop": 7_200_000} {
-			if strings.HasPrefix(run, "run-"+tag) {
-				fleet += tok
-				use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000)
-			}
-		}
-		// B2 agent-fleet (agentgateway, one 200M bucket): the same calls,
-		// plus the fleet's calls that carry no run (scheduled agents).
-		fleet += scaled(between(60_000_000, 120_000_000))
-		use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "agent-fleet"), entry("group", "agent")}, 0, at, fleet, 250_000, 200_000_000)
-
-		// B3 per-human (Envoy Gateway rule 0, 2M): alice goes over on two days.
-		for i := 1; i <= 25; i++ {
-			use(egDomain, egRule(0, fmt.Sprintf("user%02d@example.com", i)), 0b10, at, scaled(between(50_000, 1_600_000)), 40_000, 2_000_000)
-		}
-		alice := scaled(1_100_000)
-		if d == 1 || d == 3 || d == 7 {
-			alice = map[int]uint64{1: 2_400_000, 3: 2_900_000, 7: 2_150_000}[d]
-		}
-		use(egDomain, egRule(0, "alice@example.com"), 0b10, at, alice, 40_000, 2_000_000)
-
-		// B4 per-api-key (rule 1, 1M; the override principals excluded):
-		// key-07 goes over from 10-21. Overrides: acme-batch (rule 2, 20M)
-		// over once, trial-42 (rule 3, 100k) over from 10-22.
-		for i := 1; i <= 20; i++ {
-			tok := scaled(between(50_000, 800_000))
-			if i == 7 && d >= 5 {
-				tok = map[int]uint64{5: 1_300_000, 6: 1_450_000, 7: 1_050_000}[d]
-			}
-			use(egDomain, egRule(1, fmt.Sprintf("key-%02d", i), "", ""), 0b10, at, tok, 20_000, 1_000_000)
-		}
-		acme := between(14_000_000, 18_000_000)
-		if d == 4 {
-			acme = 22_000_000
-		}
-		if d == 7 {
-			acme = 0 // nightly batch: today's run has not started
-		}
-		if acme > 0 {
-			use(egDomain, egRule(2, ""), 0, day.Add(2*time.Hour), acme, 500_000, 20_000_000)
-		}
-		trial := scaled(between(40_000, 90_000))
-		if d >= 6 {
-			trial = map[int]uint64{6: 140_000, 7: 120_000}[d]
-		}
-		use(egDomain, egRule(3, ""), 0, at, trial, 5_000, 100_000)
-
-		// B5 frontier (rule 4, one 50M bucket): over on 10-19.
-		frontier := scaled(between(30_000_000, 48_000_000))
-		if d == 3 {
-			frontier = 56_000_000
-		}
-		use(egDomain, egRule(4, ""), 0, at, frontier, 400_000, 50_000_000)
+		w.scaled = func(n uint64) uint64 { return n * share / 100 }
+		w.agentgatewayDay(d, day)
+		w.envoyDay(d, day)
 	}
-	if err := rec.Flush(context.Background()); err != nil {
+	if err := w.rec.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return mem
+	return w.mem
+}
+
+// shadowWeek writes the week's ledger rows.
+type shadowWeek struct {
+	mem    *ledger.Memory
+	rec    *ledger.Recorder
+	rng    *rand.Rand
+	scaled func(uint64) uint64 // a full day's traffic to the day's share
+}
+
+func (w *shadowWeek) between(lo, hi uint64) uint64 { return lo + w.rng.Uint64N(hi-lo+1) }
+
+func (w *shadowWeek) use(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64, at time.Time, tokens, callTokens, limit uint64) {
+	rule, principal := ledger.FromDescriptor(domain, "", entries, free)
+	u := w.rec.Usage(rule, principal, at, tokens)
+	w.mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	// Each call after the bucket passed its cap would have been a 429.
+	if tokens > limit {
+		for range (tokens-limit)/callTokens + 1 {
+			w.rec.DeniedIn(rule, ledger.WindowAt(ledger.PeriodDay, at, nil), ledger.Denial{Principal: principal, Shadow: true})
+		}
+	}
+}
+
+func entry(k, v string) *rlcommon.RateLimitDescriptor_Entry {
+	return &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v}
+}
+
+// egRule is the descriptor Envoy Gateway sends for rule i of the policy.
+func egRule(i int, matches ...string) []*rlcommon.RateLimitDescriptor_Entry {
+	r := fmt.Sprintf("%s/rule/%d", egDomain, i)
+	es := []*rlcommon.RateLimitDescriptor_Entry{entry(r, r)}
+	for m, v := range matches {
+		k := fmt.Sprintf("rule-%d-match-%d", i, m)
+		if v == "" {
+			v = k // header_value_match: key = value
+		}
+		es = append(es, entry(k, v))
+	}
+	return es
+}
+
+// agentgatewayDay: B1 per-run (agentgateway, 5M per run): runs live for a
+// day; one loops on 10-18, one retries too often on 10-20, one loops today.
+// B2 agent-fleet (one 200M bucket): the same calls, plus the fleet's calls
+// that carry no run (scheduled agents).
+func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
+	at, tag := day.Add(10*time.Hour), day.Format("0102")
+	var fleet uint64
+	runs := int(w.scaled(40))
+	for i := range runs {
+		tok := w.between(200_000, 3_500_000)
+		fleet += tok
+		w.use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000)
+	}
+	for run, tok := range map[string]uint64{"run-1018-loop": 11_400_000, "run-1020-retry": 6_500_000, "run-1023-loop": 7_200_000} {
+		if strings.HasPrefix(run, "run-"+tag) {
+			fleet += tok
+			w.use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000)
+		}
+	}
+	fleet += w.scaled(w.between(60_000_000, 120_000_000))
+	w.use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "agent-fleet"), entry("group", "agent")}, 0, at, fleet, 250_000, 200_000_000)
+}
+
+// envoyDay: B3 per-human (Envoy Gateway rule 0, 2M): alice goes over on two
+// days. B4 per-api-key (rule 1, 1M; the override principals excluded):
+// key-07 goes over from 10-21; overrides acme-batch (rule 2, 20M) over once,
+// trial-42 (rule 3, 100k) over from 10-22. B5 frontier (rule 4, one 50M
+// bucket): over on 10-19.
+func (w *shadowWeek) envoyDay(d int, day time.Time) {
+	at := day.Add(10 * time.Hour)
+	for i := 1; i <= 25; i++ {
+		w.use(egDomain, egRule(0, fmt.Sprintf("user%02d@example.com", i)), 0b10, at, w.scaled(w.between(50_000, 1_600_000)), 40_000, 2_000_000)
+	}
+	alice := w.scaled(1_100_000)
+	if d == 1 || d == 3 || d == 7 {
+		alice = map[int]uint64{1: 2_400_000, 3: 2_900_000, 7: 2_150_000}[d]
+	}
+	w.use(egDomain, egRule(0, "alice@example.com"), 0b10, at, alice, 40_000, 2_000_000)
+	for i := 1; i <= 20; i++ {
+		tok := w.scaled(w.between(50_000, 800_000))
+		if i == 7 && d >= 5 {
+			tok = map[int]uint64{5: 1_300_000, 6: 1_450_000, 7: 1_050_000}[d]
+		}
+		w.use(egDomain, egRule(1, fmt.Sprintf("key-%02d", i), "", ""), 0b10, at, tok, 20_000, 1_000_000)
+	}
+	acme := w.between(14_000_000, 18_000_000)
+	if d == 4 {
+		acme = 22_000_000
+	}
+	if d == 7 {
+		acme = 0 // nightly batch: today's run has not started
+	}
+	if acme > 0 {
+		w.use(egDomain, egRule(2, ""), 0, day.Add(2*time.Hour), acme, 500_000, 20_000_000)
+	}
+	trial := w.scaled(w.between(40_000, 90_000))
+	if d >= 6 {
+		trial = map[int]uint64{6: 140_000, 7: 120_000}[d]
+	}
+	w.use(egDomain, egRule(3, ""), 0, at, trial, 5_000, 100_000)
+	frontier := w.scaled(w.between(30_000_000, 48_000_000))
+	if d == 3 {
+		frontier = 56_000_000
+	}
+	w.use(egDomain, egRule(4, ""), 0, at, frontier, 400_000, 50_000_000)
 }

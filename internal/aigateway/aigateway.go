@@ -9,6 +9,8 @@
 package aigateway
 
 import (
+	"fmt"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/budgetgen/budgetgen/internal/manifest"
@@ -71,6 +73,19 @@ type Route struct {
 	// Costs is spec.llmRequestCosts; CostsNode is that list (nil when absent).
 	Costs     []Cost
 	CostsNode *yaml.Node
+	// Overrides are the backendRefs that set modelNameOverride
+	// (spec.rules[].backendRefs[], ai_gateway_route.go): AI Gateway sends
+	// their backend that model name and puts it in x-ai-eg-model, which is
+	// the model a CEL cost sees (internal/extproc/processor_impl.go).
+	Overrides []ModelOverride
+}
+
+// ModelOverride is one backendRef's modelNameOverride.
+type ModelOverride struct {
+	Backend, Model string
+	// Node is the modelNameOverride value; Path its field path.
+	Node *yaml.Node
+	Path string
 }
 
 // Writes reports whether the route lists key in spec.llmRequestCosts.
@@ -111,6 +126,15 @@ func ReadRoute(o *manifest.Object) *Route {
 	}
 	r.CostsNode = manifest.Get(o.Node, "spec", "llmRequestCosts")
 	r.Costs = readCosts(r.CostsNode)
+	for i, rule := range manifest.Items(manifest.Get(o.Node, "spec", "rules")) {
+		for j, br := range manifest.Items(manifest.Get(rule, "backendRefs")) {
+			n := manifest.Get(br, "modelNameOverride")
+			if m := manifest.Str(n); m != "" {
+				r.Overrides = append(r.Overrides, ModelOverride{Backend: manifest.Str(manifest.Get(br, "name")), Model: m, Node: n,
+					Path: fmt.Sprintf("spec.rules[%d].backendRefs[%d].modelNameOverride", i, j)})
+			}
+		}
+	}
 	return r
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,6 +70,19 @@ and show a share of principal-days over the cap under --max-limited-share.
 	return cmd
 }
 
+// loadSpecBytes loads a spec file's bytes as render loads the file: base
+// policies are read relative to its directory.
+func loadSpecBytes(src []byte, path string) (*spec.BudgetSet, error) {
+	bs, err := spec.Load(src, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := bs.ReadBasePolicies(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
 // runRollout is promote (up) or demote (!up): read, edit, validate, write atomically.
 func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, up bool) error {
 	if o.specFile == "" {
@@ -95,13 +109,15 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
 	}
-	// The spec must be valid before the edit too: a broken file is not ours to fix.
-	if _, err := spec.Load(src, o.specFile); err != nil {
-		return failure(err)
+	// The spec must be valid before the edit too, loaded as render loads it
+	// (base policies included): a broken file is not ours to fix.
+	bs, err := loadSpecBytes(src, o.specFile)
+	if err != nil {
+		return specError(err)
 	}
 	opts := promote.Options{
 		Now: now, File: o.specFile, Force: o.force, Reason: o.reason, MaxLimitedShare: o.maxLimitedShare,
-		Validate: func(file string, b []byte) error { _, err := spec.Load(b, file); return err },
+		Validate: func(file string, b []byte) error { _, err := loadSpecBytes(b, file); return err },
 	}
 	if up && o.evidence != "" {
 		ev, err := readEvidence(ctx, o.evidence)
@@ -109,6 +125,8 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 			return &ExitError{Code: ExitUsage, Err: err}
 		}
 		opts.Evidence = ev
+		// An unknown budget is Promote's error, with the known names.
+		opts.SpecCaps, _ = report.SpecCaps(bs, budget)
 	}
 	var out []byte
 	var res promote.Result
@@ -131,6 +149,11 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
 		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
+	}
+	for _, n := range res.Notes {
+		if err == nil {
+			_, err = fmt.Fprintf(e.stdout, "note: %s\n", safetext.Inline(n))
+		}
 	}
 	if err == nil {
 		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)

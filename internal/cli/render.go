@@ -103,11 +103,7 @@ stopped by a signal (nothing written).`,
 func runRender(ctx context.Context, e *env, o renderOptions) error {
 	bs, err := loadSpecFile(ctx, o.specPath, e.stdin)
 	if err != nil {
-		var list spec.ErrorList
-		if errors.As(err, &list) {
-			return failure(err)
-		}
-		return &ExitError{Code: ExitUsage, Err: err}
+		return specError(err)
 	}
 	warnShadowWithoutSince(e, bs)
 	// Everything is rendered in memory before a byte is written.
@@ -172,6 +168,17 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(err)
 	}
 	return nil
+}
+
+// specError is the exit of a spec that could not be loaded: a failure
+// (exit 1) for a spec with errors, a usage error (exit 2) for one that
+// could not be read.
+func specError(err error) error {
+	var list spec.ErrorList
+	if errors.As(err, &list) {
+		return failure(err)
+	}
+	return &ExitError{Code: ExitUsage, Err: err}
 }
 
 // loadSpecFile is spec.LoadFile with reads that end when ctx does (a FIFO

@@ -20,16 +20,11 @@ import (
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
-func TestReportCLI(t *testing.T) {
-	srv := valkeytest.Start(t, valkeytest.Options{})
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// Valkey expires on its own clock: measure "tomorrow" and report from the day after 5 days later.
+// fiveDays writes 5 days of per-run (agentgateway) usage, a runaway over its
+// cap every day, and today so far; it returns the report's clock. Valkey
+// expires on its own clock: the days start tomorrow.
+func fiveDays(t *testing.T, ctx context.Context, c valkey.Client) time.Time {
+	t.Helper()
 	day0 := ledger.DayOf(time.Now()) + 1
 	now := (day0 + 5).Start().Add(9 * time.Hour)
 	lv := ledger.NewValkey(c, "")
@@ -54,6 +49,19 @@ func TestReportCLI(t *testing.T) {
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return now
+}
+
+func TestReportCLI(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	now := fiveDays(t, ctx, c)
 	spec := copyExample(t)
 	nowArg := now.Format(time.RFC3339)
 
@@ -68,17 +76,17 @@ func TestReportCLI(t *testing.T) {
 	if len(r.Budgets) != 1 {
 		t.Fatalf("budgets %+v", r.Budgets)
 	}
-	b := r.Budgets[0]
+	b := r.Budgets[0].Caps[0]
 	// 5 principals a day over 5 days; the runaway (9M) is over the 5M cap every day.
-	if b.Name != "per-run" || b.Cap != 5_000_000 || b.DaysCovered != 5 || b.Summary.PrincipalDays != 25 || b.Summary.OverCap != 5 ||
-		b.Summary.TokensAboveCap != 5*4_000_000 || b.Summary.Would429 != 5 || b.Summary.Max != 9_000_000 || b.Summary.Principals != 5 {
+	if r.Budgets[0].Name != "per-run" || b.Cap != 5_000_000 || b.DaysCovered != 5 || b.Summary.PrincipalWindows != 25 || b.Summary.OverCap != 5 ||
+		b.Summary.AboveCap != 5*4_000_000 || b.Summary.Would429 != 5 || b.Summary.Max != 9_000_000 || b.Summary.Principals != 5 {
 		t.Fatalf("per-run %+v", b)
 	}
-	if !strings.Contains(stderr, "measurements on 5 of 7 days") {
+	if !strings.Contains(stderr, "measured on 5 of 7 days") {
 		t.Fatalf("fewer than 7 days should be said: %s", stderr)
 	}
 
-	if len(b.OverCapPrincipals) != 1 || b.OverCapPrincipals[0].Principal != "runaway" || len(b.OverCapPrincipals[0].DaysOver) != 5 || r.PartialDay != "" {
+	if len(b.OverCapPrincipals) != 1 || b.OverCapPrincipals[0].Principal != "runaway" || len(b.OverCapPrincipals[0].WindowsOver) != 5 || r.PartialDay != "" {
 		t.Fatalf("over-cap principals %+v", b.OverCapPrincipals)
 	}
 	// --include-today: today is the partial last day; --top bounds the list.
@@ -90,13 +98,13 @@ func TestReportCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
-	b = r.Budgets[0]
-	if last := b.PerDay[len(b.PerDay)-1]; r.PartialDay != now.Format("2006-01-02") || !last.Partial || last.Max != 6_000_000 ||
-		len(b.OverCapPrincipals[0].DaysOver) != 6 || r.TopN != 1 || r.Headroom != 1.5 || b.SuggestedCap != 14_000_000 {
+	b = r.Budgets[0].Caps[0]
+	if last := b.PerWindow[len(b.PerWindow)-1]; r.PartialDay != now.Format("2006-01-02") || !last.Partial || last.Max != 6_000_000 ||
+		len(b.OverCapPrincipals[0].WindowsOver) != 6 || r.TopN != 1 || r.Headroom != 1.5 || b.SuggestedCap != 14_000_000 {
 		t.Fatalf("include-today: %+v", r)
 	}
 	// A window with nothing in it but today: says why, not zeros.
-	firstDay := (day0).Start().Add(9 * time.Hour).Format(time.RFC3339)
+	firstDay := now.AddDate(0, 0, -5).Format(time.RFC3339) // the first day of data, at 09:00
 	code, stdout, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-run", "--now", firstDay)
 	if code != ExitOK || !strings.Contains(stderr, "use --include-today") || !strings.Contains(stdout, "use --include-today") || strings.Contains(stdout, "suggested cap: 0") {
 		t.Fatalf("empty window: %d\n%s\n%s", code, stdout, stderr)
@@ -111,11 +119,18 @@ func TestReportCLI(t *testing.T) {
 	}
 
 	code, stdout, _ = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--format", "html", "--now", nowArg)
-	if code != ExitOK || !strings.Contains(stdout, `<svg class="chart" data-budget="per-run"`) {
+	if code != ExitOK || !strings.Contains(stdout, `<section class="budget" id="budget-per-run">`) || !strings.Contains(stdout, `<svg class="chart" data-chart="histogram"`) {
 		t.Fatalf("html: %d", code)
 	}
 
-	code, _, stderr = runCLI(t, "report", "--valkey", srv.Addr, "--spec", spec, "--budget", "per-rnu", "--now", nowArg)
+	checkReportErrors(t, srv.Addr, spec, nowArg)
+}
+
+// checkReportErrors: an unknown budget, an unreachable Valkey and usage
+// errors, each with a clear message and its exit code.
+func checkReportErrors(t *testing.T, addr, spec, nowArg string) {
+	t.Helper()
+	code, _, stderr := runCLI(t, "report", "--valkey", addr, "--spec", spec, "--budget", "per-rnu", "--now", nowArg)
 	if code != ExitFailure || !strings.Contains(stderr, `unknown budget "per-rnu"`) || !strings.Contains(stderr, "per-run") {
 		t.Fatalf("unknown budget: %d %s", code, stderr)
 	}
@@ -135,8 +150,9 @@ func TestReportCLI(t *testing.T) {
 	}
 
 	// Usage errors.
-	for _, args := range [][]string{{"report"}, {"report", "--valkey", srv.Addr, "--format", "yaml"}, {"report", "--valkey", srv.Addr, "--days", "0"},
-		{"report", "--valkey", srv.Addr, "--headroom", "1"}, {"report", "--valkey", srv.Addr, "--top", "0"}} {
+	for _, args := range [][]string{{"report"}, {"report", "--valkey", addr, "--format", "yaml"}, {"report", "--valkey", addr, "--days", "0"},
+		{"report", "--valkey", addr, "--headroom", "1"}, {"report", "--valkey", addr, "--top", "0"},
+		{"report", "--valkey", addr, "--time-zone", "Mars/Olympus"}, {"report", "--valkey", addr, "--time-zone", "Local"}, {"report", "--valkey", addr, "--max-limited-share", "1"}} {
 		if code, _, _ := runCLI(t, args...); code != ExitUsage {
 			t.Errorf("%v: code %d", args, code)
 		}
@@ -184,9 +200,9 @@ func TestReportCLICluster(t *testing.T) {
 	}
 	got := map[string]uint64{}
 	for _, b := range r.Budgets {
-		got[b.Name] = b.Summary.TotalTokens
-		for _, o := range b.Overridden {
-			got[b.Name+"/"+o.Principal] = o.Summary.TotalTokens
+		got[b.Name] = b.Caps[0].Summary.Total
+		for _, o := range b.Caps[0].Overridden {
+			got[b.Name+"/"+o.Principal] = o.Summary.Total
 		}
 	}
 	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key/trial-42"] != 9000 {
@@ -232,8 +248,8 @@ func TestReportCLIFromService(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Budgets) != 1 || r.Budgets[0].DaysCovered != 3 || r.Budgets[0].Summary.PrincipalDays != 12 ||
-		r.Budgets[0].Summary.OverCap != 3 || r.Budgets[0].Summary.Would429 != 3 {
+	if len(r.Budgets) != 1 || r.Budgets[0].Caps[0].DaysCovered != 3 || r.Budgets[0].Caps[0].Summary.PrincipalWindows != 12 ||
+		r.Budgets[0].Caps[0].Summary.OverCap != 3 || r.Budgets[0].Caps[0].Summary.Would429 != 3 {
 		t.Fatalf("report %+v", r.Budgets)
 	}
 	// Usage errors and a service that serves no ledger.

@@ -90,6 +90,8 @@ var subcommands = []func(*env) *cobra.Command{
 	newPromoteCmd,
 	newDemoteCmd,
 	newReportCmd,
+	newLedgerCmd,
+	newExportCmd,
 	newAssertCmd,
 	newRenderCmd,
 	newInitCmd,

@@ -10,8 +10,8 @@
 // 5xx, 408 and 429 answers with exponential backoff, up to MaxAttempts; an
 // event still undelivered (or refused with another 4xx) is dropped and
 // counted. The event id is derived from (domain, rule, principal, day,
-// threshold), so a receiver can drop the duplicates a retry after a lost
-// answer produces.
+// threshold and the counter window), so a receiver can drop the duplicates
+// a retry after a lost answer produces.
 package eventsink
 
 import (
@@ -85,6 +85,11 @@ type Crossing struct {
 	Shadow           bool   `json:"shadow"`
 	// Day is the UTC day (YYYY-MM-DD) of the crossing.
 	Day string `json:"day"`
+	// Window is the counter window's period (hour, day, week, month) and
+	// WindowStart its first instant (RFC 3339, UTC): a crossing happens once
+	// per window, so they are part of the event id.
+	Window      string `json:"window,omitempty"`
+	WindowStart string `json:"windowStart,omitempty"`
 	// At is when the crossing was seen; the event's time.
 	At time.Time `json:"-"`
 }
@@ -93,7 +98,12 @@ type Crossing struct {
 // the same id.
 func EventID(c Crossing) string {
 	h := sha256.New()
-	for _, s := range []string{c.Domain, c.Rule, c.Principal, c.Day, strconv.Itoa(c.ThresholdPercent)} {
+	parts := []string{c.Domain, c.Rule, c.Principal, c.Day, strconv.Itoa(c.ThresholdPercent)}
+	if c.WindowStart != "" {
+		// An hour window crosses again the next hour of the same day.
+		parts = append(parts, c.Window, c.WindowStart)
+	}
+	for _, s := range parts {
 		// Length-prefixed, so no two tuples hash the same input.
 		_, _ = fmt.Fprintf(h, "%d:%s", len(s), s) // hash.Hash.Write never returns an error
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -16,81 +15,97 @@ import (
 // limit service's memory, so `budgetgen report --service URL` reads it from
 // the service's debug port instead of from Valkey. Two read-only endpoints:
 //
-//	GET <base>/ledger/rules?day=N[&day=M...]        {"rules":[{"domain":...,"rule":...}]}
-//	GET <base>/ledger/day?domain=D&rule=R&day=N     DayData as JSON
+//	GET <base>/ledger/keys[?window=ID&window=ID...]     {"keys":[{"domain":...,"rule":...,"window":ID}]}
+//	GET <base>/ledger/window?domain=D&rule=R&window=ID  one rule-window's Data as JSON
 //
-// Days are days since the Unix epoch (Day).
+// ID is Window.ID (20261019, h2026101914, w20261019, m202610); no window
+// parameter lists every rule-window.
 
-// maxDaysPerRequest bounds the day parameters of one rules request.
-const maxDaysPerRequest = 400
+// maxWindowsPerRequest bounds the window parameters of one keys request.
+const maxWindowsPerRequest = 5000
 
-type httpRule struct {
+type httpKey struct {
 	Domain string `json:"domain"`
 	Rule   string `json:"rule"`
+	Window string `json:"window"`
 }
 
-type httpDay struct {
-	Domain         string            `json:"domain"`
-	Rule           string            `json:"rule"`
-	Day            Day               `json:"day"`
-	Usage          map[string]uint64 `json:"usage"`
-	ShadowDenials  uint64            `json:"shadowDenials"`
-	EnforceDenials uint64            `json:"enforceDenials"`
+type httpDenials struct {
+	Shadow  uint64 `json:"shadow,omitempty"`
+	Enforce uint64 `json:"enforce,omitempty"`
+	Reserve uint64 `json:"reserve,omitempty"`
+}
+
+type httpData struct {
+	httpKey
+	Usage            map[string]uint64      `json:"usage"`
+	Denials          httpDenials            `json:"denials"`
+	PrincipalDenials map[string]httpDenials `json:"principalDenials,omitempty"`
 }
 
 // Handler serves r's data under /ledger/ (mount it at "/ledger/").
 func Handler(r Reader) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ledger/rules", func(w http.ResponseWriter, req *http.Request) {
-		days, err := parseDays(req.URL.Query()["day"])
+	mux.HandleFunc("GET /ledger/keys", func(w http.ResponseWriter, req *http.Request) {
+		ws, err := parseWindows(req.URL.Query()["window"])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		rules, err := r.Rules(req.Context(), days)
+		keys, err := r.Keys(req.Context(), ws)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		out := struct {
-			Rules []httpRule `json:"rules"`
-		}{Rules: make([]httpRule, 0, len(rules))}
-		for _, rule := range rules {
-			out.Rules = append(out.Rules, httpRule(rule))
+			Keys []httpKey `json:"keys"`
+		}{Keys: make([]httpKey, 0, len(keys))}
+		for _, k := range keys {
+			out.Keys = append(out.Keys, httpKey{Domain: k.Rule.Domain, Rule: k.Rule.Rule, Window: k.Window.ID()})
 		}
 		writeJSON(w, out)
 	})
-	mux.HandleFunc("GET /ledger/day", func(w http.ResponseWriter, req *http.Request) {
+	mux.HandleFunc("GET /ledger/window", func(w http.ResponseWriter, req *http.Request) {
 		q := req.URL.Query()
-		days, err := parseDays(q["day"])
-		if err != nil || len(days) != 1 || q.Get("domain") == "" || q.Get("rule") == "" {
-			http.Error(w, "want domain, rule and one day", http.StatusBadRequest)
+		ws, err := parseWindows(q["window"])
+		if err != nil || len(ws) != 1 || q.Get("domain") == "" || q.Get("rule") == "" {
+			http.Error(w, "want domain, rule and one window", http.StatusBadRequest)
 			return
 		}
-		d, err := r.Read(req.Context(), RuleID{Domain: q.Get("domain"), Rule: q.Get("rule")}, days[0])
+		d, err := r.Read(req.Context(), RuleID{Domain: q.Get("domain"), Rule: q.Get("rule")}, ws[0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		writeJSON(w, httpDay{Domain: d.Rule.Domain, Rule: d.Rule.Rule, Day: d.Day, Usage: d.Usage,
-			ShadowDenials: d.ShadowDenials, EnforceDenials: d.EnforceDenials})
+		out := httpData{httpKey: httpKey{Domain: d.Rule.Domain, Rule: d.Rule.Rule, Window: d.Window.ID()}, Usage: d.Usage, Denials: httpDenials(d.Denials)}
+		if len(d.PrincipalDenials) > 0 {
+			out.PrincipalDenials = map[string]httpDenials{}
+			for p, pd := range d.PrincipalDenials {
+				out.PrincipalDenials[p] = httpDenials(pd)
+			}
+		}
+		writeJSON(w, out)
 	})
 	return mux
 }
 
-func parseDays(vals []string) ([]Day, error) {
-	if len(vals) > maxDaysPerRequest {
-		return nil, fmt.Errorf("at most %d days", maxDaysPerRequest)
+// parseWindows reads window IDs; none is nil (every window).
+func parseWindows(vals []string) ([]Window, error) {
+	if len(vals) > maxWindowsPerRequest {
+		return nil, fmt.Errorf("at most %d windows", maxWindowsPerRequest)
 	}
-	days := make([]Day, 0, len(vals))
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	ws := make([]Window, 0, len(vals))
 	for _, v := range vals {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("day %q: want days since the Unix epoch", v)
+		w, ok := ParseWindowID(v)
+		if !ok {
+			return nil, fmt.Errorf("window %q: want an ID such as 20261019, h2026101914, w20261019 or m202610", v)
 		}
-		days = append(days, Day(n))
+		ws = append(ws, w)
 	}
-	return days, nil
+	return ws, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -112,46 +127,62 @@ type HTTPReader struct {
 
 var _ Reader = (*HTTPReader)(nil)
 
-// Rules implements Reader.
-func (h *HTTPReader) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
-	q := url.Values{}
-	for _, d := range days {
-		q.Add("day", strconv.Itoa(int(d)))
+// Keys implements Reader. Windows are sent in requests of at most
+// maxWindowsPerRequest.
+func (h *HTTPReader) Keys(ctx context.Context, windows []Window) ([]Key, error) {
+	found := map[Key]bool{}
+	for start := 0; start == 0 || start < len(windows); start += maxWindowsPerRequest {
+		q := url.Values{}
+		for _, w := range windows[start:min(start+maxWindowsPerRequest, len(windows))] {
+			q.Add("window", w.ID())
+		}
+		var out struct {
+			Keys []httpKey `json:"keys"`
+		}
+		if err := h.get(ctx, "/ledger/keys?"+q.Encode(), 64<<20, &out); err != nil {
+			return nil, err
+		}
+		for _, k := range out.Keys {
+			w, ok := ParseWindowID(k.Window)
+			if !ok {
+				return nil, fmt.Errorf("ledger %s: malformed window %q", h.Base, k.Window)
+			}
+			found[Key{Rule: RuleID{Domain: k.Domain, Rule: k.Rule}, Window: w}] = true
+		}
+		if len(windows) == 0 {
+			break
+		}
 	}
-	var out struct {
-		Rules []httpRule `json:"rules"`
-	}
-	if err := h.get(ctx, "/ledger/rules?"+q.Encode(), 64<<20, &out); err != nil {
-		return nil, err
-	}
-	m := map[RuleID]bool{}
-	for _, r := range out.Rules {
-		m[RuleID(r)] = true
-	}
-	return sortRules(m), nil
+	return sortKeys(found), nil
 }
 
 // Read implements Reader.
-func (h *HTTPReader) Read(ctx context.Context, rule RuleID, day Day) (DayData, error) {
+func (h *HTTPReader) Read(ctx context.Context, rule RuleID, w Window) (Data, error) {
 	max := h.MaxPrincipals
 	if max <= 0 {
 		max = DefaultMaxPrincipals
 	}
-	q := url.Values{"domain": {rule.Domain}, "rule": {rule.Rule}, "day": {strconv.Itoa(int(day))}}
-	var d httpDay
-	// A principal and its count take well under 512 bytes of JSON unless
-	// the principal is itself that long; the count check below is the
-	// real bound.
-	if err := h.get(ctx, "/ledger/day?"+q.Encode(), int64(max)*512+1<<20, &d); err != nil {
-		return DayData{}, err
+	q := url.Values{"domain": {rule.Domain}, "rule": {rule.Rule}, "window": {w.ID()}}
+	var d httpData
+	// A principal and its counts take well under 1 KiB of JSON unless the
+	// principal is itself that long; the count check below is the real bound.
+	if err := h.get(ctx, "/ledger/window?"+q.Encode(), int64(max)*1024+1<<20, &d); err != nil {
+		return Data{}, err
 	}
-	if len(d.Usage) > max {
-		return DayData{}, fmt.Errorf("%w: %s %s has %d principals, limit %d", ErrTooMany, rule, day, len(d.Usage), max)
+	if len(d.Usage) > max || len(d.PrincipalDenials) > max {
+		return Data{}, fmt.Errorf("%w: %s %s has more than %d principals", ErrTooMany, rule, w, max)
 	}
-	if d.Usage == nil {
-		d.Usage = map[string]uint64{}
+	out := Data{Rule: rule, Window: w, Usage: d.Usage, Denials: Denials(d.Denials)}
+	if out.Usage == nil {
+		out.Usage = map[string]uint64{}
 	}
-	return DayData{Rule: rule, Day: day, Usage: d.Usage, ShadowDenials: d.ShadowDenials, EnforceDenials: d.EnforceDenials}, nil
+	if len(d.PrincipalDenials) > 0 {
+		out.PrincipalDenials = map[string]Denials{}
+		for p, pd := range d.PrincipalDenials {
+			out.PrincipalDenials[p] = Denials(pd)
+		}
+	}
+	return out, nil
 }
 
 func (h *HTTPReader) get(ctx context.Context, path string, limit int64, v any) error {

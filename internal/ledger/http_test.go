@@ -31,13 +31,21 @@ func TestHTTPReaderRoundTrip(t *testing.T) {
 	mem.HIncrBy(u.Key, u.Field, u.Tokens)
 	rec.Denied(r0, now, true)
 	rec.Denied(r1, now, false)
+	// Other windows, with a principal's reservation denial.
+	mw := WindowAt(PeriodMonth, now, nil)
+	u = rec.UsageIn(r1, "carol", mw, 5)
+	mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	rec.DeniedIn(r1, mw, Denial{Principal: "carol", Shadow: true, Reserve: true})
+	hw := WindowAt(PeriodHour, now, nil)
+	u = rec.UsageIn(r0, "bob", hw, 3)
+	mem.HIncrBy(u.Key, u.Field, u.Tokens)
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(Handler(mem))
 	defer srv.Close()
 	h := &HTTPReader{Base: srv.URL + "/"}
-	days := []Day{DayOf(now) - 2, DayOf(now) - 1, DayOf(now)}
+	days := []Window{DayWindow(DayOf(now) - 2), DayWindow(DayOf(now) - 1), DayWindow(DayOf(now)), mw, hw}
 	want, err := ReadAll(ctx, mem, days)
 	if err != nil {
 		t.Fatal(err)
@@ -46,20 +54,27 @@ func TestHTTPReaderRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 3 || !reflect.DeepEqual(got, want) {
+	if len(want) != 5 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("over HTTP %+v\ndirect %+v", got, want)
+	}
+	all, err := ReadAll(ctx, h, nil)
+	if err != nil || !reflect.DeepEqual(all, want) {
+		t.Fatalf("every window over HTTP: %v %+v", err, all)
+	}
+	if m := want[4]; m.Window != mw || m.Denials != (Denials{Shadow: 1, Reserve: 1}) || m.PrincipalDenials["carol"] != (Denials{Shadow: 1, Reserve: 1}) {
+		t.Fatalf("month window: %+v", m)
 	}
 	// Bounds and errors are clear.
 	h.MaxPrincipals = 2
-	if _, err := h.Read(ctx, r0, DayOf(now)); !errors.Is(err, ErrTooMany) {
+	if _, err := h.Read(ctx, r0, DayWindow(DayOf(now))); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("bound: %v", err)
 	}
 	notLedger := httptest.NewServer(http.NotFoundHandler())
 	defer notLedger.Close()
-	if _, err := (&HTTPReader{Base: notLedger.URL}).Rules(ctx, days); err == nil || !strings.Contains(err.Error(), "no ledger served there") {
+	if _, err := (&HTTPReader{Base: notLedger.URL}).Keys(ctx, days); err == nil || !strings.Contains(err.Error(), "no ledger served there") {
 		t.Fatalf("404: %v", err)
 	}
-	for _, q := range []string{"/ledger/rules?day=x", "/ledger/day?domain=a&rule=b", "/ledger/day?domain=a&day=1"} {
+	for _, q := range []string{"/ledger/keys?window=x", "/ledger/window?domain=a&rule=b", "/ledger/window?domain=a&window=20261019", "/ledger/window?domain=a&rule=b&window=w20261020"} {
 		resp, err := http.Get(srv.URL + q)
 		if err != nil {
 			t.Fatal(err)

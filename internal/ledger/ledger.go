@@ -1,25 +1,35 @@
-// Package ledger keeps the shadow-week measurements of token rules: per rule,
-// per UTC day, each principal's usage, and per rule and day the would-be
-// denials (shadow) and real denials (enforce). The rate limit service writes
-// it; `budgetgen report` reads it back.
+// Package ledger keeps the measurements of token and money rules: per rule and
+// per counter window (hour, day, ISO week, calendar month), each principal's
+// usage, and per rule, window and principal the would-be denials (shadow),
+// real denials (enforce) and denials caused by reservations. The rate limit
+// service writes it; `budgetgen report` reads it back, and `budgetgen ledger
+// sync` copies it into PostgreSQL for months of history and chargeback.
 //
 // Layout (Valkey; the in-memory store mirrors it):
 //
-//	<prefix>ledger:{<rule tag>}:<YYYYMMDD>:u   hash  field = principal, value = tokens that day
-//	<prefix>ledger:{<rule tag>}:<YYYYMMDD>:d   hash  fields "shadow", "enforce" = denials that day
+//	<prefix>ledger:{<rule tag>}:<window>:u   hash  field = principal, value = usage in the window
+//	<prefix>ledger:{<rule tag>}:<window>:d   hash  fields "shadow", "enforce", "reserve" = the
+//	                                          window's denials; "s:<principal>", "e:<principal>",
+//	                                          "r:<principal>" = each principal's
 //
-// The rule tag is escape(domain) "|" escape(rule), where escape percent-encodes
-// every byte outside [A-Za-z0-9._/-]: two different (domain, rule) pairs never
-// share a tag, and a tag never holds "{" or "}", so it is also the cluster hash
-// tag: all days of one rule live in one slot. A principal is encoded by
-// EncodePrincipal, which is injective.
+// <window> is Window.ID: YYYYMMDD for a day (the layout of day-only ledgers),
+// hYYYYMMDDHH for an hour (UTC), wYYYYMMDD for an ISO week (its Monday),
+// mYYYYMM for a month. The rule tag is escape(domain) "|" escape(rule), where
+// escape percent-encodes every byte outside [A-Za-z0-9._/-]: two different
+// (domain, rule) pairs never share a tag, and a tag never holds "{" or "}",
+// so it is also the cluster hash tag: all windows of one rule live in one
+// slot. A principal is encoded by EncodePrincipal, which is injective.
+//
+// Usage counts the rule's units: tokens, thousands of tokens for a kilotoken
+// rule, or 1/10,000 of the currency for a money rule (with a budget map those
+// rules are named by buckets ending in #ktokens and #cost, budgetmap.Measure*).
 //
 // Cost on the charge path: one HINCRBY on the usage hash, pipelined in the
 // same round trip as the counter's INCRBY (store.Counter.Ledger). Nothing else
-// is sent per charge: expiries (EXPIREAT at the day's end plus the retention,
-// absolute and idempotent) and denial counts are batched by a Recorder and
-// written by its periodic Flush, because a denial is only known after the
-// charge's reply.
+// is sent per charge: expiries (EXPIREAT at the window's end plus the
+// retention, absolute and idempotent) and denial counts are batched by a
+// Recorder and written by its periodic Flush, because a denial is only known
+// after the charge's reply.
 package ledger
 
 import (
@@ -38,11 +48,25 @@ const (
 	MaxRetentionDays     = 92
 )
 
-// Denial kinds, the fields of a day's stats hash.
+// Denial kinds, the fields of a window's stats hash. A principal's own count
+// is the kind's prefix and the principal (PrincipalDenialField).
 const (
 	FieldShadowDenials  = "shadow"
 	FieldEnforceDenials = "enforce"
+	// FieldReserveDenials counts denials the counter alone would not have
+	// given: the check was over only because of the bucket's reservations.
+	// Each is also a shadow or enforce denial.
+	FieldReserveDenials = "reserve"
 )
+
+// principalDenialPrefix maps a total's field to its per-principal prefix.
+var principalDenialPrefix = map[string]string{FieldShadowDenials: "s:", FieldEnforceDenials: "e:", FieldReserveDenials: "r:"}
+
+// PrincipalDenialField is the stats field counting one principal's denials
+// of kind (a Field*Denials constant).
+func PrincipalDenialField(kind, principal string) string {
+	return principalDenialPrefix[kind] + principal
+}
 
 const dayLayout = "20060102"
 
@@ -92,9 +116,12 @@ type Options struct {
 	// RetentionDays keeps each day for this many days after it ends, within
 	// [MinRetentionDays, MaxRetentionDays]. Default DefaultRetentionDays.
 	RetentionDays int
-	// Location is the zone whose dates name the days (the service's
-	// RESET_TIME_ZONE for calendar windows). Default UTC.
+	// Location is the zone whose dates name the day, week and month windows
+	// (the service's RESET_TIME_ZONE for calendar windows). Default UTC.
 	Location *time.Location
+	// MaxPendingPrincipals bounds the per-principal denial counts a Recorder
+	// holds between flushes. Default DefaultMaxPendingPrincipals.
+	MaxPendingPrincipals int
 }
 
 // Validate checks the options and fills defaults.
@@ -118,47 +145,50 @@ func Tag(r RuleID) string {
 }
 
 // UsageKey is the usage hash of a rule and day.
-func UsageKey(prefix string, r RuleID, d Day) string { return key(prefix, Tag(r), d, "u") }
+func UsageKey(prefix string, r RuleID, d Day) string { return WindowUsageKey(prefix, r, DayWindow(d)) }
 
 // StatsKey is the denials hash of a rule and day.
-func StatsKey(prefix string, r RuleID, d Day) string { return key(prefix, Tag(r), d, "d") }
+func StatsKey(prefix string, r RuleID, d Day) string { return WindowStatsKey(prefix, r, DayWindow(d)) }
 
-func key(prefix, tag string, d Day, kind string) string {
-	return prefix + "ledger:{" + tag + "}:" + d.Start().Format(dayLayout) + ":" + kind
+// WindowUsageKey is the usage hash of a rule and window.
+func WindowUsageKey(prefix string, r RuleID, w Window) string { return key(prefix, Tag(r), w, "u") }
+
+// WindowStatsKey is the denials hash of a rule and window.
+func WindowStatsKey(prefix string, r RuleID, w Window) string { return key(prefix, Tag(r), w, "d") }
+
+func key(prefix, tag string, w Window, kind string) string {
+	return prefix + "ledger:{" + tag + "}:" + w.keyPart() + ":" + kind
 }
 
 // ErrNotLedgerKey is returned by ParseKey for keys outside the layout.
 var ErrNotLedgerKey = errors.New("not a ledger key")
 
-// ParseKey splits a usage or stats key back into its rule, day and kind
+// ParseKey splits a usage or stats key back into its rule, window and kind
 // ("u" or "d").
-func ParseKey(prefix, k string) (RuleID, Day, string, error) {
+func ParseKey(prefix, k string) (RuleID, Window, string, error) {
 	rest, ok := strings.CutPrefix(k, prefix+"ledger:{")
 	if !ok {
-		return RuleID{}, 0, "", ErrNotLedgerKey
+		return RuleID{}, Window{}, "", ErrNotLedgerKey
 	}
 	tag, rest, ok := strings.Cut(rest, "}:")
-	if !ok || len(rest) != len(dayLayout)+2 || rest[len(dayLayout)] != ':' {
-		return RuleID{}, 0, "", ErrNotLedgerKey
+	if !ok || len(rest) < 3 || rest[len(rest)-2] != ':' {
+		return RuleID{}, Window{}, "", ErrNotLedgerKey
 	}
-	t, err := time.Parse(dayLayout, rest[:len(dayLayout)])
-	if err != nil {
-		return RuleID{}, 0, "", ErrNotLedgerKey
-	}
-	kind := rest[len(dayLayout)+1:]
-	if kind != "u" && kind != "d" {
-		return RuleID{}, 0, "", ErrNotLedgerKey
+	w, ok := ParseWindowID(rest[:len(rest)-2])
+	kind := rest[len(rest)-1:]
+	if !ok || kind != "u" && kind != "d" {
+		return RuleID{}, Window{}, "", ErrNotLedgerKey
 	}
 	ds, rs, ok := strings.Cut(tag, "|")
 	if !ok {
-		return RuleID{}, 0, "", ErrNotLedgerKey
+		return RuleID{}, Window{}, "", ErrNotLedgerKey
 	}
 	dom, err1 := unescape(ds)
 	rule, err2 := unescape(rs)
 	if err1 != nil || err2 != nil {
-		return RuleID{}, 0, "", ErrNotLedgerKey
+		return RuleID{}, Window{}, "", ErrNotLedgerKey
 	}
-	return RuleID{Domain: dom, Rule: rule}, DayOf(t), kind, nil
+	return RuleID{Domain: dom, Rule: rule}, w, kind, nil
 }
 
 func plain(c byte) bool {

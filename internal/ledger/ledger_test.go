@@ -77,7 +77,7 @@ func TestKeysRoundTripAndNeverCollide(t *testing.T) {
 		}
 		seen[k] = r
 		got, gd, kind, err := ParseKey("rl_", k)
-		if err != nil || got != r || gd != d || kind != "u" {
+		if err != nil || got != r || gd != DayWindow(d) || kind != "u" {
 			t.Fatalf("ParseKey(%q) = %v %v %q %v, want %v", k, got, gd, kind, err, r)
 		}
 		if _, _, kind, _ := ParseKey("rl_", StatsKey("rl_", r, d)); kind != "d" {
@@ -87,7 +87,8 @@ func TestKeysRoundTripAndNeverCollide(t *testing.T) {
 	if k := UsageKey("", rules[0], d); k != "ledger:{ai-gateway/ai-budgets-agent-router|ai-gateway/ai-budgets-agent-router/rule/0}:20261017:u" {
 		t.Errorf("Envoy Gateway rule keys stay readable, got %q", k)
 	}
-	for _, bad := range []string{"x", "ledger:{a|b}:2026101:u", "ledger:{a|b}:20261017:x", "ledger:{ab}:20261017:u", "ledger:{a%zz|b}:20261017:u", "ledger:{a%41|b}:20261017:u", "ledger:{a b|c}:20261017:u"} {
+	for _, bad := range []string{"x", "ledger:{a|b}:2026101:u", "ledger:{a|b}:20261017:x", "ledger:{ab}:20261017:u", "ledger:{a%zz|b}:20261017:u", "ledger:{a%41|b}:20261017:u", "ledger:{a b|c}:20261017:u",
+		"ledger:{a|b}:w20261017:u", "ledger:{a|b}:h2026101724:u", "ledger:{a|b}:m202613:u", "ledger:{a|b}:h202610171:u", "ledger:{a|b}:x20261017:u", "ledger:{a|b}::u"} {
 		if _, _, _, err := ParseKey("", bad); !errors.Is(err, ErrNotLedgerKey) {
 			t.Errorf("ParseKey(%q) accepted", bad)
 		}
@@ -95,17 +96,39 @@ func TestKeysRoundTripAndNeverCollide(t *testing.T) {
 }
 
 func FuzzKeyRoundTrip(f *testing.F) {
-	f.Add("ns/policy", "ns/policy/rule/3", int32(20000))
-	f.Add("a|b}{", "%", int32(0))
-	f.Fuzz(func(t *testing.T, dom, rule string, day int32) {
-		if day < 0 || day > 2_000_000 {
+	f.Add("ns/policy", "ns/policy/rule/3", int64(1_790_000_000), uint8(2))
+	f.Add("a|b}{", "%", int64(0), uint8(4))
+	f.Fuzz(func(t *testing.T, dom, rule string, at int64, period uint8) {
+		if at < 0 || at > 100_000_000_000 || period < 1 || period > 4 {
 			return
 		}
 		r := RuleID{dom, rule}
-		k := UsageKey("p:", r, Day(day))
-		got, gd, _, err := ParseKey("p:", k)
-		if err != nil || got != r || gd != Day(day) {
-			t.Fatalf("%q: got %v %v %v", k, got, gd, err)
+		w := WindowAt(Period(period), time.Unix(at, 0), nil)
+		k := WindowUsageKey("p:", r, w)
+		got, gw, _, err := ParseKey("p:", k)
+		if err != nil || got != r || gw != w {
+			t.Fatalf("%q: got %v %v %v, want %v", k, got, gw, err, w)
+		}
+	})
+}
+
+// FuzzParseKey: any string either is refused or names a key that encodes
+// back to itself.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"ledger:{a|b}:20261017:u", "ledger:{a|b}:h2026101714:d", "ledger:{a|b}:w20261019:u", "ledger:{a|b}:m202610:u", "ledger:{a%7C|b}::u"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		r, w, kind, err := ParseKey("", k)
+		if err != nil {
+			return
+		}
+		back := WindowUsageKey("", r, w)
+		if kind == "d" {
+			back = WindowStatsKey("", r, w)
+		}
+		if back != k {
+			t.Fatalf("%q parses to %v %v %s, which encodes to %q", k, r, w, kind, back)
 		}
 	})
 }
@@ -154,16 +177,16 @@ func TestRecorderWithMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	d1 := DayOf(time.Date(2026, 10, 17, 0, 0, 0, 0, time.UTC))
-	rules, _ := mem.Rules(ctx, []Day{d1})
-	if len(rules) != 1 || rules[0] != r0 {
-		t.Fatalf("rules %v", rules)
+	keys, _ := mem.Keys(ctx, []Window{DayWindow(d1)})
+	if len(keys) != 1 || keys[0] != (Key{r0, DayWindow(d1)}) {
+		t.Fatalf("keys %v", keys)
 	}
-	got, _ := mem.Read(ctx, r0, d1)
-	if got.Usage["alice"] != 150 || got.Usage["bob"] != 25 || got.ShadowDenials != 2 || got.EnforceDenials != 0 {
+	got, _ := mem.Read(ctx, r0, DayWindow(d1))
+	if got.Usage["alice"] != 150 || got.Usage["bob"] != 25 || got.Denials != (Denials{Shadow: 2}) {
 		t.Fatalf("day 1: %+v", got)
 	}
-	got2, _ := mem.Read(ctx, r0, d1+1)
-	if got2.Usage["alice"] != 7 || got2.EnforceDenials != 1 || got2.ShadowDenials != 0 {
+	got2, _ := mem.Read(ctx, r0, DayWindow(d1+1))
+	if got2.Usage["alice"] != 7 || got2.Denials != (Denials{Enforce: 1}) {
 		t.Fatalf("day 2: %+v", got2)
 	}
 	// Absolute expiry: the end of the day plus the retention.
@@ -172,10 +195,10 @@ func TestRecorderWithMemory(t *testing.T) {
 	}
 	// After the retention the day is gone, the next one not yet.
 	now = time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
-	if got, _ := mem.Read(ctx, r0, d1); len(got.Usage) != 0 {
+	if got, _ := mem.Read(ctx, r0, DayWindow(d1)); len(got.Usage) != 0 {
 		t.Fatalf("expired day still read: %+v", got)
 	}
-	if got, _ := mem.Read(ctx, r0, d1+1); got.Usage["alice"] != 7 {
+	if got, _ := mem.Read(ctx, r0, DayWindow(d1+1)); got.Usage["alice"] != 7 {
 		t.Fatalf("next day lost: %+v", got)
 	}
 
@@ -189,7 +212,7 @@ func TestRecorderWithMemory(t *testing.T) {
 	if err := bad.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := mem.Read(ctx, r0, DayOf(now)); got.ShadowDenials != 1 {
+	if got, _ := mem.Read(ctx, r0, DayWindow(DayOf(now))); got.Denials.Shadow != 1 {
 		t.Fatalf("retried denial: %+v", got)
 	}
 }

@@ -114,44 +114,42 @@ func (m *Memory) Apply(_ context.Context, b Batch) error {
 	return nil
 }
 
-// Rules implements Reader.
-func (m *Memory) Rules(_ context.Context, days []Day) ([]RuleID, error) {
-	want := map[Day]bool{}
-	for _, d := range days {
-		want[d] = true
-	}
+// Keys implements Reader.
+func (m *Memory) Keys(_ context.Context, windows []Window) ([]Key, error) {
+	want := newWindowSet(windows)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	found := map[RuleID]bool{}
+	found := map[Key]bool{}
 	for k := range m.hashes {
 		if m.live(k, now) == nil {
 			continue
 		}
-		r, d, _, err := ParseKey(m.prefix, k)
-		if err == nil && want[d] {
-			found[r] = true
+		r, w, _, err := ParseKey(m.prefix, k)
+		if err == nil && want.has(w) {
+			found[Key{r, w}] = true
 		}
 	}
-	return sortRules(found), nil
+	return sortKeys(found), nil
 }
 
 // Read implements Reader.
-func (m *Memory) Read(_ context.Context, rule RuleID, day Day) (DayData, error) {
-	dd := DayData{Rule: rule, Day: day, Usage: map[string]uint64{}}
+func (m *Memory) Read(_ context.Context, rule RuleID, w Window) (Data, error) {
+	d := Data{Rule: rule, Window: w, Usage: map[string]uint64{}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if h := m.live(UsageKey(m.prefix, rule, day), now); h != nil {
+	if h := m.live(WindowUsageKey(m.prefix, rule, w), now); h != nil {
 		for f, v := range h.fields {
-			dd.Usage[f] = v
+			d.Usage[f] = v
 		}
 	}
-	if h := m.live(StatsKey(m.prefix, rule, day), now); h != nil {
-		dd.ShadowDenials = h.fields[FieldShadowDenials]
-		dd.EnforceDenials = h.fields[FieldEnforceDenials]
+	if h := m.live(WindowStatsKey(m.prefix, rule, w), now); h != nil {
+		for f, v := range h.fields {
+			addStatsField(&d, f, v)
+		}
 	}
-	return dd, nil
+	return d, nil
 }
 
 // TTL returns a hash's expiry (zero when it has none or does not exist), for tests.

@@ -7,6 +7,11 @@ import (
 	"time"
 )
 
+// DefaultMaxPendingPrincipals bounds the per-principal denial counts a
+// Recorder holds between flushes; past it only the windows' totals are
+// counted (the report then says its per-principal 429s are a lower bound).
+const DefaultMaxPendingPrincipals = 100_000
+
 // Usage is the one extra write of a charge: add Tokens to field Field of hash
 // Key (HINCRBY), sent in the same round trip as the counter.
 type Usage struct {
@@ -16,7 +21,7 @@ type Usage struct {
 }
 
 // Batch is what a Recorder flushes: denial counts and the expiry of every
-// hash it has touched on the current and previous day.
+// hash it has touched in a current or just-ended window.
 type Batch struct {
 	// Expire maps hash keys to their absolute expiry; EXPIREAT is idempotent,
 	// so re-sending it every flush also repairs a key recreated after a store
@@ -34,6 +39,17 @@ type Sink interface {
 	Apply(ctx context.Context, b Batch) error
 }
 
+// Denial is one over-limit answer as the Recorder counts it.
+type Denial struct {
+	// Principal is the encoded principal (EncodePrincipal), "" for a shared
+	// bucket or when unknown.
+	Principal string
+	// Shadow: a would-be 429 (the rule or the service is in shadow mode).
+	Shadow bool
+	// Reserve: over only because of the bucket's reservations.
+	Reserve bool
+}
+
 // Recorder is the service side of the ledger: it builds the usage write of a
 // charge, counts denials locally and flushes them with the expiries. Safe for
 // concurrent use.
@@ -42,22 +58,28 @@ type Recorder struct {
 	sink Sink
 	now  func() time.Time
 
-	keys sync.Map // ruleDay -> *dayKeys
+	keys sync.Map // ruleWindow -> *windowKeys
 
-	mu       sync.Mutex
-	denials  map[ruleDay][2]uint64 // [shadow, enforce]
-	deferred map[Usage]uint64      // Tokens zero in the key
+	mu        sync.Mutex
+	denials   map[ruleWindow]*windowDenials
+	principal int // per-principal entries in denials
+	deferred  map[Usage]uint64
 }
 
-type ruleDay struct {
+type ruleWindow struct {
 	rule RuleID
-	day  Day
+	w    Window
 }
 
-type dayKeys struct{ usage, stats string }
+type windowKeys struct{ usage, stats string }
+
+type windowDenials struct {
+	total Denials
+	per   map[string]Denials
+}
 
 // NewRecorder returns a Recorder writing through sink. now is the clock used
-// to forget old days' keys (time.Now when nil).
+// to forget old windows' keys (time.Now when nil).
 func NewRecorder(opts Options, sink Sink, now func() time.Time) (*Recorder, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -68,23 +90,31 @@ func NewRecorder(opts Options, sink Sink, now func() time.Time) (*Recorder, erro
 	if now == nil {
 		now = time.Now
 	}
-	return &Recorder{opts: opts, sink: sink, now: now, denials: map[ruleDay][2]uint64{}, deferred: map[Usage]uint64{}}, nil
+	return &Recorder{opts: opts, sink: sink, now: now, denials: map[ruleWindow]*windowDenials{}, deferred: map[Usage]uint64{}}, nil
 }
 
-func (r *Recorder) keysFor(rule RuleID, d Day) *dayKeys {
-	k := ruleDay{rule, d}
+// Location is the zone whose dates name the windows (Options.Location).
+func (r *Recorder) Location() *time.Location { return r.opts.Location }
+
+func (r *Recorder) keysFor(rule RuleID, w Window) *windowKeys {
+	k := ruleWindow{rule, w}
 	if v, ok := r.keys.Load(k); ok {
-		return v.(*dayKeys)
+		return v.(*windowKeys)
 	}
-	v, _ := r.keys.LoadOrStore(k, &dayKeys{usage: UsageKey(r.opts.Prefix, rule, d), stats: StatsKey(r.opts.Prefix, rule, d)})
-	return v.(*dayKeys)
+	v, _ := r.keys.LoadOrStore(k, &windowKeys{usage: WindowUsageKey(r.opts.Prefix, rule, w), stats: WindowStatsKey(r.opts.Prefix, rule, w)})
+	return v.(*windowKeys)
 }
 
 // Usage returns the write recording tokens for principal (EncodePrincipal's
-// output) under rule on the UTC day of at. It sends nothing itself: the store
-// pipelines it with the charge.
+// output) under rule in the day window holding at. It sends nothing itself:
+// the store pipelines it with the charge.
 func (r *Recorder) Usage(rule RuleID, principal string, at time.Time, tokens uint64) Usage {
-	return Usage{Key: r.keysFor(rule, DayIn(at, r.opts.Location)).usage, Field: principal, Tokens: tokens}
+	return r.UsageIn(rule, principal, WindowAt(PeriodDay, at, r.opts.Location), tokens)
+}
+
+// UsageIn is Usage for window w (WindowOfCounter names a counter's).
+func (r *Recorder) UsageIn(rule RuleID, principal string, w Window, tokens uint64) Usage {
+	return Usage{Key: r.keysFor(rule, w).usage, Field: principal, Tokens: tokens}
 }
 
 // Defer records usage that has no charge round trip to ride on (a charge the
@@ -101,46 +131,66 @@ func (r *Recorder) Defer(u Usage) {
 	r.mu.Unlock()
 }
 
-// Denied counts one over-limit answer of rule on the UTC day of at: a
-// would-be 429 when shadow, a real one otherwise. It is written at the next
-// Flush.
+// Denied counts one over-limit answer of rule in the day window holding
+// at, with no principal: a would-be 429 when shadow, a real one otherwise.
 func (r *Recorder) Denied(rule RuleID, at time.Time, shadow bool) {
-	k := ruleDay{rule, DayIn(at, r.opts.Location)}
-	r.keysFor(rule, k.day)
-	r.mu.Lock()
-	c := r.denials[k]
-	if shadow {
-		c[0]++
+	r.DeniedIn(rule, WindowAt(PeriodDay, at, r.opts.Location), Denial{Shadow: shadow})
+}
+
+// DeniedIn counts one over-limit answer of rule in window w, in the window's
+// totals and, within the Recorder's bound, the principal's. It is written at
+// the next Flush.
+func (r *Recorder) DeniedIn(rule RuleID, w Window, d Denial) {
+	k := ruleWindow{rule, w}
+	r.keysFor(rule, w)
+	var one Denials
+	if d.Shadow {
+		one.Shadow = 1
 	} else {
-		c[1]++
+		one.Enforce = 1
 	}
-	r.denials[k] = c
-	r.mu.Unlock()
+	if d.Reserve {
+		one.Reserve = 1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wd := r.denials[k]
+	if wd == nil {
+		wd = &windowDenials{}
+		r.denials[k] = wd
+	}
+	wd.total.Add(one)
+	if d.Principal == "" {
+		return
+	}
+	pd, ok := wd.per[d.Principal]
+	if !ok {
+		if r.principal >= r.maxPending() {
+			return // the total counts it; the principal's own count is dropped
+		}
+		if wd.per == nil {
+			wd.per = map[string]Denials{}
+		}
+		r.principal++
+	}
+	pd.Add(one)
+	wd.per[d.Principal] = pd
+}
+
+func (r *Recorder) maxPending() int {
+	if r.opts.MaxPendingPrincipals > 0 {
+		return r.opts.MaxPendingPrincipals
+	}
+	return DefaultMaxPendingPrincipals
 }
 
 // Flush writes pending denials and the expiries of current hashes. On error
 // the denials are kept for the next Flush.
 func (r *Recorder) Flush(ctx context.Context) error {
-	today := DayIn(r.now(), r.opts.Location)
-	b := Batch{Expire: map[string]time.Time{}, Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
-	r.keys.Range(func(k, v any) bool {
-		rd := k.(ruleDay)
-		if rd.day < today-1 {
-			// Older days get no more writes; their expiry was set while current.
-			r.keys.Delete(k)
-			return true
-		}
-		dk := v.(*dayKeys)
-		exp := rd.day.ExpireAt(r.opts.RetentionDays)
-		b.Expire[dk.usage] = exp
-		b.Expire[dk.stats] = exp
-		return true
-	})
+	b := Batch{Expire: r.expiries(), Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
 	r.mu.Lock()
-	pending := r.denials
-	r.denials = map[ruleDay][2]uint64{}
-	deferred := r.deferred
-	r.deferred = map[Usage]uint64{}
+	pending, deferred := r.denials, r.deferred
+	r.denials, r.deferred, r.principal = map[ruleWindow]*windowDenials{}, map[Usage]uint64{}, 0
 	r.mu.Unlock()
 	for u, n := range deferred {
 		if b.Usage[u.Key] == nil {
@@ -148,36 +198,92 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 		b.Usage[u.Key][u.Field] += n
 	}
-	for rd, c := range pending {
-		sk := StatsKey(r.opts.Prefix, rd.rule, rd.day)
-		f := map[string]uint64{}
-		if c[0] > 0 {
-			f[FieldShadowDenials] = c[0]
-		}
-		if c[1] > 0 {
-			f[FieldEnforceDenials] = c[1]
-		}
-		b.Denials[sk] = f
-		b.Expire[sk] = rd.day.ExpireAt(r.opts.RetentionDays)
+	for rw, wd := range pending {
+		sk := WindowStatsKey(r.opts.Prefix, rw.rule, rw.w)
+		b.Denials[sk] = wd.fields()
+		b.Expire[sk] = rw.w.ExpireAt(r.opts.RetentionDays, r.opts.Location)
 	}
 	if len(b.Expire) == 0 && len(b.Denials) == 0 && len(b.Usage) == 0 {
 		return nil
 	}
 	if err := r.sink.Apply(ctx, b); err != nil {
-		r.mu.Lock()
-		for rd, c := range pending {
-			cur := r.denials[rd]
-			cur[0] += c[0]
-			cur[1] += c[1]
-			r.denials[rd] = cur
-		}
-		for u, n := range deferred {
-			r.deferred[u] += n
-		}
-		r.mu.Unlock()
+		r.restore(pending, deferred)
 		return fmt.Errorf("ledger flush: %w", err)
 	}
 	return nil
+}
+
+// expiries are the expiries of the hashes of every window still current or
+// ended less than a day ago; older windows are forgotten (their expiry was
+// set while they were current).
+func (r *Recorder) expiries() map[string]time.Time {
+	now := r.now()
+	out := map[string]time.Time{}
+	r.keys.Range(func(k, v any) bool {
+		rw := k.(ruleWindow)
+		if !now.Before(rw.w.End(r.opts.Location).Add(24 * time.Hour)) {
+			r.keys.Delete(k)
+			return true
+		}
+		wk := v.(*windowKeys)
+		exp := rw.w.ExpireAt(r.opts.RetentionDays, r.opts.Location)
+		out[wk.usage] = exp
+		out[wk.stats] = exp
+		return true
+	})
+	return out
+}
+
+// fields are the stats hash increments of one window's denials.
+func (wd *windowDenials) fields() map[string]uint64 {
+	f := map[string]uint64{}
+	put := func(kind, p string, n uint64) {
+		if n == 0 {
+			return
+		}
+		if p == "" {
+			f[kind] += n
+		} else {
+			f[PrincipalDenialField(kind, p)] += n
+		}
+	}
+	for p, d := range wd.per {
+		put(FieldShadowDenials, p, d.Shadow)
+		put(FieldEnforceDenials, p, d.Enforce)
+		put(FieldReserveDenials, p, d.Reserve)
+	}
+	put(FieldShadowDenials, "", wd.total.Shadow)
+	put(FieldEnforceDenials, "", wd.total.Enforce)
+	put(FieldReserveDenials, "", wd.total.Reserve)
+	return f
+}
+
+// restore puts back what a failed flush took.
+func (r *Recorder) restore(pending map[ruleWindow]*windowDenials, deferred map[Usage]uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for rw, wd := range pending {
+		cur := r.denials[rw]
+		if cur == nil {
+			cur = &windowDenials{}
+			r.denials[rw] = cur
+		}
+		cur.total.Add(wd.total)
+		for p, d := range wd.per {
+			pd, ok := cur.per[p]
+			if !ok {
+				if cur.per == nil {
+					cur.per = map[string]Denials{}
+				}
+				r.principal++
+			}
+			pd.Add(d)
+			cur.per[p] = pd
+		}
+	}
+	for u, n := range deferred {
+		r.deferred[u] += n
+	}
 }
 
 // Run flushes every interval until ctx is done, then flushes once more with

@@ -73,12 +73,9 @@ func apply(ctx context.Context, c CommandClient, b Batch) error {
 	return nil
 }
 
-// Rules implements Reader with a bounded SCAN of every node.
-func (v *Valkey) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
-	want := map[Day]bool{}
-	for _, d := range days {
-		want[d] = true
-	}
+// Keys implements Reader with a bounded SCAN of every node.
+func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
+	want := newWindowSet(windows)
 	maxKeys := v.MaxKeys
 	if maxKeys == 0 {
 		maxKeys = DefaultMaxKeysScanned
@@ -89,7 +86,7 @@ func (v *Valkey) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
 		addrs = append(addrs, a)
 	}
 	sort.Strings(addrs)
-	found := map[RuleID]bool{}
+	found := map[Key]bool{}
 	for _, a := range addrs {
 		n := nodes[a]
 		// A replica answers SCAN too; its keys repeat the master's, and the
@@ -102,9 +99,9 @@ func (v *Valkey) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
 				return nil, fmt.Errorf("scan ledger keys on %s: %w", a, err)
 			}
 			for _, k := range e.Elements {
-				r, d, _, err := ParseKey(v.prefix, k)
-				if err == nil && want[d] {
-					found[r] = true
+				r, w, _, err := ParseKey(v.prefix, k)
+				if err == nil && want.has(w) {
+					found[Key{r, w}] = true
 				}
 			}
 			seen += len(e.Elements)
@@ -117,57 +114,58 @@ func (v *Valkey) Rules(ctx context.Context, days []Day) ([]RuleID, error) {
 			}
 		}
 	}
-	return sortRules(found), nil
+	return sortKeys(found), nil
 }
 
-// Read implements Reader: a bounded HSCAN of the day's usage hash and an
-// HGETALL of its small stats hash.
-func (v *Valkey) Read(ctx context.Context, rule RuleID, day Day) (DayData, error) {
-	dd := DayData{Rule: rule, Day: day, Usage: map[string]uint64{}}
+// Read implements Reader: a bounded HSCAN of the window's usage hash and of
+// its stats hash (which holds a field per principal denied).
+func (v *Valkey) Read(ctx context.Context, rule RuleID, w Window) (Data, error) {
+	d := Data{Rule: rule, Window: w, Usage: map[string]uint64{}}
 	max := v.MaxPrincipals
 	if max == 0 {
 		max = DefaultMaxPrincipals
 	}
-	key := UsageKey(v.prefix, rule, day)
+	uk := WindowUsageKey(v.prefix, rule, w)
+	err := v.hscan(ctx, uk, max, func(f string, n uint64) { d.Usage[f] = n })
+	if err == nil && len(d.Usage) > max {
+		err = fmt.Errorf("hscan %s: %w: more than %d principals", uk, ErrTooMany, max)
+	}
+	if err != nil {
+		return d, err
+	}
+	sk := WindowStatsKey(v.prefix, rule, w)
+	err = v.hscan(ctx, sk, 3*max+3, func(f string, n uint64) { addStatsField(&d, f, n) })
+	return d, err
+}
+
+// hscan walks a hash of counts, at most max fields.
+func (v *Valkey) hscan(ctx context.Context, key string, max int, fn func(field string, n uint64)) error {
 	var cursor uint64
+	fields := 0
 	for {
 		e, err := v.client.Do(ctx, v.client.B().Hscan().Key(key).Cursor(cursor).Count(DefaultScanCount).Build()).AsScanEntry()
 		if err != nil {
-			return dd, fmt.Errorf("hscan %s: %w", key, err)
+			return fmt.Errorf("hscan %s: %w", key, err)
 		}
 		if len(e.Elements)%2 != 0 {
-			return dd, fmt.Errorf("hscan %s: odd reply", key)
+			return fmt.Errorf("hscan %s: odd reply", key)
 		}
 		for i := 0; i < len(e.Elements); i += 2 {
 			n, err := strconv.ParseUint(e.Elements[i+1], 10, 64)
 			if err != nil {
-				return dd, fmt.Errorf("hscan %s field %q: not a count: %q", key, e.Elements[i], e.Elements[i+1])
+				return fmt.Errorf("hscan %s field %q: not a count: %q", key, e.Elements[i], e.Elements[i+1])
 			}
-			dd.Usage[e.Elements[i]] = n
+			fn(e.Elements[i], n)
 		}
-		if len(dd.Usage) > max {
-			return dd, fmt.Errorf("hscan %s: %w: more than %d principals", key, ErrTooMany, max)
+		// HSCAN may repeat a field; the bound is on what was sent.
+		if fields += len(e.Elements) / 2; fields > 2*max {
+			return fmt.Errorf("hscan %s: %w: more than %d fields", key, ErrTooMany, max)
 		}
 		cursor = e.Cursor
 		if cursor == 0 {
-			break
+			return nil
 		}
 	}
-	sk := StatsKey(v.prefix, rule, day)
-	m, err := v.client.Do(ctx, v.client.B().Hgetall().Key(sk).Build()).AsStrMap()
-	if err != nil {
-		return dd, fmt.Errorf("hgetall %s: %w", sk, err)
-	}
-	for f, p := range map[string]*uint64{FieldShadowDenials: &dd.ShadowDenials, FieldEnforceDenials: &dd.EnforceDenials} {
-		if s, ok := m[f]; ok {
-			n, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				return dd, fmt.Errorf("%s field %s: not a count: %q", sk, f, s)
-			}
-			*p = n
-		}
-	}
-	return dd, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -73,7 +73,7 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 		t.Fatal(err)
 	}
 	d := DayOf(now)
-	got, err := v.Rules(ctx, []Day{d})
+	got, err := v.Keys(ctx, []Window{DayWindow(d)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +81,11 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 		all, _ := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
 		t.Fatalf("rules %v; keys %q", got, all)
 	}
-	if other, _ := v.Rules(ctx, []Day{d - 1}); len(other) != 0 {
+	if other, _ := v.Keys(ctx, []Window{DayWindow(d - 1)}); len(other) != 0 {
 		t.Fatalf("rules on a day without data: %v", other)
 	}
 	for _, r := range rules {
-		dd, err := v.Read(ctx, r, d)
+		dd, err := v.Read(ctx, r, DayWindow(d))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,13 +102,38 @@ func exerciseValkey(t *testing.T, c valkey.Client, pexpiretime func(string) stri
 			t.Fatalf("expiry of %v: %s, want %s (day end + 8 days)", r, e, wantExp)
 		}
 	}
-	dd, _ := v.Read(ctx, rules[0], d)
-	if dd.ShadowDenials != 1 || dd.EnforceDenials != 2 {
+	dd, _ := v.Read(ctx, rules[0], DayWindow(d))
+	if dd.Denials != (Denials{Shadow: 1, Enforce: 2}) {
 		t.Fatalf("denials %+v", dd)
 	}
-	all, err := ReadAll(ctx, v, []Day{d - 1, d})
+	all, err := ReadAll(ctx, v, []Window{DayWindow(d - 1), DayWindow(d)})
 	if err != nil || len(all) != len(rules) {
 		t.Fatalf("ReadAll: %d %v", len(all), err)
+	}
+	exerciseWeek(t, ctx, v, rec, now, rules[2], pexpiretime, len(rules))
+}
+
+// exerciseWeek: a week window with a principal's reservation denial, its
+// absolute expiry, and ReadAll of every window (the day ones too).
+func exerciseWeek(t *testing.T, ctx context.Context, v *Valkey, rec *Recorder, now time.Time, rule RuleID, pexpiretime func(string) string, dayRules int) {
+	ww := WindowAt(PeriodWeek, now, nil)
+	if err := v.Add(ctx, rec.UsageIn(rule, "user-1", ww, 77)); err != nil {
+		t.Fatal(err)
+	}
+	rec.DeniedIn(rule, ww, Denial{Principal: "user-1", Reserve: true})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := v.Read(ctx, rule, ww)
+	if err != nil || wd.Usage["user-1"] != 77 || wd.Denials != (Denials{Enforce: 1, Reserve: 1}) || wd.PrincipalDenials["user-1"] != (Denials{Enforce: 1, Reserve: 1}) {
+		t.Fatalf("week window: %+v %v", wd, err)
+	}
+	wantExp := strconv.FormatInt(ww.End(nil).AddDate(0, 0, 8).UnixMilli(), 10)
+	if e := pexpiretime(WindowStatsKey("rl:", rule, ww)); e != wantExp {
+		t.Fatalf("week stats expiry %s, want %s (week end + 8 days)", e, wantExp)
+	}
+	if everything, err := ReadAll(ctx, v, nil); err != nil || len(everything) != dayRules+1 {
+		t.Fatalf("ReadAll of every window: %d %v", len(everything), err)
 	}
 }
 

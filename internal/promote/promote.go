@@ -23,9 +23,9 @@ import (
 
 // Defaults.
 const (
-	// DefaultMaxLimitedShare is the largest share of principal-days over the
-	// cap that evidence may show for promotion (strictly under it).
-	DefaultMaxLimitedShare = 0.01
+	// DefaultMaxLimitedShare is the largest share of principal-windows over
+	// a cap that evidence may show for promotion (strictly under it).
+	DefaultMaxLimitedShare = report.DefaultMaxLimitedShare
 	// RequiredFullDays is how many full UTC days a budget must have spent in
 	// shadow before promotion.
 	RequiredFullDays = 7
@@ -43,7 +43,6 @@ const (
 	fieldShadowSince     = "shadowSince"
 	fieldEnforcedSince   = "enforcedSince"
 	fieldPromotionReason = "promotionReason"
-	fieldTokensPerDay    = "tokensPerDay"
 )
 
 // Options for Promote. The zero value promotes with the shadow rule, no
@@ -54,6 +53,9 @@ type Options struct {
 	// Evidence is a parsed `budgetgen report --format json`; nil skips the
 	// evidence checks.
 	Evidence *report.Report
+	// SpecCaps are the budget's caps in the spec now (report.SpecCaps):
+	// evidence measured against other caps is refused.
+	SpecCaps map[string]uint64
 	// MaxLimitedShare bounds the evidence's share of principal-days over the
 	// cap; 0 means DefaultMaxLimitedShare.
 	MaxLimitedShare float64
@@ -82,6 +84,8 @@ type Result struct {
 	Overridden []string
 	// ChangedLines is the size of the line diff of the spec file.
 	ChangedLines int
+	// Notes qualify an accepted promotion (a cap judged on a projection).
+	Notes []string
 }
 
 // RefusedError lists why a promotion was refused. Nothing was written.
@@ -269,13 +273,17 @@ func refusals(b *budgetNode, budget string, o Options, res *Result) []string {
 			since, full, RequiredFullDays, earliest.Format(time.RFC3339)))
 	}
 	if o.Evidence != nil {
-		capText, _ := b.scalar(fieldTokensPerDay)
-		reasons = append(reasons, evidenceRefusals(o.Evidence, budget, d, capText, o)...)
+		reasons = append(reasons, evidenceRefusals(o.Evidence, budget, d, o, res)...)
 	}
 	return reasons
 }
 
-func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, capText string, o Options) []string {
+// evidenceRefusals judges every cap of the budget in the evidence on its
+// own window: a day or hour cap on the full shadow days it covers, a week or
+// month cap on a window measured after shadowSince (or a projection from at
+// least RequiredFullDays days, noted), each with a share of principal-windows
+// over it under the maximum, measured against the cap the spec has now.
+func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, o Options, res *Result) []string {
 	if ev.Version != report.FormatVersion {
 		return []string{fmt.Sprintf("evidence is %q, want %q (regenerate it with budgetgen report --format json)", ev.Version, report.FormatVersion)}
 	}
@@ -289,67 +297,148 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, cap
 		return []string{fmt.Sprintf("evidence has no budget %s", budget)}
 	}
 	var reasons []string
-	// The days that count: full shadow days, none after yesterday.
-	first := shadowDay.AddDate(0, 0, 1)
-	last := utcDay(o.Now).AddDate(0, 0, -1)
-	var covered, principalDays, over int
 	seen := map[string]bool{}
-	for _, d := range eb.PerDay {
-		day, err := time.Parse(report.DateLayout, d.Date)
-		// Today's partial day (--include-today) is never a full shadow day.
-		if err != nil || d.Partial || day.Before(first) || day.After(last) {
-			continue
+	for i := range eb.Caps {
+		c := &eb.Caps[i]
+		key := c.Window + "/" + c.Measure
+		seen[key] = true
+		label := c.Measure + " per " + c.Window
+		for _, r := range capRefusals(ev, c, shadowDay, o, res) {
+			reasons = append(reasons, label+": "+r)
 		}
-		if seen[d.Date] {
-			// A report lists each day once; a repeated day (an edited
-			// file) must not stretch the coverage.
-			reasons = append(reasons, fmt.Sprintf("evidence lists day %s twice", d.Date))
-			continue
-		}
-		seen[d.Date] = true
-		covered++
-		principalDays += d.PrincipalDays
-		over += d.OverCap
-	}
-	// Override principals are their own populations in the report, each
-	// judged against its own cap; promotion enforces their rules too, so
-	// their principal-days count towards the share (on the same days).
-	for _, ov := range eb.Overridden {
-		for _, d := range ov.PerDay {
-			if d.Partial || !seen[d.Date] {
-				continue
-			}
-			principalDays += d.PrincipalDays
-			over += d.OverCap
+		if want, ok := o.SpecCaps[key]; ok && want != 0 && c.Cap != 0 && want != c.Cap {
+			reasons = append(reasons, fmt.Sprintf("%s: evidence was measured against a cap of %d but the spec now says %d; report again", label, c.Cap, want))
 		}
 	}
-	if covered < RequiredFullDays {
-		reasons = append(reasons, fmt.Sprintf("evidence covers %d of the %d full shadow days needed (report window %s..%s, shadow days from %s)",
-			covered, RequiredFullDays, ev.From, ev.To, first.Format(report.DateLayout)))
-	}
-	if principalDays == 0 {
-		why := ""
-		if eb.NoData != "" {
-			why = ": " + eb.NoData
-		}
-		reasons = append(reasons, "evidence has no measured principal-days for "+budget+why)
-	} else {
-		maxShare := o.MaxLimitedShare
-		if maxShare == 0 {
-			maxShare = DefaultMaxLimitedShare
-		}
-		share := float64(over) / float64(principalDays)
-		if share >= maxShare {
-			reasons = append(reasons, fmt.Sprintf("evidence shows %d of %d principal-days over the cap (%.2f%%), not under %.2f%%; suggested cap %d",
-				over, principalDays, share*100, maxShare*100, eb.SuggestedCap))
+	for _, key := range sortedKeys(o.SpecCaps) {
+		if !seen[key] {
+			reasons = append(reasons, fmt.Sprintf("evidence has no %s cap of %s (report again with the current spec)", strings.Replace(key, "/", " ", 1), budget))
 		}
 	}
-	if capText != "" && eb.Cap != 0 {
-		if c, err := strconv.ParseUint(capText, 10, 64); err == nil && c != eb.Cap {
-			reasons = append(reasons, fmt.Sprintf("evidence was measured against a cap of %d but the spec now says %d; report again", eb.Cap, c))
-		}
+	if len(eb.Caps) == 0 {
+		reasons = append(reasons, "evidence has no measured cap for "+budget)
 	}
 	return reasons
+}
+
+// capRefusals judges one cap of the evidence.
+func capRefusals(ev *report.Report, c *report.Cap, shadowDay time.Time, o Options, res *Result) []string {
+	first := shadowDay.AddDate(0, 0, 1)
+	last := utcDay(o.Now).AddDate(0, 0, -1)
+	var reasons []string
+	windows, over := 0, 0
+	switch c.Window {
+	case "day", "hour":
+		cov := coveredDays(c, first, last)
+		reasons = append(reasons, cov.reasons...)
+		if cov.days < RequiredFullDays {
+			reasons = append(reasons, fmt.Sprintf("evidence covers %d of the %d full shadow days needed (report %s..%s, shadow days from %s)",
+				cov.days, RequiredFullDays, ev.From, ev.To, first.Format(report.DateLayout)))
+		}
+		windows, over = cov.windows, cov.over
+	default:
+		r, w, ov := longWindowRefusals(c, first, res)
+		reasons, windows, over = append(reasons, r...), w, ov
+	}
+	if windows == 0 {
+		why := ""
+		if c.NoData != "" {
+			why = ": " + c.NoData
+		}
+		return append(reasons, "no measured principal-"+c.Window+"s"+why)
+	}
+	maxShare := o.MaxLimitedShare
+	if maxShare == 0 {
+		maxShare = DefaultMaxLimitedShare
+	}
+	if share := float64(over) / float64(windows); share >= maxShare {
+		reasons = append(reasons, fmt.Sprintf("%d of %d principal-%ss over the cap (%.2f%%), not under %.2f%%; suggested cap %d",
+			over, windows, c.Window, share*100, maxShare*100, c.SuggestedCap))
+	}
+	return reasons
+}
+
+// coverage is what a day or hour cap's evidence shows on the full shadow days.
+type coverage struct {
+	days, windows, over int
+	reasons             []string
+}
+
+// coveredDays counts the full shadow days first..last a day or hour cap
+// covers, and its principal-windows (override principals' included: their
+// rules are enforced too) on those days. Today's partial day never counts.
+func coveredDays(c *report.Cap, first, last time.Time) coverage {
+	var cov coverage
+	inRange := func(name string, partial bool) (string, bool) {
+		if len(name) < len(report.DateLayout) || partial {
+			return "", false
+		}
+		day, err := time.Parse(report.DateLayout, name[:len(report.DateLayout)])
+		return name[:len(report.DateLayout)], err == nil && !day.Before(first) && !day.After(last)
+	}
+	days := map[string]bool{}
+	seen := map[string]bool{}
+	for _, w := range c.PerWindow {
+		day, ok := inRange(w.Window, w.Partial)
+		if !ok {
+			continue
+		}
+		if seen[w.Window] {
+			// A report lists each window once; a repeated one (an edited
+			// file) must not stretch the coverage.
+			cov.reasons = append(cov.reasons, fmt.Sprintf("evidence lists %s twice", w.Window))
+			continue
+		}
+		seen[w.Window] = true
+		if w.PrincipalWindows > 0 || w.Would429 > 0 || w.Denied > 0 {
+			days[day] = true
+		}
+		cov.windows += w.PrincipalWindows
+		cov.over += w.OverCap
+	}
+	for _, ov := range c.Overridden {
+		for _, w := range ov.PerWindow {
+			if _, ok := inRange(w.Window, w.Partial); ok && seen[w.Window] {
+				cov.windows += w.PrincipalWindows
+				cov.over += w.OverCap
+			}
+		}
+	}
+	cov.days = len(days)
+	return cov
+}
+
+// longWindowRefusals judges a week or month cap: on windows that start on
+// or after the first full shadow day, or on a projection of at least
+// RequiredFullDays measured days (then noted in the result).
+func longWindowRefusals(c *report.Cap, first time.Time, res *Result) ([]string, int, int) {
+	var reasons []string
+	if p := c.Judged.Projection; p != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s per %s judged on a projection of %s (x%.2f from %.1f days)", c.Measure, c.Window, p.Window, p.Factor, p.ObservedHours/24))
+		if p.ObservedHours < float64(RequiredFullDays*24) {
+			reasons = append(reasons, fmt.Sprintf("the projection of %s rests on %.1f days measured; a promotion needs %d", p.Window, p.ObservedHours/24, RequiredFullDays))
+		}
+		if from, err := time.Parse(time.RFC3339, p.ObservedFrom); err != nil || from.Before(first) {
+			reasons = append(reasons, fmt.Sprintf("the projection of %s starts before the first full shadow day %s", p.Window, first.Format(report.DateLayout)))
+		}
+	} else if from, err := time.Parse(time.RFC3339, c.Judged.From); err != nil || from.Before(first) {
+		reasons = append(reasons, fmt.Sprintf("judged on %s, which starts before the first full shadow day %s", c.Judged.Text, first.Format(report.DateLayout)))
+	}
+	windows, over := c.Summary.PrincipalWindows, c.Summary.OverCap
+	for _, ov := range c.Overridden {
+		windows += ov.Summary.PrincipalWindows
+		over += ov.Summary.OverCap
+	}
+	return reasons, windows, over
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // WriteFileAtomic writes data to path through a temporary file in the same

@@ -186,42 +186,68 @@ func TestPromoteUnknownBudget(t *testing.T) {
 
 func evidence(from string, days int, principalDays, over int, cap uint64) *report.Report {
 	start, _ := time.Parse(report.DateLayout, from)
-	b := report.Budget{Name: "per-run", Cap: cap, SuggestedCap: 6000000}
+	c := report.Cap{Window: "day", Measure: report.MeasureTokens, Cap: cap, SuggestedCap: 6000000}
 	for i := 0; i < days; i++ {
-		b.PerDay = append(b.PerDay, report.DayStats{Date: start.AddDate(0, 0, i).Format(report.DateLayout),
-			Stats: report.Stats{PrincipalDays: principalDays, OverCap: over}})
+		c.PerWindow = append(c.PerWindow, report.WindowStats{Window: start.AddDate(0, 0, i).Format(report.DateLayout),
+			Stats: report.Stats{PrincipalWindows: principalDays, OverCap: over}})
 	}
+	b := report.Budget{Name: "per-run", Caps: []report.Cap{c}}
 	return &report.Report{Version: report.FormatVersion, From: from, To: start.AddDate(0, 0, days-1).Format(report.DateLayout), Days: days, Budgets: []report.Budget{b}}
+}
+
+// monthCap is a month cap judged on a window from..to, or projected.
+func monthCap(from, to string, proj *report.Projection, windows, over int) report.Cap {
+	return report.Cap{Window: "month", Measure: report.MeasureCost, Currency: "USD", Cap: 5_000_000,
+		Judged:  report.Judged{Text: "month", From: from, To: to, Projection: proj},
+		Summary: report.Stats{PrincipalWindows: windows, OverCap: over}}
 }
 
 func TestPromoteEvidence(t *testing.T) {
 	src := fixture(t)
 	now := day("2026-10-24T08:00:00Z")
+	withMonth := func(c report.Cap) *report.Report {
+		ev := evidence("2026-10-17", 7, 100, 0, 5000000)
+		ev.Budgets[0].Caps = append(ev.Budgets[0].Caps, c)
+		return ev
+	}
+	caps := map[string]uint64{"day/tokens": 5000000}
 	for _, tc := range []struct {
-		name string
-		ev   *report.Report
-		max  float64
-		want string // "" = accepted
+		name     string
+		ev       *report.Report
+		max      float64
+		specCaps map[string]uint64
+		want     string // "" = accepted
 	}{
-		{"covers and under 1%", evidence("2026-10-17", 7, 100, 0, 5000000), 0, ""},
-		{"share at threshold", evidence("2026-10-17", 7, 100, 1, 5000000), 0, "7 of 700 principal-days"},
-		{"share above custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.005, "not under 0.50%"},
-		{"share under custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.02, ""},
-		{"too few days", evidence("2026-10-18", 6, 100, 0, 5000000), 0, "covers 6 of the 7"},
-		{"days before shadow do not count", evidence("2026-10-15", 7, 100, 0, 5000000), 0, "covers 5 of the 7"},
-		{"no data", evidence("2026-10-17", 7, 0, 0, 5000000), 0, "no measured principal-days"},
-		{"cap changed", evidence("2026-10-17", 7, 100, 0, 4000000), 0, "cap of 4000000"},
+		{"covers and under 1%", evidence("2026-10-17", 7, 100, 0, 5000000), 0, caps, ""},
+		{"share at threshold", evidence("2026-10-17", 7, 100, 1, 5000000), 0, caps, "tokens per day: 7 of 700 principal-days"},
+		{"share above custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.005, caps, "not under 0.50%"},
+		{"share under custom", evidence("2026-10-17", 7, 100, 1, 5000000), 0.02, caps, ""},
+		{"too few days", evidence("2026-10-18", 6, 100, 0, 5000000), 0, caps, "covers 6 of the 7"},
+		{"days before shadow do not count", evidence("2026-10-15", 7, 100, 0, 5000000), 0, caps, "covers 5 of the 7"},
+		{"no data", evidence("2026-10-17", 7, 0, 0, 5000000), 0, caps, "no measured principal-days"},
+		{"cap changed", evidence("2026-10-17", 7, 100, 0, 4000000), 0, caps, "cap of 4000000 but the spec now says 5000000"},
+		{"a cap of the spec missing from the evidence", evidence("2026-10-17", 7, 100, 0, 5000000), 0, map[string]uint64{"day/tokens": 5000000, "month/cost": 5_000_000}, "evidence has no month cost cap"},
+		// A month cap judged on a whole month after shadowSince 2026-10-16: none
+		// exists yet on 10-24, so a projection from 7.3 days is accepted (noted),
+		// a month that started before shadow is not.
+		{"month on a projection", withMonth(monthCap("", "", &report.Projection{Window: "2026-10", ObservedFrom: "2026-10-17T00:00:00Z", ObservedHours: 176, Factor: 4.2}, 40, 0)), 0, nil, ""},
+		{"month projected from too few days", withMonth(monthCap("", "", &report.Projection{Window: "2026-10", ObservedFrom: "2026-10-17T00:00:00Z", ObservedHours: 100, Factor: 7.4}, 40, 0)), 0, nil, "rests on 4.2 days measured"},
+		{"month before the shadow", withMonth(monthCap("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", nil, 40, 0)), 0, nil, "starts before the first full shadow day 2026-10-17"},
+		{"month over its cap", withMonth(monthCap("", "", &report.Projection{Window: "2026-10", ObservedFrom: "2026-10-17T00:00:00Z", ObservedHours: 176, Factor: 4.2}, 40, 4)), 0, nil, "cost per month: 4 of 40 principal-months over the cap"},
 		{"no data, with the report's reason", func() *report.Report {
 			ev := evidence("2026-10-17", 7, 0, 0, 5000000)
-			ev.Budgets[0].NoData = "not measured: per-run has caps per month only"
+			ev.Budgets[0].Caps[0].NoData = "no measurements in 7 days"
 			return ev
-		}(), 0, "no measured principal-days for per-run: not measured: per-run has caps per month only"},
+		}(), 0, caps, "no measured principal-days: no measurements in 7 days"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Promote(src, "per-run", Options{Now: now, Evidence: tc.ev, MaxLimitedShare: tc.max})
+			_, res, err := Promote(src, "per-run", Options{Now: now, Evidence: tc.ev, MaxLimitedShare: tc.max, SpecCaps: tc.specCaps})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("want accepted, got %v", err)
+				}
+				if strings.HasPrefix(tc.name, "month on") && (len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "judged on a projection of 2026-10")) {
+					t.Fatalf("projection not noted: %v", res.Notes)
 				}
 				return
 			}
@@ -233,9 +259,8 @@ func TestPromoteEvidence(t *testing.T) {
 	}
 	// An edited report that repeats a day cannot stretch 6 days into 7.
 	dup := evidence("2026-10-18", 6, 100, 0, 5000000)
-	for i := range dup.Budgets {
-		dup.Budgets[i].PerDay = append(dup.Budgets[i].PerDay, dup.Budgets[i].PerDay[0])
-	}
+	c := &dup.Budgets[0].Caps[0]
+	c.PerWindow = append(c.PerWindow, c.PerWindow[0])
 	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: dup}); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("evidence with a repeated day: %v", err)
 	}

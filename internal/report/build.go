@@ -1,577 +1,450 @@
 package report
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 )
 
-// Defaults of Options.
-const (
-	DefaultDays               = 7
-	MaxDays                   = ledger.MaxRetentionDays
-	DefaultTargetLimitedShare = 0.01
-	// DefaultHeadroom multiplies an observed peak when a suggestion is based
-	// on it: a cap exactly at last week's peak denies the next busier day.
-	DefaultHeadroom = 1.2
-	MaxHeadroom     = 10
-	// DefaultTopN is how many over-cap principals a budget lists.
-	DefaultTopN = 10
-	// MinPrincipalsForPercentile: with fewer distinct principals a
-	// percentile says little, so the suggestion is the peak times Headroom.
-	MinPrincipalsForPercentile = 20
-)
-
-// Rule kinds as rendered (render's rule-budgets annotation).
-const (
-	KindTokens     = "tokens"
-	KindKillSwitch = "killswitch"
-)
-
-// RuleInfo ties a ledger rule to its budget.
-type RuleInfo struct {
-	Budget string
-	Kind   string // KindTokens or KindKillSwitch
-	// Principal is set for an override's own rule: the rule's bucket is that
-	// one principal, whose cap is Cap.
-	Principal string
-	// Cap is the rule's daily limit in tokens (0 when unknown).
-	Cap uint64
+// capRow is one ledger rule-window of a cap, with what its rule counts.
+type capRow struct {
+	d    *ledger.Data
+	info RuleInfo
 }
 
-// BudgetInfo is what the spec says about a budget.
-type BudgetInfo struct {
-	Mode string
-	// Cap is the default cap; Overrides the per-principal ones.
-	Cap       uint64
-	Overrides map[string]uint64
-	// Group budgets (group, frontier) have one shared bucket: their
-	// principal is the group.
-	Group bool
-	// Currency is set for a money budget: caps and usage count 1/10,000 of it.
-	Currency string
-	// Unmeasured, when set, is why the budget can have no measurements (no
-	// day cap: the ledger measures day windows); it is the report's NoData.
-	Unmeasured string
+// budgetAcc gathers one budget's rows by cap.
+type budgetAcc struct {
+	name      string
+	info      BudgetInfo
+	caps      map[CapKey][]capRow
+	rules     map[string]bool
+	todayData bool // data today, outside every judged window
 }
 
-// Mapping is the rule-to-budget map (from the spec via render, or from the
-// rendered policies). An empty Mapping reports each rule on its own.
-type Mapping struct {
-	Rules   map[ledger.RuleID]RuleInfo
-	Budgets map[string]BudgetInfo
+// grouped is the ledger data sorted into budgets.
+type grouped struct {
+	budgets  map[string]*budgetAcc
+	warnings map[string]bool
 }
 
-// Options for Build. The zero value reports the 7 days before Now's day
-// with a 1% target; Now is required.
-type Options struct {
-	Now                time.Time
-	Days               int     // window length in completed UTC days; default DefaultDays
-	TargetLimitedShare float64 // default DefaultTargetLimitedShare
-	// IncludeToday adds Now's UTC day, so far, after the completed days,
-	// marked partial everywhere.
-	IncludeToday bool
-	// Headroom multiplies a peak-based suggestion; default DefaultHeadroom,
-	// must be within (1, MaxHeadroom].
-	Headroom float64
-	// TopN bounds the over-cap principals listed per budget; default
-	// DefaultTopN.
-	TopN int
-	// Only restricts the report to these budgets; an unknown name is an error.
-	Only []string
-}
-
-// ErrUnknownBudget is wrapped when Options.Only names a budget that neither
-// the mapping nor the ledger knows.
-var ErrUnknownBudget = errors.New("unknown budget")
-
-// Window returns the days a report at now covers: the days completed UTC
-// days before now's day, oldest first.
-func Window(now time.Time, days int) []ledger.Day {
-	today := ledger.DayOf(now)
-	out := make([]ledger.Day, days)
-	for i := range out {
-		out[i] = today - ledger.Day(days-i)
-	}
-	return out
-}
-
-// ReadDays are the days to read from the ledger for a report at now: the
-// window and today (read even without IncludeToday, so an empty window can
-// say whether today has data).
-func ReadDays(now time.Time, days int) []ledger.Day {
-	return append(Window(now, days), ledger.DayOf(now))
-}
-
-func (o *Options) validate() error {
-	if o.Now.IsZero() {
-		return errors.New("report: no clock")
-	}
-	if o.Days == 0 {
-		o.Days = DefaultDays
-	}
-	if o.Days < 1 || o.Days > MaxDays {
-		return fmt.Errorf("--days %d: must be within [1, %d] (the ledger keeps at most %d days)", o.Days, MaxDays, MaxDays)
-	}
-	if o.TargetLimitedShare == 0 {
-		o.TargetLimitedShare = DefaultTargetLimitedShare
-	}
-	if o.TargetLimitedShare <= 0 || o.TargetLimitedShare >= 1 || math.IsNaN(o.TargetLimitedShare) {
-		return fmt.Errorf("target share %v: must be within (0, 1)", o.TargetLimitedShare)
-	}
-	if o.Headroom == 0 {
-		o.Headroom = DefaultHeadroom
-	}
-	if !(o.Headroom > 1 && o.Headroom <= MaxHeadroom) {
-		return fmt.Errorf("--headroom %v: must be above 1 (a cap at the peak denies the next busier day) and at most %d", o.Headroom, MaxHeadroom)
-	}
-	if o.TopN == 0 {
-		o.TopN = DefaultTopN
-	}
-	if o.TopN < 1 {
-		return fmt.Errorf("--top %d: must be at least 1", o.TopN)
-	}
-	return nil
-}
-
-// unmappedName names a rule with no budget in the mapping.
-func unmappedName(r ledger.RuleID) string { return "rule " + r.Rule }
-
-// population accumulates one set of principals judged against one cap rule:
-// a budget's default-rule principals, or one override principal.
-type population struct {
-	days       []dayAcc
-	seen       map[string]bool
-	all        []uint64
-	principals map[string]*principalAcc
-}
-
-type principalAcc struct {
-	cap     uint64
-	perDay  map[int]uint64 // window index -> usage
-	maxDay  uint64
-	hasOver bool
-}
-
-func newPopulation(n int) *population {
-	return &population{days: make([]dayAcc, n), seen: map[string]bool{}, principals: map[string]*principalAcc{}}
-}
-
-func (p *population) add(i int, name string, used, capv uint64) {
-	day := &p.days[i]
-	day.add(used, capv)
-	day.principals[name] = true
-	p.seen[name] = true
-	p.all = append(p.all, used)
-	pa := p.principals[name]
-	if pa == nil {
-		pa = &principalAcc{perDay: map[int]uint64{}}
-		p.principals[name] = pa
-	}
-	pa.cap = capv
-	pa.perDay[i] += used
-	pa.maxDay = max(pa.maxDay, pa.perDay[i])
-	if capv > 0 && used > capv {
-		pa.hasOver = true
-		if day.overNames == nil {
-			day.overNames = map[string]bool{}
-		}
-		day.overNames[name] = true
-	}
-}
-
-// Build computes the report from ledger data (any order; days outside the
-// window are ignored).
-func Build(data []ledger.DayData, m Mapping, o Options) (*Report, error) {
+// Build computes the report from ledger data (any order; windows no cap is
+// judged on are ignored).
+func Build(data []ledger.Data, m Mapping, o Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	today := ledger.DayOf(o.Now)
-	window := Window(o.Now, o.Days)
-	if o.IncludeToday {
-		window = append(window, today)
-	}
-	index := map[ledger.Day]int{}
-	for i, d := range window {
-		index[d] = i
-	}
-	complete := o.Days // window entries before the partial day
+	p := newPlan(o)
 	r := &Report{
-		Version: FormatVersion, GeneratedAt: o.Now.UTC(), Days: o.Days,
-		From: window[0].String(), To: window[complete-1].String(), TargetLimitedShare: o.TargetLimitedShare,
-		Headroom: o.Headroom, TopN: o.TopN,
+		Version: FormatVersion, GeneratedAt: o.Now.UTC(), TimeZone: p.loc.String(), Days: o.Days,
+		From: p.days[0].String(), To: p.days[len(p.days)-1].String(), TargetLimitedShare: o.TargetLimitedShare,
+		MaxLimitedShare: o.MaxLimitedShare, RequiredDays: o.RequiredDays, Headroom: o.Headroom, TopN: o.TopN,
 	}
 	if o.IncludeToday {
-		r.PartialDay = today.String()
+		r.PartialDay = p.today.String()
 	}
-	type acc struct {
-		b         Budget
-		def       *population
-		overrides map[string]*population
-		rules     map[string]bool
-		todayData bool   // data today, outside the window (no IncludeToday)
-		why       string // BudgetInfo.Unmeasured
-	}
-	budgets := map[string]*acc{}
-	get := func(name string) *acc {
-		a := budgets[name]
-		if a == nil {
-			a = &acc{b: Budget{Name: name}, def: newPopulation(len(window)), overrides: map[string]*population{}, rules: map[string]bool{}}
-			if bi, ok := m.Budgets[name]; ok {
-				a.b.Mode, a.b.Cap, a.b.Overrides, a.b.Shared, a.b.Currency = bi.Mode, bi.Cap, bi.Overrides, bi.Group, bi.Currency
-				a.why = bi.Unmeasured
-				for p := range bi.Overrides {
-					a.overrides[p] = newPopulation(len(window))
-				}
-			}
-			budgets[name] = a
-		}
-		return a
-	}
-	override := func(a *acc, p string) *population {
-		if a.overrides[p] == nil {
-			a.overrides[p] = newPopulation(len(window))
-		}
-		return a.overrides[p]
-	}
-	// Budgets of the spec appear even without data, so a missing week shows.
-	for name := range m.Budgets {
-		get(name)
-	}
-	unmapped := map[string]bool{}
-	for _, dd := range data {
-		info, mapped := m.Rules[dd.Rule]
-		if !mapped {
-			info = RuleInfo{Budget: unmappedName(dd.Rule), Kind: KindTokens}
-		}
-		if info.Kind == KindKillSwitch {
-			continue // request counts, not tokens
-		}
-		i, ok := index[dd.Day]
-		if !ok {
-			if dd.Day == today && (len(dd.Usage) > 0 || dd.ShadowDenials > 0 || dd.EnforceDenials > 0) {
-				get(info.Budget).todayData = true
-			}
-			continue
-		}
-		if !mapped && len(m.Rules) > 0 {
-			unmapped[fmt.Sprintf("rule %s (domain %s) has measurements but no budget in the spec: stale policy or another spec", dd.Rule.Rule, dd.Rule.Domain)] = true
-		}
-		a := get(info.Budget)
-		bi := m.Budgets[info.Budget]
-		a.rules[dd.Rule.Rule] = true
-		// The rule's denials belong to the population its bucket counts.
-		denials := a.def
-		if info.Principal != "" {
-			denials = override(a, info.Principal)
-		}
-		denials.days[i].would429 += dd.ShadowDenials
-		denials.days[i].denied += dd.EnforceDenials
-		for field, used := range dd.Usage {
-			name := ledger.PrincipalName(field)
-			switch {
-			case info.Principal != "":
-				capv := info.Cap
-				if c, ok := bi.Overrides[info.Principal]; ok && capv == 0 {
-					capv = c
-				}
-				override(a, info.Principal).add(i, info.Principal, used, capv)
-				continue
-			case bi.Group || field == "":
-				if name == "" {
-					name = "(group " + info.Budget + ")"
-				}
-			}
-			if c, ok := bi.Overrides[name]; ok {
-				override(a, name).add(i, name, used, c)
-				continue
-			}
-			capv := info.Cap
-			if capv == 0 {
-				capv = bi.Cap
-			}
-			a.def.add(i, name, used, capv)
-		}
-	}
-	if len(o.Only) > 0 {
-		keep := map[string]*acc{}
-		for _, name := range o.Only {
-			a, ok := budgets[name]
-			if !ok {
-				return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownBudget, name, sortedNames(budgets))
-			}
-			keep[name] = a
-		}
-		budgets = keep
+	g := groupData(data, m, p)
+	if err := g.only(o.Only); err != nil {
+		return nil, err
 	}
 	anyData, anyToday := false, false
-	noDataWhy := func(todayData bool) string {
-		switch {
-		case o.IncludeToday:
-			return fmt.Sprintf("no measurements in %s..%s nor today so far", r.From, r.PartialDay)
-		case todayData:
-			return fmt.Sprintf("no measurements in %s..%s: the window ends yesterday; today's traffic is not in it, use --include-today", r.From, r.To)
-		}
-		return fmt.Sprintf("no measurements in %s..%s (the window ends yesterday; today has none either)", r.From, r.To)
-	}
-	for _, name := range sortedNames(budgets) {
-		a := budgets[name]
-		pr := a.def.finish(window, complete)
-		a.b.PerDay, a.b.Summary, a.b.DaysCovered = pr.perDay, pr.summary, pr.covered
-		a.b.Rules = sortedNames(a.rules)
-		a.b.Distribution, a.b.PrincipalPeaks = pr.distribution, pr.peaks
-		a.b.OverCapPrincipals, a.b.OverCapPrincipalsTotal = pr.over, len(pr.over)
-		if len(a.b.OverCapPrincipals) > o.TopN {
-			a.b.OverCapPrincipals = a.b.OverCapPrincipals[:o.TopN]
-		}
-		covered := pr.covered
-		if a.b.Summary.PrincipalDays > 0 {
-			a.b.SuggestedCap, a.b.SuggestionBasis = suggest(pr.distribution, a.b.Summary.Principals, a.b.Shared, o)
-		} else if a.why != "" {
-			a.b.NoData = a.why
-		} else {
-			a.b.NoData = noDataWhy(a.todayData)
-		}
-		for _, p := range sortedNames(a.overrides) {
-			op := a.overrides[p].finish(window, complete)
-			ov := Override{Principal: p, Cap: a.b.Overrides[p], DaysCovered: op.covered, Summary: op.summary, PerDay: op.perDay}
-			if ov.Cap == 0 && len(op.over) > 0 {
-				ov.Cap = op.over[0].Cap
+	for _, name := range sortedNames(g.budgets) {
+		a := g.budgets[name]
+		b := buildBudget(a, p, o, r)
+		for _, c := range b.Caps {
+			anyData = anyData || c.Summary.PrincipalWindows > 0 || c.WindowsCovered > 0 || slices.ContainsFunc(c.Overridden, func(ov Override) bool { return ov.Summary.PrincipalWindows > 0 })
+			r.Summary = append(r.Summary, summaryRow(b, c))
+			if c.Window == ledger.PeriodDay.String() && c.DaysCovered < o.Days {
+				g.warnings[fmt.Sprintf("budget %s: day cap measured on %d of %d days (%s..%s); a promotion needs %d full days", name, c.DaysCovered, o.Days, r.From, r.To, o.RequiredDays)] = true
 			}
-			if ov.Summary.PrincipalDays > 0 {
-				ov.SuggestedCap, ov.SuggestionBasis = suggestPeak(op.summary.Max, "one principal with its own cap (override)", o.Headroom)
-			} else {
-				ov.NoData = noDataWhy(a.todayData)
-			}
-			covered = max(covered, op.covered)
-			a.b.Overridden = append(a.b.Overridden, ov)
-		}
-		if a.b.Summary.PrincipalDays > 0 || covered > 0 {
-			anyData = true
 		}
 		anyToday = anyToday || a.todayData
-		if covered < o.Days {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("budget %s: measurements on %d of %d days (%s..%s); a promotion needs 7 full days", name, covered, o.Days, r.From, r.To))
-		}
-		r.Budgets = append(r.Budgets, a.b)
+		r.Budgets = append(r.Budgets, b)
 	}
 	if !anyData {
-		for _, b := range r.Budgets {
-			if b.Summary.PrincipalDays > 0 {
-				anyData = true
-			}
-		}
+		r.NoData = noDataWhy(r, o, anyToday)
 	}
-	if !anyData {
-		r.NoData = noDataWhy(anyToday)
-	}
-	for w := range unmapped {
-		r.Warnings = append(r.Warnings, w)
-	}
-	sort.Strings(r.Warnings)
+	r.Warnings = sortedNames(g.warnings)
 	return r, nil
 }
 
-// populationResult is a finished population.
-type populationResult struct {
-	perDay       []DayStats
-	summary      Stats
-	covered      int
-	distribution []uint64
-	peaks        []uint64
-	over         []PrincipalOver
+// groupData sorts ledger rows into budgets and caps. Budgets of the mapping
+// appear even without data, so a missing week shows.
+func groupData(data []ledger.Data, m Mapping, p plan) *grouped {
+	g := &grouped{budgets: map[string]*budgetAcc{}, warnings: map[string]bool{}}
+	for name, bi := range m.Budgets {
+		g.get(name, bi)
+	}
+	for i := range data {
+		d := &data[i]
+		info, mapped := m.Rule(d.Rule)
+		if info.Kind == KindKillSwitch {
+			continue // request counts, not tokens
+		}
+		if !mapped && len(m.Rules) > 0 {
+			g.warnings[fmt.Sprintf("rule %s (domain %s) has measurements but no budget in the spec: stale policy or another spec", d.Rule.Rule, d.Rule.Domain)] = true
+		}
+		a := g.get(info.Budget, m.Budgets[info.Budget])
+		a.rules[d.Rule.Rule] = true
+		k := CapKey{Period: d.Window.Period, Measure: info.Measure}
+		a.caps[k] = append(a.caps[k], capRow{d: d, info: info})
+		if !d.Window.Start(p.loc).Before(p.end) && !d.Empty() {
+			a.todayData = true
+		}
+	}
+	return g
 }
 
-func (p *population) finish(window []ledger.Day, complete int) populationResult {
-	var res populationResult
-	var sum dayAcc
-	sum.principals = p.seen
-	for i, d := range window {
-		ds := p.days[i].stats()
-		res.perDay = append(res.perDay, DayStats{Date: d.String(), Partial: i >= complete, Stats: ds})
-		if i < complete && (ds.PrincipalDays > 0 || ds.Would429 > 0 || ds.Denied > 0) {
-			res.covered++
-		}
-		sum.merge(&p.days[i])
+func (g *grouped) get(name string, bi BudgetInfo) *budgetAcc {
+	a := g.budgets[name]
+	if a == nil {
+		a = &budgetAcc{name: name, info: bi, caps: map[CapKey][]capRow{}, rules: map[string]bool{}}
+		g.budgets[name] = a
 	}
-	res.summary = sum.stats()
-	res.distribution = append([]uint64(nil), p.all...)
-	sort.Slice(res.distribution, func(i, j int) bool { return res.distribution[i] < res.distribution[j] })
-	for name, pa := range p.principals {
-		res.peaks = append(res.peaks, pa.maxDay)
-		if !pa.hasOver {
-			continue
-		}
-		po := PrincipalOver{Principal: name, Cap: pa.cap, MaxDay: pa.maxDay, Would429Exact: true}
-		for i := range window {
-			used, ok := pa.perDay[i]
-			if !ok || pa.cap == 0 || used <= pa.cap {
-				continue
-			}
-			po.DaysOver = append(po.DaysOver, window[i].String())
-			po.TokensAboveCap += used - pa.cap
-			if len(p.days[i].overNames) == 1 {
-				po.Would429 += p.days[i].would429
-			} else if p.days[i].would429 > 0 {
-				po.Would429Exact = false
-			}
-		}
-		res.over = append(res.over, po)
+	return a
+}
+
+// only keeps the named budgets; an unknown name is an error listing the known.
+func (g *grouped) only(names []string) error {
+	if len(names) == 0 {
+		return nil
 	}
-	sort.Slice(res.peaks, func(i, j int) bool { return res.peaks[i] < res.peaks[j] })
-	sort.Slice(res.over, func(i, j int) bool {
-		a, b := res.over[i], res.over[j]
-		if a.TokensAboveCap != b.TokensAboveCap {
-			return a.TokensAboveCap > b.TokensAboveCap
+	keep := map[string]*budgetAcc{}
+	for _, name := range names {
+		a, ok := g.budgets[name]
+		if !ok {
+			return fmt.Errorf("%w %q (known: %v)", ErrUnknownBudget, name, sortedNames(g.budgets))
 		}
-		return a.Principal < b.Principal
+		keep[name] = a
+	}
+	g.budgets = keep
+	return nil
+}
+
+// buildBudget judges each cap of a budget and draws its days.
+func buildBudget(a *budgetAcc, p plan, o Options, r *Report) Budget {
+	b := Budget{Name: a.name, Mode: a.info.Mode, ShadowSince: a.info.ShadowSince, Shared: a.info.Group, Rules: sortedNames(a.rules)}
+	for _, k := range capKeys(a) {
+		c := buildCap(a, k, p, o)
+		c.Verdict = capVerdict(&c, b.Mode, o)
+		b.Caps = append(b.Caps, c)
+	}
+	b.Daily = daily(a, p, o)
+	b.Verdict = budgetVerdict(&b)
+	if len(b.Caps) == 0 {
+		b.NoData = noDataWhy(r, o, a.todayData)
+	}
+	return b
+}
+
+// capKeys are a budget's caps, from the spec and the data: shortest window
+// first, tokens before money.
+func capKeys(a *budgetAcc) []CapKey {
+	seen := map[CapKey]bool{}
+	for k := range a.info.Caps {
+		seen[k] = true
+	}
+	for _, caps := range a.info.Overrides {
+		for k := range caps {
+			seen[k] = true
+		}
+	}
+	for k := range a.caps {
+		seen[k] = true
+	}
+	keys := make([]CapKey, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Period != keys[j].Period {
+			return keys[i].Period < keys[j].Period
+		}
+		return keys[i].Measure > keys[j].Measure // tokens before cost
 	})
-	return res
+	return keys
 }
 
-// suggest picks a cap for a population of principal-days and says why.
-// Many principals: the smallest cap limiting at most the target share of
-// principal-days (SuggestCap). A shared bucket, few principals or too few
-// principal-days for the share to allow any: the peak times the headroom,
-// never the peak itself.
-func suggest(values []uint64, principals int, shared bool, o Options) (uint64, string) {
-	n := len(values)
-	peak := slices.Max(values)
-	switch {
-	case shared:
-		return suggestPeak(peak, "shared bucket (one counter for the whole group)", o.Headroom)
-	case principals < MinPrincipalsForPercentile:
-		return suggestPeak(peak, fmt.Sprintf("%d principals, too few for a percentile (fewer than %d)", principals, MinPrincipalsForPercentile), o.Headroom)
+// buildCap judges one cap on its windows.
+func buildCap(a *budgetAcc, k CapKey, p plan, o Options) Cap {
+	ci := a.info.Caps[k]
+	c := Cap{Window: k.Period.String(), Measure: k.Measure, Currency: ci.Currency, Cap: ci.Cap}
+	if c.Measure == MeasureCost && c.Currency == "" {
+		c.Currency = overrideCurrency(a.info, k)
 	}
-	c := SuggestCap(values, o.TargetLimitedShare)
-	if c >= peak {
-		return suggestPeak(peak, fmt.Sprintf("%d principal-days, too few for a %s share to allow any above the cap", n, pct(o.TargetLimitedShare)), o.Headroom)
+	rows := a.caps[k]
+	has := func(w ledger.Window) bool {
+		return slices.ContainsFunc(rows, func(r capRow) bool { return r.d.Window == w && !r.d.Empty() })
 	}
-	above := 0
-	for _, v := range values {
-		if v > c {
-			above++
+	j := p.judge(k.Period, o, has, measuredSince(a.info.ShadowSince, p.loc))
+	c.Judged = Judged{Text: j.text, Projection: j.proj}
+	for _, jw := range j.windows {
+		c.Judged.Windows = append(c.Judged.Windows, jw.w.String())
+	}
+	if n := len(j.windows); n > 0 {
+		c.Judged.From = j.windows[0].w.Start(p.loc).UTC().Format(time.RFC3339)
+		c.Judged.To = j.windows[n-1].w.End(p.loc).UTC().Format(time.RFC3339)
+	}
+	if j.noData != "" {
+		c.NoData = j.noData
+		return c
+	}
+	f := newFill(a, k, j)
+	for _, row := range rows {
+		f.row(row)
+	}
+	f.finish(&c, p, o)
+	return c
+}
+
+func overrideCurrency(bi BudgetInfo, k CapKey) string {
+	for _, caps := range bi.Overrides {
+		if ci, ok := caps[k]; ok && ci.Currency != "" {
+			return ci.Currency
 		}
 	}
-	return c, fmt.Sprintf("smallest cap with at most %s of %d principal-days above it (%d above, %d principals)", pct(o.TargetLimitedShare), n, above, principals)
+	return ""
 }
 
-// suggestPeak is peak x headroom rounded up to two significant digits.
-func suggestPeak(peak uint64, why string, headroom float64) (uint64, string) {
-	c := roundUp2(uint64(math.Ceil(float64(peak) * headroom)))
-	if c <= peak {
-		c = peak + 1
+// fill puts one cap's rows into its populations: the default rule's
+// principals and each override principal.
+type fill struct {
+	a         *budgetAcc
+	k         CapKey
+	j         judgement
+	index     map[ledger.Window]int
+	def       *population
+	overrides map[string]*population
+}
+
+func newFill(a *budgetAcc, k CapKey, j judgement) *fill {
+	f := &fill{a: a, k: k, j: j, index: map[ledger.Window]int{}, def: newPopulation(j.windows), overrides: map[string]*population{}}
+	for i, jw := range j.windows {
+		f.index[jw.w] = i
 	}
-	return c, fmt.Sprintf("observed peak %s x headroom %.2f: %s", group(peak), headroom, why)
+	for name, caps := range a.info.Overrides {
+		if _, ok := caps[k]; ok {
+			f.override(name)
+		}
+	}
+	return f
 }
 
-// roundUp2 rounds v up to two significant digits (6281480 -> 6300000), so a
-// suggestion reads as a chosen number, not a measured one.
-func roundUp2(v uint64) uint64 {
-	if v < 100 {
+func (f *fill) override(name string) *population {
+	if f.overrides[name] == nil {
+		f.overrides[name] = newPopulation(f.j.windows)
+	}
+	return f.overrides[name]
+}
+
+// of is the population a principal of a row belongs to, and its cap.
+func (f *fill) of(info RuleInfo, name string) (*population, uint64, string) {
+	if info.Principal != "" {
+		name = info.Principal
+	}
+	if caps, ok := f.a.info.Overrides[name]; ok {
+		return f.override(name), caps[f.k].Cap, name
+	}
+	return f.def, f.a.info.Caps[f.k].Cap, name
+}
+
+// name is a principal's display name in this budget.
+func (f *fill) name(field string) string {
+	name := ledger.PrincipalName(field)
+	if name == "" && (f.a.info.Group || field == "") {
+		return "(group " + f.a.name + ")"
+	}
+	return name
+}
+
+func (f *fill) row(row capRow) {
+	i, ok := f.index[row.d.Window]
+	if !ok {
+		return
+	}
+	scale := max(row.info.Scale, 1)
+	for field, used := range row.d.Usage {
+		pop, capv, name := f.of(row.info, f.name(field))
+		pop.add(i, name, project(used*scale, f.j.factor), capv)
+	}
+	// Each principal's denials go to its population; what the rule counted
+	// beyond them belongs to the population the rule counts.
+	rest := row.d.Denials
+	byPop := map[*population]map[string]ledger.Denials{}
+	for field, d := range row.d.PrincipalDenials {
+		pop, _, name := f.of(row.info, f.name(field))
+		if byPop[pop] == nil {
+			byPop[pop] = map[string]ledger.Denials{}
+		}
+		cur := byPop[pop][name]
+		cur.Add(d)
+		byPop[pop][name] = cur
+		rest.Shadow, rest.Enforce, rest.Reserve = sub(rest.Shadow, d.Shadow), sub(rest.Enforce, d.Enforce), sub(rest.Reserve, d.Reserve)
+	}
+	own := f.def
+	if row.info.Principal != "" {
+		own = f.override(row.info.Principal)
+	}
+	ident := func(s string) string { return s }
+	for pop, per := range byPop {
+		var total ledger.Denials
+		for _, d := range per {
+			total.Add(d)
+		}
+		if pop == own {
+			total.Add(rest)
+		}
+		pop.deny(i, total, per, ident)
+	}
+	if byPop[own] == nil {
+		own.deny(i, rest, nil, ident)
+	}
+}
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// project scales a measured usage to the whole window, rounding up.
+func project(v uint64, factor float64) uint64 {
+	if factor == 1 {
 		return v
 	}
-	unit := uint64(1)
-	for v/unit >= 100 {
-		unit *= 10
-	}
-	if v%unit == 0 {
-		return v
-	}
-	return (v/unit + 1) * unit
+	return uint64(math.Ceil(float64(v) * factor))
 }
 
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// finish computes the cap's numbers from its populations.
+func (f *fill) finish(c *Cap, p plan, o Options) {
+	pr := f.def.finish(c.Cap)
+	c.PerWindow, c.Summary, c.WindowsCovered, c.DaysCovered = pr.perWindow, pr.summary, pr.covered, pr.daysCovered
+	c.Distribution, c.PrincipalPeaks = pr.distribution, pr.peaks
+	c.OverCapPrincipals, c.OverCapPrincipalsTotal = pr.over, len(pr.over)
+	if len(c.OverCapPrincipals) > o.TopN {
+		c.OverCapPrincipals = c.OverCapPrincipals[:o.TopN]
 	}
-	sort.Strings(out)
+	c.Outliers, c.OutliersTotal = pr.outliers[:min(len(pr.outliers), o.TopN)], len(pr.outliers)
+	if c.Window == ledger.PeriodHour.String() {
+		c.PerDay = rollUpDays(f.def, p)
+	}
+	if c.Summary.PrincipalWindows > 0 {
+		c.SuggestedCap, c.SuggestionBasis = suggest(append(pr.distribution, outlierValues(pr.outliers)...), c.Summary.Principals, f.a.info.Group, o)
+	} else {
+		c.NoData = noMeasurements(c, f.a.todayData, o)
+	}
+	for _, name := range sortedNames(f.overrides) {
+		op := f.overrides[name].finish(0)
+		ov := Override{Principal: name, Cap: f.a.info.Overrides[name][f.k].Cap, WindowsCovered: op.covered, DaysCovered: op.daysCovered, Summary: op.summary, PerWindow: op.perWindow}
+		if ov.Summary.PrincipalWindows > 0 {
+			ov.SuggestedCap, ov.SuggestionBasis = suggestPeak(op.summary.Max, "one principal with its own cap (override)", o.Headroom)
+		} else {
+			ov.NoData = noMeasurements(c, f.a.todayData, o)
+		}
+		c.WindowsCovered, c.DaysCovered = max(c.WindowsCovered, op.covered), max(c.DaysCovered, op.daysCovered)
+		c.Overridden = append(c.Overridden, ov)
+	}
+}
+
+func outlierValues(os []Outlier) []uint64 {
+	out := make([]uint64, len(os))
+	for i, o := range os {
+		out[i] = o.Value
+	}
 	return out
 }
 
-// dayAcc accumulates principal-days.
-type dayAcc struct {
-	values     []uint64
-	principals map[string]bool
-	total      uint64
-	over       int
-	above      uint64
-	would429   uint64
-	denied     uint64
-	// overNames are the principals over the cap that day.
-	overNames map[string]bool
+// rollUpDays sums an hour cap's windows per day, for tables: principal-hours,
+// the largest hour, hours over the cap, denials.
+func rollUpDays(pop *population, p plan) []WindowStats {
+	var out []WindowStats
+	var seen []map[string]bool
+	index := map[ledger.Day]int{}
+	for i, jw := range pop.windows {
+		d := ledger.WindowAt(ledger.PeriodDay, jw.w.Start(p.loc), p.loc)
+		k, ok := index[d.Day]
+		if !ok {
+			k = len(out)
+			index[d.Day] = k
+			out = append(out, WindowStats{Window: d.String()})
+			seen = append(seen, map[string]bool{})
+		}
+		s := pop.acc[i].stats()
+		ws := &out[k]
+		ws.Partial = ws.Partial || jw.partial
+		ws.PrincipalWindows += s.PrincipalWindows
+		ws.Max = max(ws.Max, s.Max)
+		ws.Total += s.Total
+		ws.OverCap += s.OverCap
+		ws.AboveCap += s.AboveCap
+		ws.Would429 += s.Would429
+		ws.Denied += s.Denied
+		ws.ReserveDenied += s.ReserveDenied
+		for n := range pop.acc[i].principals {
+			seen[k][n] = true
+		}
+		ws.Principals = len(seen[k])
+	}
+	for i := range out {
+		if out[i].PrincipalWindows > 0 {
+			out[i].LimitedShare = float64(out[i].OverCap) / float64(out[i].PrincipalWindows)
+		}
+	}
+	return out
 }
 
-func (d *dayAcc) add(used, capv uint64) {
-	if d.principals == nil {
-		d.principals = map[string]bool{}
+// noMeasurements says why a judged cap has no principal-windows.
+func noMeasurements(c *Cap, todayData bool, o Options) string {
+	switch {
+	case o.IncludeToday:
+		return "no measurements in " + c.Judged.Text
+	case todayData:
+		return "no measurements in " + c.Judged.Text + ": the report ends yesterday; today's traffic is not in it, use --include-today"
 	}
-	d.values = append(d.values, used)
-	d.total += used
-	// The service denies when the counter after adding is above the limit.
-	if capv > 0 && used > capv {
-		d.over++
-		d.above += used - capv
+	return "no measurements in " + c.Judged.Text
+}
+
+// noDataWhy says why a report (or a budget) has no measurements at all.
+func noDataWhy(r *Report, o Options, todayData bool) string {
+	switch {
+	case o.IncludeToday:
+		return fmt.Sprintf("no measurements in %s..%s nor today so far", r.From, r.PartialDay)
+	case todayData:
+		return fmt.Sprintf("no measurements in %s..%s: the window ends yesterday; today's traffic is not in it, use --include-today", r.From, r.To)
+	}
+	return fmt.Sprintf("no measurements in %s..%s (the window ends yesterday; today has none either)", r.From, r.To)
+}
+
+// summaryRow is a cap's line in the summary table.
+func summaryRow(b Budget, c Cap) SummaryRow {
+	over := c.OverCapPrincipalsTotal
+	would := c.Summary.Would429
+	for _, ov := range c.Overridden {
+		if ov.Summary.OverCap > 0 {
+			over++
+		}
+		would += ov.Summary.Would429
+	}
+	return SummaryRow{
+		Budget: b.Name, Window: c.Window, Measure: c.Measure, Currency: c.Currency, Cap: c.Cap, Mode: b.Mode,
+		Judged: c.Judged.Text, Projection: c.Judged.Projection != nil, PrincipalsOver: over, Would429: would,
+		SuggestedCap: c.SuggestedCap, Verdict: c.Verdict,
 	}
 }
 
-func (d *dayAcc) merge(o *dayAcc) {
-	d.values = append(d.values, o.values...)
-	d.total += o.total
-	d.over += o.over
-	d.above += o.above
-	d.would429 += o.would429
-	d.denied += o.denied
-}
-
-func (d *dayAcc) stats() Stats {
-	v := append([]uint64(nil), d.values...)
-	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-	s := Stats{
-		PrincipalDays: len(v), Principals: len(d.principals), TotalTokens: d.total,
-		OverCap: d.over, TokensAboveCap: d.above, Would429: d.would429, Denied: d.denied,
-		P50: Percentile(v, 50), P95: Percentile(v, 95), P99: Percentile(v, 99),
+// capLabel names a cap for people: "tokens per day", "USD per month".
+func capLabel(window, measure, currency string) string {
+	unit := "tokens"
+	if measure == MeasureCost {
+		unit = strings.TrimSpace(currency + " money")
+		if currency != "" {
+			unit = currency
+		}
 	}
-	if len(v) > 0 {
-		s.Max = v[len(v)-1]
-		s.LimitedShare = float64(d.over) / float64(len(v))
-	}
-	return s
-}
-
-// Percentile is the nearest-rank percentile of sorted values (0 when empty):
-// the smallest value with at least p% of the values at or below it.
-func Percentile(sorted []uint64, p int) uint64 {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := (p*n + 99) / 100 // ceil(p/100*n)
-	if rank < 1 {
-		rank = 1
-	}
-	return sorted[rank-1]
-}
-
-// SuggestCap returns the smallest cap C such that at most share of the
-// principal-days are above C (the service denies above the cap, not at it).
-// values need not be sorted. 0 when there are none.
-func SuggestCap(values []uint64, share float64) uint64 {
-	n := len(values)
-	if n == 0 {
-		return 0
-	}
-	v := append([]uint64(nil), values...)
-	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-	k := int(math.Floor(share*float64(n) + 1e-9)) // principal-days allowed above
-	if k >= n {
-		k = n - 1
-	}
-	return v[n-1-k]
+	return unit + " per " + window
 }

@@ -22,10 +22,10 @@ import (
 func chartCases() map[string]*Report {
 	out := map[string]*Report{}
 	mk := func(name string, capv uint64, usage func(i int) map[string]uint64) {
-		m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: name, Kind: KindTokens, Cap: capv}}, Budgets: map[string]BudgetInfo{name: {Mode: "shadow", Cap: capv}}}
-		var data []ledger.DayData
+		m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: name, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{name: {Mode: "shadow", Caps: dayCap(capv)}}}
+		var data []ledger.Data
 		for i := 0; i < 7; i++ {
-			data = append(data, ledger.DayData{Rule: ruleRun, Day: ledger.DayOf(now) - ledger.Day(7-i), Usage: usage(i), ShadowDenials: 3})
+			data = append(data, dd(ruleRun, ledger.DayOf(now)-ledger.Day(7-i), usage(i), ledger.Denials{Shadow: 3}, nil))
 		}
 		r, err := Build(data, m, Options{Now: now})
 		if err != nil {
@@ -41,11 +41,24 @@ func chartCases() map[string]*Report {
 		}
 		return u
 	})
-	// One runaway at 40x everyone else: log scale.
-	mk("runaway", 5_000_000, func(i int) map[string]uint64 {
+	// One principal at 40x everyone else but under the cap: a log scale.
+	mk("spread", 100_000_000, func(i int) map[string]uint64 {
 		u := map[string]uint64{"runaway": 80_000_000}
 		for p := 0; p < 30; p++ {
 			u[fmt.Sprintf("run-%d", p)] = uint64(100_000 + 60_000*p)
+		}
+		return u
+	})
+	// Two runaways over the cap among 800 principals: outliers, listed
+	// apart, do not squash the 800 into one bin.
+	mk("runaways", 5_000_000, func(i int) map[string]uint64 {
+		u := map[string]uint64{"runaway-1": 200_000_000, "runaway-2": 150_000_000 + uint64(i)}
+		for p := 0; p < 800; p++ {
+			u[fmt.Sprintf("run-%03d", p)] = uint64(500_000 + 5_000*p + 1_000*i)
+		}
+		// Ten heavy runs just over the cap: 1.5% of principal-days, not yet.
+		for p := 0; p < 10; p++ {
+			u[fmt.Sprintf("heavy-%d", p)] = uint64(5_100_000 + 40_000*p)
 		}
 		return u
 	})
@@ -144,51 +157,68 @@ func TestChartGeometry(t *testing.T) {
 	for name, r := range chartCases() {
 		t.Run(name, func(t *testing.T) {
 			h := renderHTML(t, r)
-			svg := regexp.MustCompile(`(?s)<svg class="chart".*?</svg>`).FindString(h)
-			if svg == "" {
-				t.Fatal("no chart")
-			}
-			w, ht, boxes, texts := svgLabels(t, svg)
-			if w != chartW || ht != chartH || len(texts) < 6 {
-				t.Fatalf("viewBox %vx%v, %d labels", w, ht, len(texts))
-			}
-			var all []string
-			for _, tx := range texts {
-				all = append(all, tx.Text)
-			}
-			joined := strings.Join(all, "|")
-			for _, want := range []string{"tokens per principal-day", "principal-days", "cap ", "suggested "} {
-				if !strings.Contains(joined, want) {
-					t.Errorf("no %q label in %q", want, joined)
+			for _, kind := range []string{"histogram", "days"} {
+				svg := regexp.MustCompile(`(?s)<svg class="chart" data-chart="` + kind + `".*?</svg>`).FindString(h)
+				if svg == "" {
+					t.Fatalf("no %s chart", kind)
 				}
+				checkLabels(t, kind, svg)
 			}
-			// Tick labels on both axes: "0" on y, and at least 3 numbers on x.
-			var xTicks, yTicks int
-			for _, tx := range texts {
-				if tx.Anchor == "end" && tx.X < plotLeft {
-					yTicks++
-				}
-				if tx.Y == chartH-plotBottom+xTickDY {
-					xTicks++
-				}
-			}
-			if xTicks < 3 || yTicks < 2 {
-				t.Errorf("ticks: %d on x, %d on y", xTicks, yTicks)
-			}
-			for i, b := range boxes {
-				if b.x0 < 0 || b.y0 < 0 || b.x1 > w || b.y1 > ht {
-					t.Errorf("label %q at %+v leaves the viewBox %vx%v", texts[i].Text, b, w, ht)
-				}
-				for j := i + 1; j < len(boxes); j++ {
-					if b.overlaps(boxes[j]) {
-						t.Errorf("labels %q and %q overlap: %+v %+v", texts[i].Text, texts[j].Text, b, boxes[j])
-					}
-				}
-			}
-			if log := strings.Contains(svg, `data-scale="log"`); log != (name == "runaway") {
+			svg := regexp.MustCompile(`(?s)<svg class="chart" data-chart="histogram".*?</svg>`).FindString(h)
+			if log := strings.Contains(svg, `data-scale="log"`); log != (name == "spread") {
 				t.Errorf("log scale %v for %s", log, name)
 			}
+			bins := strings.Count(svg, `<rect class="bar"`)
+			if name == "runaways" {
+				// The outliers are listed apart, and the 800 spread over the axis.
+				if bins < 12 || !strings.Contains(h, "<h4>Outliers, left out of the histogram</h4>") || !strings.Contains(svg, "(14 outliers listed apart)") {
+					t.Errorf("runaways: %d bins\n%s", bins, svg)
+				}
+			}
 		})
+	}
+}
+
+// checkLabels: every label of a chart is inside its viewBox and none
+// overlaps another; both axes have ticks and titles.
+func checkLabels(t *testing.T, kind, svg string) {
+	t.Helper()
+	w, ht, boxes, texts := svgLabels(t, svg)
+	if w != chartW || len(texts) < 5 {
+		t.Fatalf("%s: viewBox %vx%v, %d labels", kind, w, ht, len(texts))
+	}
+	var all []string
+	for _, tx := range texts {
+		all = append(all, tx.Text)
+	}
+	joined := strings.Join(all, "|")
+	want := map[string][]string{"histogram": {"tokens per principal-day", "principal-days (count)", "cap ", "suggested "}, "days": {"tokens per day, all principals", "tokens"}}[kind]
+	for _, s := range want {
+		if !strings.Contains(joined, s) {
+			t.Errorf("%s: no %q label in %q", kind, s, joined)
+		}
+	}
+	var xTicks, yTicks int
+	for _, tx := range texts {
+		if tx.Anchor == "end" && tx.X < plotLeft {
+			yTicks++
+		}
+		if tx.Y == ht-plotBottom+xTickDY {
+			xTicks++
+		}
+	}
+	if xTicks < 3 || yTicks < 2 {
+		t.Errorf("%s: ticks: %d on x, %d on y", kind, xTicks, yTicks)
+	}
+	for i, b := range boxes {
+		if b.x0 < 0 || b.y0 < 0 || b.x1 > w || b.y1 > ht {
+			t.Errorf("%s: label %q at %+v leaves the viewBox %vx%v", kind, texts[i].Text, b, w, ht)
+		}
+		for j := i + 1; j < len(boxes); j++ {
+			if b.overlaps(boxes[j]) {
+				t.Errorf("%s: labels %q and %q overlap: %+v %+v", kind, texts[i].Text, texts[j].Text, b, boxes[j])
+			}
+		}
 	}
 }
 
@@ -208,33 +238,40 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// Screenshot renders path at 1280 px wide in headless Chromium.
-func screenshot(t *testing.T, browser, page, out string) {
+// Screenshot renders page at 1280 px wide in headless Chromium.
+func screenshot(t *testing.T, browser, page, out string, height int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 		"--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir="+t.TempDir(),
-		"--hide-scrollbars", "--screenshot="+out, "--window-size=1280,900", "file://"+page)
+		"--hide-scrollbars", "--screenshot="+out, fmt.Sprintf("--window-size=1280,%d", height), "file://"+page)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("chromium: %v\n%s", err, b)
 	}
 }
 
+// TestChartScreenshot renders a report in a real browser and checks what a
+// reader sees: the summary's verdict colours at the top, the day chart's
+// bars, the histogram's bars and the cap line. BUDGETGEN_SCREENSHOT=FILE
+// keeps the PNG; BUDGETGEN_SCREENSHOT_CASE picks another shape.
 func TestChartScreenshot(t *testing.T) {
 	browser := chromium(t)
 	dir := t.TempDir()
-	which := "runaway"
+	which := "runaways"
 	if c := os.Getenv("BUDGETGEN_SCREENSHOT_CASE"); c != "" { // look at another case
 		which = c
 	}
 	r := chartCases()[which]
+	if r == nil {
+		t.Fatalf("no case %q", which)
+	}
 	page := filepath.Join(dir, "report.html")
 	if err := os.WriteFile(page, []byte(renderHTML(t, r)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "report.png")
-	screenshot(t, browser, page, out)
+	screenshot(t, browser, page, out, 1400)
 	if dst := os.Getenv("BUDGETGEN_SCREENSHOT"); dst != "" { // to look at it
 		b, _ := os.ReadFile(out)
 		_ = os.WriteFile(dst, b, 0o644)
@@ -251,29 +288,36 @@ func TestChartScreenshot(t *testing.T) {
 	if w := img.Bounds().Dx(); w != 1280 {
 		t.Fatalf("screenshot %d px wide", w)
 	}
-	// Not blank: the bars' blue and the cap's red are on the page.
-	near := func(r, g, b uint32, R, G, B int) bool {
+	near := func(r, g, b uint32, c [3]int) bool {
 		d := func(a uint32, c int) int { x := int(a>>8) - c; return max(x, -x) }
-		return d(r, R) < 24 && d(g, G) < 24 && d(b, B) < 24
+		return d(r, c[0]) < 24 && d(g, c[1]) < 24 && d(b, c[2]) < 24
 	}
-	var bars, capPx, colors = 0, 0, map[[3]uint32]bool{}
+	colours := map[string][3]int{"bar": {0x4a, 0x7b, 0xd0}, "cap": {0xc0, 0x39, 0x2b}, "daybar": {0x7d, 0x5b, 0xa6}, "not-yet": {0xfd, 0xf0, 0xdc}}
+	count, firstY := map[string]int{}, map[string]int{}
+	distinct := map[[3]uint32]bool{}
 	bnd := img.Bounds()
 	for y := bnd.Min.Y; y < bnd.Max.Y; y++ {
 		for x := bnd.Min.X; x < bnd.Max.X; x++ {
 			r, g, b, _ := img.At(x, y).RGBA()
-			colors[[3]uint32{r >> 8, g >> 8, b >> 8}] = true
-			if near(r, g, b, 0x4a, 0x7b, 0xd0) {
-				bars++
-			}
-			if near(r, g, b, 0xc0, 0x39, 0x2b) {
-				capPx++
+			distinct[[3]uint32{r >> 8, g >> 8, b >> 8}] = true
+			for name, c := range colours {
+				if near(r, g, b, c) {
+					if count[name] == 0 {
+						firstY[name] = y
+					}
+					count[name]++
+				}
 			}
 		}
 	}
-	if which != "runaway" {
+	if which != "runaways" {
 		return
 	}
-	if bars < 200 || capPx < 100 || len(colors) < 20 {
-		t.Fatalf("screenshot looks blank: %d bar pixels, %d cap pixels, %d colours", bars, capPx, len(colors))
+	if count["bar"] < 2000 || count["cap"] < 100 || count["daybar"] < 2000 || count["not-yet"] < 200 || len(distinct) < 20 {
+		t.Fatalf("screenshot lacks parts: %v pixels, %d colours", count, len(distinct))
+	}
+	// Read top down: the verdict, then the days, then the distribution.
+	if firstY["not-yet"] >= firstY["daybar"] || firstY["daybar"] >= firstY["bar"] {
+		t.Fatalf("order on the page: %v", firstY)
 	}
 }

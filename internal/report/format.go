@@ -51,25 +51,53 @@ func group(n uint64) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", f*100) }
 
-// amount formats a number of a budget: tokens, or money in 1/10,000 units.
-func (b *Budget) amount(v uint64) string {
-	if b.Currency == "" {
+// amountText formats an amount of a cap: tokens, or money in 1/10,000 units
+// of currency ("USD 12.3400").
+func amountText(v uint64, measure, currency string) string {
+	if measure != MeasureCost {
 		return group(v)
 	}
-	return fmt.Sprintf("%s %s.%04d", b.Currency, group(v/10000), v%10000)
+	return fmt.Sprintf("%s %s.%04d", currency, group(v/10000), v%10000)
 }
 
-// capOf is a budget's cap as text ("unknown" when 0).
-func (b *Budget) capOf() string {
-	if b.Cap == 0 || b.Currency == "" {
-		return capText(b.Cap)
-	}
-	return b.amount(b.Cap)
-}
+// amount formats an amount of the cap.
+func (c *Cap) amount(v uint64) string { return amountText(v, c.Measure, c.Currency) }
 
-func capText(c uint64) string {
-	if c == 0 {
+// capOf is the cap as text ("unknown" when 0).
+func (c *Cap) capOf() string {
+	if c.Cap == 0 {
 		return "unknown"
 	}
-	return group(c)
+	return c.amount(c.Cap)
+}
+
+// label is the cap's unit and window: "tokens per day", "USD per month".
+func (c *Cap) label() string { return capLabel(c.Window, c.Measure, c.Currency) }
+
+// rowCap is a summary row's cap as text.
+func (s SummaryRow) capText() string {
+	if s.Cap == 0 {
+		return "unknown"
+	}
+	return amountText(s.Cap, s.Measure, s.Currency)
+}
+
+// suggestedText is a summary row's suggestion as text ("-" without one).
+func (s SummaryRow) suggestedText() string {
+	if s.SuggestedCap == 0 {
+		return "-"
+	}
+	return amountText(s.SuggestedCap, s.Measure, s.Currency)
+}
+
+// why429 is a principal's would-be 429s: a lower bound ("at least N") when
+// the ledger lacks some principals' counts, "unknown" when that bound is 0.
+func would429Text(p PrincipalOver) string {
+	switch {
+	case p.Would429Exact:
+		return fmt.Sprintf("%d", p.Would429)
+	case p.Would429 == 0:
+		return "unknown"
+	}
+	return fmt.Sprintf(">=%d", p.Would429)
 }

@@ -7,54 +7,32 @@ import (
 	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
-// WriteMarkdown writes the report for a pull request or an issue: a summary
-// table of budgets, then per budget a table per day, the principals over the
-// cap and the override principals.
+// WriteMarkdown writes the report for a pull request or an issue: the
+// summary table (one row per cap with its verdict), then per budget and cap
+// a table per window, the principals over the cap, the outliers and the
+// override principals.
 func WriteMarkdown(w io.Writer, r *Report) error {
 	ew := &errWriter{w: w}
 	ew.printf("# Shadow measurements %s\n\n", md(windowText(r)))
-	ew.printf("%s, generated %s. Suggested caps keep at most %s of principal-days over the cap; a cap based on a peak adds a headroom of x%.2f.\n\n", daysText(r), r.GeneratedAt.Format("2006-01-02T15:04:05Z"), pct(r.TargetLimitedShare), r.Headroom)
+	ew.printf("%s (%s), generated %s. Suggested caps keep at most %s of principal-windows over the cap; a cap based on a peak adds a headroom of x%.2f. A cap is ready to promote with under %s of principal-windows over it after %d full days.\n\n",
+		daysText(r), md(r.TimeZone), r.GeneratedAt.Format("2006-01-02T15:04:05Z"), pct(r.TargetLimitedShare), r.Headroom, pct(r.MaxLimitedShare), r.RequiredDays)
 	if r.NoData != "" {
 		ew.printf("**%s**\n\n", md(r.NoData))
 	}
-	ew.printf("| budget | mode | cap | days | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied | suggested cap |\n")
-	ew.printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for i := range r.Budgets {
-		b := &r.Budgets[i]
-		s := b.Summary
-		ew.printf("| %s | %s | %s | %d/%d | %d | %s | %s | %s | %s | %d (%s) | %s | %d | %d | %s |\n",
-			md(b.Name), md(b.Mode), b.capOf(), b.DaysCovered, r.Days, s.Principals, b.amount(s.P50), b.amount(s.P95), b.amount(s.P99), b.amount(s.Max),
-			s.OverCap, pct(s.LimitedShare), b.amount(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(b.SuggestedCap, b.NoData))
+	ew.printf("| budget | window | cap | mode | principals over | would-be 429s | suggested cap | verdict |\n")
+	ew.printf("|---|---|---:|---|---:|---:|---:|---|\n")
+	for _, s := range r.Summary {
+		ew.printf("| %s | %s | %s | %s | %d | %d | %s | %s |\n", md(s.Budget), md(s.Window+projMark(s.Projection)), md(s.capText()), md(orDash(s.Mode)), s.PrincipalsOver, s.Would429, md(s.suggestedText()), md(verdictLine(s.Verdict)))
 	}
 	for i := range r.Budgets {
 		b := &r.Budgets[i]
 		ew.printf("\n## %s\n\n", md(b.Name))
+		ew.printf("%s.\n", md(verdictLine(b.Verdict)))
 		if b.NoData != "" {
-			ew.printf("%s.\n\n", md(b.NoData))
-		} else {
-			ew.printf("Suggested cap **%s**: %s.\n\n", b.amount(b.SuggestedCap), md(b.SuggestionBasis))
-			ew.printf("| day | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied |\n")
-			ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-			for _, d := range b.PerDay {
-				ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |\n", md(dayText(d)), d.Principals, b.amount(d.P50), b.amount(d.P95), b.amount(d.P99), b.amount(d.Max), d.OverCap, b.amount(d.TokensAboveCap), d.Would429, d.Denied)
-			}
+			ew.printf("\n%s.\n", md(b.NoData))
 		}
-		if b.OverCapPrincipalsTotal > 0 {
-			ew.printf("\nPrincipals over the cap (%s):\n\n", topText(len(b.OverCapPrincipals), b.OverCapPrincipalsTotal))
-			ew.printf("| principal | cap | days over | above cap | max day | would-be 429s |\n")
-			ew.printf("|---|---:|---|---:|---:|---:|\n")
-			for _, p := range b.OverCapPrincipals {
-				ew.printf("| %s | %s | %d (%s) | %s | %s | %s |\n", md(p.Principal), b.amount(p.Cap), len(p.DaysOver), strings.Join(p.DaysOver, ", "), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), md(would429Text(p)))
-			}
-		}
-		if len(b.Overridden) > 0 {
-			ew.printf("\nOverride principals, each against its own cap:\n\n")
-			ew.printf("| principal | own cap | days | max | over cap | above cap | would-be 429s | denied | suggested cap |\n")
-			ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-			for _, ov := range b.Overridden {
-				s := ov.Summary
-				ew.printf("| %s | %s | %d/%d | %s | %d | %s | %d | %d | %s |\n", md(ov.Principal), capText(ov.Cap), ov.DaysCovered, r.Days, b.amount(s.Max), s.OverCap, b.amount(s.TokensAboveCap), s.Would429, s.Denied, suggestionText(ov.SuggestedCap, ov.NoData))
-			}
+		for j := range b.Caps {
+			writeMarkdownCap(ew, &b.Caps[j])
 		}
 	}
 	if len(r.Warnings) > 0 {
@@ -66,13 +44,65 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return ew.err
 }
 
+func writeMarkdownCap(ew *errWriter, c *Cap) {
+	ew.printf("\n### %s %s\n\nJudged on %s.", md(c.capOf()), md(c.label()), md(c.Judged.Text))
+	for _, n := range c.Verdict.Notes {
+		ew.printf(" Note: %s.", md(n))
+	}
+	ew.printf("\n\n")
+	if c.NoData != "" {
+		ew.printf("%s.\n", md(c.NoData))
+	} else {
+		ew.printf("Suggested cap **%s**: %s.\n\n", md(c.amount(c.SuggestedCap)), md(c.SuggestionBasis))
+		writeMarkdownWindows(ew, c)
+	}
+	if c.OverCapPrincipalsTotal > 0 {
+		ew.printf("\nPrincipals over the cap (%s):\n\n", topText(len(c.OverCapPrincipals), c.OverCapPrincipalsTotal))
+		ew.printf("| principal | cap | %ss over | above cap | max %s | would-be 429s |\n", c.Window, c.Window)
+		ew.printf("|---|---:|---|---:|---:|---:|\n")
+		for _, p := range c.OverCapPrincipals {
+			ew.printf("| %s | %s | %d (%s) | %s | %s | %s |\n", md(p.Principal), md(c.amount(p.Cap)), len(p.WindowsOver), md(strings.Join(p.WindowsOver, ", ")), md(c.amount(p.AboveCap)), md(c.amount(p.MaxWindow)), md(would429Text(p)))
+		}
+	}
+	if len(c.Outliers) > 0 {
+		ew.printf("\nOutliers (left out of the distribution):\n\n| principal | %s | usage | cap |\n|---|---|---:|---:|\n", c.Window)
+		for _, o := range c.Outliers {
+			ew.printf("| %s | %s | %s | %s |\n", md(o.Principal), md(o.Window), md(c.amount(o.Value)), md(c.amount(o.Cap)))
+		}
+	}
+	if len(c.Overridden) > 0 {
+		ew.printf("\nOverride principals, each against its own cap:\n\n")
+		ew.printf("| principal | own cap | %ss | max | over cap | above cap | would-be 429s | denied | suggested cap |\n", c.Window)
+		ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, ov := range c.Overridden {
+			s := ov.Summary
+			ew.printf("| %s | %s | %d | %s | %d | %s | %d | %d | %s |\n", md(ov.Principal), md(c.amount(ov.Cap)), ov.WindowsCovered, md(c.amount(s.Max)), s.OverCap, md(c.amount(s.AboveCap)), s.Would429, s.Denied, md(suggestionText(c, ov.SuggestedCap, ov.NoData)))
+		}
+	}
+}
+
+func writeMarkdownWindows(ew *errWriter, c *Cap) {
+	if c.PerDay != nil {
+		ew.printf("| day | principal-hours | max hour | hours over | above cap | would-be 429s | denied |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, d := range c.PerDay {
+			ew.printf("| %s | %d | %s | %d | %s | %d | %d |\n", md(dateText(d.Window, d.Partial)), d.PrincipalWindows, md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied)
+		}
+		return
+	}
+	ew.printf("| %s | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied |\n", c.Window)
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, d := range c.PerWindow {
+		ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |\n", md(dateText(d.Window, d.Partial)), d.Principals, md(c.amount(d.P50)), md(c.amount(d.P95)), md(c.amount(d.P99)), md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied)
+	}
+}
+
 // suggestionText is the suggested cap, or "none" without data (never a 0
 // that reads as "cap everything").
-func suggestionText(c uint64, noData string) string {
+func suggestionText(c *Cap, v uint64, noData string) string {
 	if noData != "" {
 		return "none (no data)"
 	}
-	return group(c)
+	return c.amount(v)
 }
 
 // md escapes the characters that would break a table cell or add markup.

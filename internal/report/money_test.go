@@ -26,9 +26,9 @@ spec:
       limits: [{tokens: 1000000, per: day}, {cost: 50, per: day}]
 `
 
-// TestMoneyBudgetInMoney: a daily cost limit is reported as a budget of its
-// own whose cap and usage read in the currency, apart from the token rule.
-func TestMoneyBudgetInMoney(t *testing.T) {
+// TestMoneyBesideTokens: a daily cost limit is a cap of its own budget,
+// whose cap and usage read in the currency, next to the token cap.
+func TestMoneyBesideTokens(t *testing.T) {
 	bs, err := spec.Load([]byte(moneySpec), "spend.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -39,41 +39,40 @@ func TestMoneyBudgetInMoney(t *testing.T) {
 	}
 	dom := "ai-gateway/spend-agent-router"
 	day := ledger.DayOf(now) - 1
-	data := []ledger.DayData{
-		{Rule: ledger.RuleID{Domain: dom, Rule: dom + "/rule/0"}, Day: day, Usage: map[string]uint64{ledger.EncodePrincipal1("red"): 700_000}},
-		{Rule: ledger.RuleID{Domain: dom, Rule: dom + "/rule/1"}, Day: day, Usage: map[string]uint64{ledger.EncodePrincipal1("red"): 123_456}}, // EUR 12.3456
+	data := []ledger.Data{
+		{Rule: ledger.RuleID{Domain: dom, Rule: dom + "/rule/0"}, Window: ledger.DayWindow(day), Usage: map[string]uint64{ledger.EncodePrincipal1("red"): 700_000}},
+		{Rule: ledger.RuleID{Domain: dom, Rule: dom + "/rule/1"}, Window: ledger.DayWindow(day), Usage: map[string]uint64{ledger.EncodePrincipal1("red"): 123_456}}, // EUR 12.3456
 	}
 	r, err := Build(data, m, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var money, tokens *Budget
-	for i := range r.Budgets {
-		switch r.Budgets[i].Name {
-		case "per-team (EUR)":
-			money = &r.Budgets[i]
-		case "per-team":
-			tokens = &r.Budgets[i]
-		}
+	if len(r.Budgets) != 1 || r.Budgets[0].Name != "per-team" {
+		t.Fatalf("budgets %+v, want per-team once", r.Budgets)
 	}
-	if money == nil || tokens == nil {
-		t.Fatalf("budgets %+v, want per-team and per-team (EUR)", r.Budgets)
-	}
+	b := r.Budgets[0]
+	money, tokens := capOf(t, b, "day", MeasureCost), capOf(t, b, "day", MeasureTokens)
 	if money.Currency != "EUR" || money.Cap != 500_000 || money.Summary.Max != 123_456 || tokens.Summary.Max != 700_000 || tokens.Currency != "" {
 		t.Fatalf("money %+v tokens %+v", money, tokens)
+	}
+	if d := b.Daily[6]; d.Tokens != 700_000 || d.Money != 123_456 || d.Currency != "EUR" {
+		t.Fatalf("day totals %+v", d)
 	}
 	var buf bytes.Buffer
 	if err := WriteText(&buf, r); err != nil {
 		t.Fatal(err)
 	}
-	if out := buf.String(); !strings.Contains(out, "cap EUR 50.0000/day") || !strings.Contains(out, "max EUR 12.3456") || !strings.Contains(out, "max 700,000") {
-		t.Fatalf("text report does not show money in money:\n%s", out)
+	if out := buf.String(); !strings.Contains(out, "cap EUR 50.0000 EUR per day") || !strings.Contains(out, "max EUR 12.3456") || !strings.Contains(out, "max 700,000") ||
+		!strings.Contains(out, "2026-10-23 700,000 tokens (EUR 12.3456)") {
+		t.Fatalf("text report does not show money beside tokens:\n%s", out)
 	}
-	buf.Reset()
-	if err := WriteMarkdown(&buf, r); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "EUR 50.0000") {
-		t.Fatalf("markdown report:\n%s", buf.String())
+	for _, w := range []Writer{WriteMarkdown, WriteHTML} {
+		buf.Reset()
+		if err := w(&buf, r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "EUR 50.0000") || !strings.Contains(buf.String(), "EUR 12.3456") {
+			t.Fatalf("report:\n%s", buf.String())
+		}
 	}
 }

@@ -29,48 +29,61 @@ var (
 	ruleOld = ledger.RuleID{Domain: "ai-gateway/old", Rule: "ai-gateway/old/rule/0"}
 )
 
+func dayCap(c uint64) map[CapKey]CapInfo {
+	return map[CapKey]CapInfo{{ledger.PeriodDay, MeasureTokens}: {Cap: c}}
+}
+
 func mapping() Mapping {
+	tok := func(budget, principal string) RuleInfo {
+		return RuleInfo{Budget: budget, Kind: KindTokens, Principal: principal, Measure: MeasureTokens, Scale: 1}
+	}
 	return Mapping{
 		Rules: map[ledger.RuleID]RuleInfo{
-			ruleRun: {Budget: "per-run", Kind: KindTokens, Cap: 1000},
-			ruleKey: {Budget: "per-api-key", Kind: KindTokens, Cap: 500},
-			ruleOvr: {Budget: "per-api-key", Kind: KindTokens, Principal: "acme-batch", Cap: 5000},
+			ruleRun: tok("per-run", ""),
+			ruleKey: tok("per-api-key", ""),
+			ruleOvr: tok("per-api-key", "acme-batch"),
 			ruleKS:  {Budget: "frontier", Kind: KindKillSwitch},
 		},
 		Budgets: map[string]BudgetInfo{
-			"per-run":     {Mode: "shadow", Cap: 1000},
-			"per-api-key": {Mode: "enforce", Cap: 500, Overrides: map[string]uint64{"acme-batch": 5000}},
-			"frontier":    {Mode: "shadow", Cap: 100000},
+			"per-run":     {Mode: "shadow", Caps: dayCap(1000)},
+			"per-api-key": {Mode: "enforce", Caps: dayCap(500), Overrides: map[string]map[CapKey]CapInfo{"acme-batch": dayCap(5000)}},
+			"frontier":    {Mode: "shadow", Caps: dayCap(100000)},
 		},
 	}
+}
+
+// dd is one rule-day of ledger data.
+func dd(rule ledger.RuleID, d ledger.Day, usage map[string]uint64, denials ledger.Denials, per map[string]ledger.Denials) ledger.Data {
+	return ledger.Data{Rule: rule, Window: ledger.DayWindow(d), Usage: usage, Denials: denials, PrincipalDenials: per}
 }
 
 // data: 7 days of per-run with 10 steady principals at 100*i, one runaway
 // (run-x) at 3000 on the last two days; per-api-key with client a at 400 and
 // acme-batch (override rule) at 4000..6000.
-func data() []ledger.DayData {
-	var out []ledger.DayData
+func data() []ledger.Data {
+	var out []ledger.Data
 	first := ledger.DayOf(now) - 7
 	for i := 0; i < 7; i++ {
 		d := first + ledger.Day(i)
-		run := ledger.DayData{Rule: ruleRun, Day: d, Usage: map[string]uint64{}}
+		run := dd(ruleRun, d, map[string]uint64{}, ledger.Denials{}, nil)
 		for p := 1; p <= 10; p++ {
 			run.Usage[ledger.EncodePrincipal([]string{"run-" + string(rune('a'+p))})] = uint64(100 * p)
 		}
 		if i >= 5 {
 			run.Usage["run-x"] = 3000
-			run.ShadowDenials = 4
+			run.Denials.Shadow = 4
+			run.PrincipalDenials = map[string]ledger.Denials{"run-x": {Shadow: 4}}
 		}
-		out = append(out, run)
-		out = append(out, ledger.DayData{Rule: ruleKey, Day: d, Usage: map[string]uint64{"a": 400}})
-		out = append(out, ledger.DayData{Rule: ruleOvr, Day: d, Usage: map[string]uint64{"": uint64(4000 + 333*i)}, EnforceDenials: uint64(i / 4)})
-		out = append(out, ledger.DayData{Rule: ruleKS, Day: d, ShadowDenials: 9})
+		out = append(out, run,
+			dd(ruleKey, d, map[string]uint64{"a": 400}, ledger.Denials{}, nil),
+			dd(ruleOvr, d, map[string]uint64{"": uint64(4000 + 333*i)}, ledger.Denials{Enforce: uint64(i / 4)}, nil),
+			dd(ruleKS, d, nil, ledger.Denials{Shadow: 9}, nil))
 	}
 	// Outside the window: ignored.
-	out = append(out, ledger.DayData{Rule: ruleRun, Day: first - 1, Usage: map[string]uint64{"run-z": 1 << 40}})
-	out = append(out, ledger.DayData{Rule: ruleRun, Day: first + 7, Usage: map[string]uint64{"run-z": 1 << 40}})
+	out = append(out, dd(ruleRun, first-1, map[string]uint64{"run-z": 1 << 40}, ledger.Denials{}, nil))
+	out = append(out, dd(ruleRun, first+7, map[string]uint64{"run-z": 1 << 40}, ledger.Denials{}, nil))
 	// A rule the spec does not know.
-	out = append(out, ledger.DayData{Rule: ruleOld, Day: first + 3, Usage: map[string]uint64{"q": 7}})
+	out = append(out, dd(ruleOld, first+3, map[string]uint64{"q": 7}, ledger.Denials{}, nil))
 	return out
 }
 
@@ -94,10 +107,22 @@ func find(t *testing.T, r *Report, name string) Budget {
 	return Budget{}
 }
 
+// capOf is a budget's cap of a window and measure.
+func capOf(t *testing.T, b Budget, window, measure string) Cap {
+	t.Helper()
+	for _, c := range b.Caps {
+		if c.Window == window && c.Measure == measure {
+			return c
+		}
+	}
+	t.Fatalf("budget %s has no %s per %s cap: %+v", b.Name, measure, window, b.Caps)
+	return Cap{}
+}
+
 func TestBuildNumbers(t *testing.T) {
 	r := build(t)
-	if r.From != "2026-10-17" || r.To != "2026-10-23" || r.Days != 7 {
-		t.Fatalf("window %s..%s %d", r.From, r.To, r.Days)
+	if r.From != "2026-10-17" || r.To != "2026-10-23" || r.Days != 7 || r.TimeZone != "UTC" {
+		t.Fatalf("window %s..%s %d %s", r.From, r.To, r.Days, r.TimeZone)
 	}
 	names := []string{}
 	for _, b := range r.Budgets {
@@ -106,18 +131,26 @@ func TestBuildNumbers(t *testing.T) {
 	if !reflect.DeepEqual(names, []string{"frontier", "per-api-key", "per-run", "rule ai-gateway/old/rule/0"}) {
 		t.Fatalf("budgets %v", names)
 	}
-	run := find(t, r, "per-run")
+	checkPerRun(t, r)
+	checkPerAPIKey(t, r)
+	checkFrontierAndSummary(t, r)
+}
+
+// checkPerRun: 10 steady principals and a runaway over its cap two days.
+func checkPerRun(t *testing.T, r *Report) {
+	t.Helper()
+	run := capOf(t, find(t, r, "per-run"), "day", MeasureTokens)
 	s := run.Summary
 	// 70 steady principal-days (100..1000 each day) + 2 runaway ones.
-	if s.PrincipalDays != 72 || s.Principals != 11 || s.Max != 3000 || s.OverCap != 2 || s.TokensAboveCap != 4000 || s.Would429 != 8 || s.Denied != 0 {
+	if s.PrincipalWindows != 72 || s.Principals != 11 || s.Max != 3000 || s.OverCap != 2 || s.AboveCap != 4000 || s.Would429 != 8 || s.Denied != 0 {
 		t.Fatalf("per-run summary %+v", s)
 	}
 	// Sorted values: 7 each of 100..1000, then 3000, 3000. p50: rank 36 -> 600 (29..35 are 500); p95: rank 69 -> 1000; p99: rank 72 -> 3000.
 	if s.P50 != 600 || s.P95 != 1000 || s.P99 != 3000 {
 		t.Fatalf("percentiles %d %d %d", s.P50, s.P95, s.P99)
 	}
-	if s.LimitedShare != 2.0/72 || run.DaysCovered != 7 {
-		t.Fatalf("share %v covered %d", s.LimitedShare, run.DaysCovered)
+	if s.LimitedShare != 2.0/72 || run.DaysCovered != 7 || run.WindowsCovered != 7 || run.Judged.Text != "7 days 2026-10-17..2026-10-23" {
+		t.Fatalf("share %v covered %d %q", s.LimitedShare, run.DaysCovered, run.Judged.Text)
 	}
 	// 11 principals: too few for a percentile, so the peak x 1.2 headroom.
 	if run.SuggestedCap != 3600 || !strings.Contains(run.SuggestionBasis, "observed peak 3,000 x headroom 1.20: 11 principals") {
@@ -126,14 +159,23 @@ func TestBuildNumbers(t *testing.T) {
 	if len(run.OverCapPrincipals) != 1 || run.OverCapPrincipalsTotal != 1 {
 		t.Fatalf("over-cap principals %+v", run.OverCapPrincipals)
 	}
-	if po := run.OverCapPrincipals[0]; po.Principal != "run-x" || po.Cap != 1000 || !reflect.DeepEqual(po.DaysOver, []string{"2026-10-22", "2026-10-23"}) ||
-		po.TokensAboveCap != 4000 || po.MaxDay != 3000 || po.Would429 != 8 || !po.Would429Exact {
+	if po := run.OverCapPrincipals[0]; po.Principal != "run-x" || po.Cap != 1000 || !reflect.DeepEqual(po.WindowsOver, []string{"2026-10-22", "2026-10-23"}) ||
+		po.AboveCap != 4000 || po.MaxWindow != 3000 || po.Would429 != 8 || !po.Would429Exact {
 		t.Fatalf("run-x %+v", po)
 	}
-	if day := run.PerDay[6]; day.Date != "2026-10-23" || day.Principals != 11 || day.OverCap != 1 || day.Would429 != 4 {
+	if day := run.PerWindow[6]; day.Window != "2026-10-23" || day.Principals != 11 || day.OverCap != 1 || day.Would429 != 4 {
 		t.Fatalf("last day %+v", day)
 	}
-	key := find(t, r, "per-api-key")
+	// 2 of 72 principal-days over: not ready, with the suggestion.
+	if v := run.Verdict; v.Status != VerdictNotYet || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "2 of 72 principal-days over the cap (2.78%), not under 1.00%: raise it to the suggested 3,600") {
+		t.Fatalf("per-run verdict %+v", v)
+	}
+}
+
+// checkPerAPIKey: the default rule's population apart from the override's.
+func checkPerAPIKey(t *testing.T, r *Report) {
+	t.Helper()
+	key := capOf(t, find(t, r, "per-api-key"), "day", MeasureTokens)
 	// The default rule's population is client a alone; acme-batch is its own.
 	if key.Summary.OverCap != 0 || key.Summary.Denied != 0 || key.Summary.Principals != 1 || key.Summary.Max != 400 || key.OverCapPrincipalsTotal != 0 {
 		t.Fatalf("per-api-key default %+v", key.Summary)
@@ -147,24 +189,42 @@ func TestBuildNumbers(t *testing.T) {
 		t.Fatalf("overridden %+v", key.Overridden)
 	}
 	ov := key.Overridden[0]
-	if ov.Principal != "acme-batch" || ov.Cap != 5000 || ov.Summary.OverCap != 3 || ov.Summary.TokensAboveCap != 332+665+998 || ov.Summary.Denied != 3 || ov.DaysCovered != 7 ||
+	if ov.Principal != "acme-batch" || ov.Cap != 5000 || ov.Summary.OverCap != 3 || ov.Summary.AboveCap != 332+665+998 || ov.Summary.Denied != 3 || ov.WindowsCovered != 7 ||
 		ov.SuggestedCap != 7200 || !strings.Contains(ov.SuggestionBasis, "override") {
 		t.Fatalf("acme-batch %+v", ov)
 	}
-	fr := find(t, r, "frontier")
-	if fr.Summary.PrincipalDays != 0 || fr.DaysCovered != 0 || fr.Summary.Would429 != 0 {
+	if key.Verdict.Status != VerdictEnforced || find(t, r, "per-api-key").Verdict.Status != VerdictEnforced {
+		t.Fatalf("an enforced budget: %+v", key.Verdict)
+	}
+}
+
+// checkFrontierAndSummary: a budget without data, the warnings, the
+// summary rows and a budget's days.
+func checkFrontierAndSummary(t *testing.T, r *Report) {
+	t.Helper()
+	fr := capOf(t, find(t, r, "frontier"), "day", MeasureTokens)
+	if fr.Summary.PrincipalWindows != 0 || fr.DaysCovered != 0 || fr.Summary.Would429 != 0 {
 		t.Fatalf("kill switch rule counted as tokens: %+v", fr)
 	}
-	if fr.SuggestedCap != 0 || fr.NoData == "" || r.NoData != "" {
+	if fr.SuggestedCap != 0 || fr.NoData == "" || r.NoData != "" || fr.Verdict.Status != VerdictNotYet {
 		t.Fatalf("frontier without data: %+v; report %q", fr, r.NoData)
 	}
 	want := []string{
-		"budget frontier: measurements on 0 of 7 days (2026-10-17..2026-10-23); a promotion needs 7 full days",
-		"budget rule ai-gateway/old/rule/0: measurements on 1 of 7 days (2026-10-17..2026-10-23); a promotion needs 7 full days",
+		"budget frontier: day cap measured on 0 of 7 days (2026-10-17..2026-10-23); a promotion needs 7 full days",
+		"budget rule ai-gateway/old/rule/0: day cap measured on 1 of 7 days (2026-10-17..2026-10-23); a promotion needs 7 full days",
 		"rule ai-gateway/old/rule/0 (domain ai-gateway/old) has measurements but no budget in the spec: stale policy or another spec",
 	}
 	if !reflect.DeepEqual(r.Warnings, want) {
 		t.Fatalf("warnings %q", r.Warnings)
+	}
+	// The summary: one row per cap, in budget order.
+	if len(r.Summary) != 4 || r.Summary[2].Budget != "per-run" || r.Summary[2].PrincipalsOver != 1 || r.Summary[2].Would429 != 8 ||
+		r.Summary[2].SuggestedCap != 3600 || r.Summary[2].Verdict.Status != VerdictNotYet || r.Summary[1].PrincipalsOver != 1 {
+		t.Fatalf("summary %+v", r.Summary)
+	}
+	// The days of a budget: tokens and the largest principal per day.
+	if d := find(t, r, "per-run").Daily; len(d) != 7 || d[6].Tokens != 5500+3000 || d[6].MaxPrincipal != 3000 || d[6].PrincipalsOver != 1 || d[6].Would429 != 4 || d[6].Cap != 1000 {
+		t.Fatalf("daily %+v", d)
 	}
 }
 
@@ -270,7 +330,7 @@ func TestJSONRoundTripsAsEvidence(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Version != FormatVersion || len(back.Budgets) != 4 || back.Budgets[2].Summary.OverCap != 2 || len(back.Budgets[2].PerDay) != 7 {
+	if back.Version != FormatVersion || len(back.Budgets) != 4 || back.Budgets[2].Caps[0].Summary.OverCap != 2 || len(back.Budgets[2].Caps[0].PerWindow) != 7 {
 		t.Fatalf("%+v", back)
 	}
 }
@@ -281,37 +341,52 @@ func TestHTMLElements(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := buf.String()
-	if n := strings.Count(h, "<svg "); n != 3 { // per-api-key, per-run, the unmapped rule; frontier has no data
-		t.Fatalf("%d charts", n)
+	// A histogram per cap with data (per-api-key, per-run, the unmapped
+	// rule; frontier has none), and a chart of days per budget with data.
+	if n := strings.Count(h, `data-chart="histogram"`); n != 3 {
+		t.Fatalf("%d histograms", n)
+	}
+	if n := strings.Count(h, `data-chart="days"`); n != 3 {
+		t.Fatalf("%d day charts", n)
+	}
+	// The summary table comes first, before any budget section.
+	if s, b := strings.Index(h, `<table class="summary">`), strings.Index(h, `<section class="budget"`); s < 0 || s > b {
+		t.Fatal("the summary table is not first")
+	}
+	if !strings.Contains(h, `<td class="verdict v-not-yet">not yet<br>2 of 72 principal-days over the cap`) || !strings.Contains(h, `<td class="verdict v-enforced">enforced</td>`) {
+		t.Fatal("summary verdicts missing")
 	}
 	for _, name := range []string{"per-run", "per-api-key"} {
-		re := regexp.MustCompile(`(?s)<svg class="chart" data-budget="` + name + `".*?</svg>`)
+		re := regexp.MustCompile(`(?s)<section class="budget" id="budget-` + name + `">.*?<svg class="chart" data-chart="histogram".*?</svg>`)
 		svg := re.FindString(h)
 		if svg == "" {
 			t.Fatalf("no chart for %s", name)
 		}
+		svg = svg[strings.LastIndex(svg, "<svg"):]
 		if strings.Count(svg, `<line class="cap"`) != 1 || !strings.Contains(svg, `<rect class="bar"`) || strings.Count(svg, `<line class="suggested"`) != 1 {
 			t.Fatalf("chart for %s lacks a cap line, bars or the suggestion:\n%s", name, svg)
 		}
 	}
-	// The runaway's bin is drawn past the cap line in the per-run chart.
-	re := regexp.MustCompile(`(?s)data-budget="per-run".*?<line class="cap" x1="([0-9.]+)"`)
-	if re.FindStringSubmatch(h) == nil {
-		t.Fatal("no cap x")
+	// The per-day chart marks the days principals went over.
+	if !strings.Contains(h, `<text class="label overlabel"`) || !strings.Contains(h, `<rect class="daybar"`) {
+		t.Fatal("no marks of principals over in the day chart")
 	}
-	if !strings.Contains(h, "Cap 100,000 tokens/day: no measurements in 2026-10-17..2026-10-23") {
+	if !strings.Contains(h, "no measurements in 7 days 2026-10-17..2026-10-23") {
 		t.Fatal("frontier without data should say so")
 	}
-	for _, bad := range []string{"<script", "<link", "src=", "href=", "@import", "url("} {
+	for _, bad := range []string{"<script", "<link", "src=", "@import", "url("} {
 		if strings.Contains(h, bad) {
 			t.Fatalf("external asset or script: %s", bad)
 		}
 	}
+	if strings.Contains(h, "&gt;=0") || strings.Contains(h, ">=0") {
+		t.Fatal("a would-be 429 count reads >=0")
+	}
 }
 
 func TestHTMLEscapesNames(t *testing.T) {
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: `<script>alert(1)</script>`, Kind: KindTokens, Cap: 10}}}
-	r, err := Build([]ledger.DayData{{Rule: ruleRun, Day: ledger.DayOf(now) - 1, Usage: map[string]uint64{"a": 5}}}, m, Options{Now: now})
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: `<script>alert(1)</script>`, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}}
+	r, err := Build([]ledger.Data{dd(ruleRun, ledger.DayOf(now)-1, map[string]uint64{"a": 5}, ledger.Denials{}, nil)}, m, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,8 +404,8 @@ func TestHTMLEscapesNames(t *testing.T) {
 // Markdown reports.
 func TestTextAndMarkdownEscapeNames(t *testing.T) {
 	evil := "run\n::error file=x::forged\r\x1b[31m|cell"
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: evil, Kind: KindTokens, Cap: 10}}}
-	r, err := Build([]ledger.DayData{{Rule: ruleRun, Day: ledger.DayOf(now) - 1, Usage: map[string]uint64{"a": 5}}}, m, Options{Now: now})
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: evil, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}}
+	r, err := Build([]ledger.Data{dd(ruleRun, ledger.DayOf(now)-1, map[string]uint64{"a": 5}, ledger.Denials{}, nil)}, m, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,16 +434,15 @@ func TestTextAndMarkdownEscapeNames(t *testing.T) {
 }
 
 // todayData adds today's traffic (partial): run-x already over.
-func todayData() []ledger.DayData {
-	d := ledger.DayOf(now)
-	return []ledger.DayData{{Rule: ruleRun, Day: d, Usage: map[string]uint64{"run-x": 2500, "run-b": 50}, ShadowDenials: 2}}
+func todayData() []ledger.Data {
+	return []ledger.Data{dd(ruleRun, ledger.DayOf(now), map[string]uint64{"run-x": 2500, "run-b": 50}, ledger.Denials{Shadow: 2}, map[string]ledger.Denials{"run-x": {Shadow: 2}})}
 }
 
 func TestIncludeToday(t *testing.T) {
-	var all []ledger.DayData
-	for _, dd := range data() {
-		if dd.Day != ledger.DayOf(now) { // data() has a runaway today, to test it stays out
-			all = append(all, dd)
+	var all []ledger.Data
+	for _, d := range data() {
+		if d.Window.Day != ledger.DayOf(now) { // data() has a runaway today, to test it stays out
+			all = append(all, d)
 		}
 	}
 	all = append(all, todayData()...)
@@ -377,22 +451,22 @@ func TestIncludeToday(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run := find(t, r, "per-run"); len(run.PerDay) != 7 || run.Summary.PrincipalDays != 72 || r.PartialDay != "" {
+	if run := capOf(t, find(t, r, "per-run"), "day", MeasureTokens); len(run.PerWindow) != 7 || run.Summary.PrincipalWindows != 72 || r.PartialDay != "" {
 		t.Fatalf("today leaked into the window: %+v", run.Summary)
 	}
 	r, err = Build(all, mapping(), Options{Now: now, IncludeToday: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := find(t, r, "per-run")
-	last := run.PerDay[len(run.PerDay)-1]
-	if r.PartialDay != "2026-10-24" || r.To != "2026-10-23" || len(run.PerDay) != 8 || !last.Partial || last.Date != "2026-10-24" || last.PrincipalDays != 2 || last.Would429 != 2 {
+	run := capOf(t, find(t, r, "per-run"), "day", MeasureTokens)
+	last := run.PerWindow[len(run.PerWindow)-1]
+	if r.PartialDay != "2026-10-24" || r.To != "2026-10-23" || len(run.PerWindow) != 8 || !last.Partial || last.Window != "2026-10-24" || last.PrincipalWindows != 2 || last.Would429 != 2 {
 		t.Fatalf("partial day: %q %+v", r.PartialDay, last)
 	}
-	if run.PerDay[6].Partial || run.DaysCovered != 7 || run.Summary.PrincipalDays != 74 {
+	if run.PerWindow[6].Partial || run.DaysCovered != 7 || run.Summary.PrincipalWindows != 74 {
 		t.Fatalf("completed days: %+v covered %d", run.Summary, run.DaysCovered)
 	}
-	if po := run.OverCapPrincipals[0]; len(po.DaysOver) != 3 || po.TokensAboveCap != 5500 || po.Would429 != 10 {
+	if po := run.OverCapPrincipals[0]; len(po.WindowsOver) != 3 || po.AboveCap != 5500 || po.Would429 != 10 || !po.Would429Exact {
 		t.Fatalf("run-x with today: %+v", po)
 	}
 	var text, md, h, js bytes.Buffer
@@ -426,8 +500,9 @@ func TestNoDataSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "no measurements in 2026-10-17..2026-10-23: the window ends yesterday; today's traffic is not in it, use --include-today"
-	if r.NoData != want || find(t, r, "per-run").NoData != want {
-		t.Fatalf("no data: %q / %q", r.NoData, find(t, r, "per-run").NoData)
+	capWant := "no measurements in 7 days 2026-10-17..2026-10-23: the report ends yesterday; today's traffic is not in it, use --include-today"
+	if r.NoData != want || capOf(t, find(t, r, "per-run"), "day", MeasureTokens).NoData != capWant {
+		t.Fatalf("no data: %q / %q", r.NoData, capOf(t, find(t, r, "per-run"), "day", MeasureTokens).NoData)
 	}
 	var text, md bytes.Buffer
 	_ = WriteText(&text, r)
@@ -447,47 +522,47 @@ func TestNoDataSaysWhy(t *testing.T) {
 func TestTopNAndSharedBuckets(t *testing.T) {
 	// 30 principals over a cap of 100 by 1..30 tokens, one day.
 	d := ledger.DayOf(now) - 1
-	dd := ledger.DayData{Rule: ruleRun, Day: d, Usage: map[string]uint64{}}
+	row := dd(ruleRun, d, map[string]uint64{}, ledger.Denials{}, nil)
 	for i := 1; i <= 30; i++ {
-		dd.Usage[fmt.Sprintf("p%02d", i)] = uint64(100 + i)
+		row.Usage[fmt.Sprintf("p%02d", i)] = uint64(100 + i)
 	}
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "b", Kind: KindTokens, Cap: 100}}, Budgets: map[string]BudgetInfo{"b": {Cap: 100}}}
-	r, err := Build([]ledger.DayData{dd}, m, Options{Now: now, TopN: 3})
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "b", Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{"b": {Caps: dayCap(100)}}}
+	r, err := Build([]ledger.Data{row}, m, Options{Now: now, TopN: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := r.Budgets[0]
+	b := r.Budgets[0].Caps[0]
 	if b.OverCapPrincipalsTotal != 30 || len(b.OverCapPrincipals) != 3 || b.OverCapPrincipals[0].Principal != "p30" || b.OverCapPrincipals[2].Principal != "p28" {
 		t.Fatalf("top 3: %d %+v", b.OverCapPrincipalsTotal, b.OverCapPrincipals)
 	}
-	// 30 principals over on the same day: would-be 429s are not attributable.
+	// No denials recorded: exactly 0 each.
 	if b.OverCapPrincipals[0].Would429Exact != true || b.OverCapPrincipals[0].Would429 != 0 {
 		t.Fatalf("no denials recorded, so exact 0: %+v", b.OverCapPrincipals[0])
 	}
 	// 30 principals and 30 principal-days: a 1% share allows none above, so
 	// the suggestion is the peak with headroom, never the peak itself.
-	if b.SuggestedCap != 160 || !strings.Contains(b.SuggestionBasis, "30 principal-days, too few") {
+	if b.SuggestedCap != 160 || !strings.Contains(b.SuggestionBasis, "30 principal-windows, too few") {
 		t.Fatalf("suggested %d (%s)", b.SuggestedCap, b.SuggestionBasis)
 	}
 	var md bytes.Buffer
 	_ = WriteMarkdown(&md, r)
-	if !strings.Contains(md.String(), "top 3 of 30 by tokens above the cap") || !strings.Contains(md.String(), "| p30 | 100 | 1 (2026-10-23) | 30 | 130 | 0 |") {
+	if !strings.Contains(md.String(), "top 3 of 30 by usage above the cap") || !strings.Contains(md.String(), "| p30 | 100 | 1 (2026-10-23) | 30 | 130 | 0 |") {
 		t.Fatalf("markdown:\n%s", md.String())
 	}
 	// A shared bucket (group): the peak x headroom, whatever the count.
-	m.Budgets["b"] = BudgetInfo{Cap: 100, Group: true}
-	r, _ = Build([]ledger.DayData{dd}, m, Options{Now: now, Headroom: 1.5})
-	if b := r.Budgets[0]; b.SuggestedCap != 200 || !strings.Contains(b.SuggestionBasis, "x headroom 1.50: shared bucket") {
+	m.Budgets["b"] = BudgetInfo{Caps: dayCap(100), Group: true}
+	r, _ = Build([]ledger.Data{row}, m, Options{Now: now, Headroom: 1.5})
+	if b := r.Budgets[0].Caps[0]; b.SuggestedCap != 200 || !strings.Contains(b.SuggestionBasis, "x headroom 1.50: shared bucket") {
 		t.Fatalf("shared: %d (%s)", b.SuggestedCap, b.SuggestionBasis)
 	}
 	// Many principals: a percentile, no headroom.
-	dd.Usage = map[string]uint64{}
+	row.Usage = map[string]uint64{}
 	for i := 1; i <= 300; i++ {
-		dd.Usage[fmt.Sprintf("q%03d", i)] = uint64(i)
+		row.Usage[fmt.Sprintf("q%03d", i)] = uint64(i)
 	}
-	m.Budgets["b"] = BudgetInfo{Cap: 100}
-	r, _ = Build([]ledger.DayData{dd}, m, Options{Now: now})
-	if b := r.Budgets[0]; b.SuggestedCap != 297 || !strings.Contains(b.SuggestionBasis, "at most 1.00% of 300 principal-days above it (3 above, 300 principals)") {
+	m.Budgets["b"] = BudgetInfo{Caps: dayCap(100)}
+	r, _ = Build([]ledger.Data{row}, m, Options{Now: now})
+	if b := r.Budgets[0].Caps[0]; b.SuggestedCap != 297 || !strings.Contains(b.SuggestionBasis, "at most 1.00% of 300 principal-windows above it (3 above, 300 principals)") {
 		t.Fatalf("percentile: %d (%s)", b.SuggestedCap, b.SuggestionBasis)
 	}
 }

@@ -23,20 +23,20 @@ func TestMappingFromExampleSpec(t *testing.T) {
 	}
 	d := "ai-gateway/ai-budgets-agent-router"
 	rule := func(i string) RuleInfo { return m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/" + i}] }
-	if r := rule("0"); r.Budget != "per-human" || r.Cap != 2000000 || r.Kind != KindTokens || r.Principal != "" {
+	if r := rule("0"); r.Budget != "per-human" || r.Kind != KindTokens || r.Principal != "" || r.Measure != MeasureTokens || r.Scale != 1 {
 		t.Fatalf("rule 0: %+v", r)
 	}
 	// per-api-key (rule 1) then its overrides sorted by principal: acme-batch, trial-42.
-	if r := rule("1"); r.Budget != "per-api-key" || r.Principal != "" || r.Cap != 1000000 {
+	if r := rule("1"); r.Budget != "per-api-key" || r.Principal != "" {
 		t.Fatalf("rule 1: %+v", r)
 	}
-	if r := rule("2"); r.Budget != "per-api-key" || r.Principal != "acme-batch" || r.Cap != 20000000 {
+	if r := rule("2"); r.Budget != "per-api-key" || r.Principal != "acme-batch" {
 		t.Fatalf("rule 2: %+v", r)
 	}
-	if r := rule("3"); r.Principal != "trial-42" || r.Cap != 100000 {
+	if r := rule("3"); r.Principal != "trial-42" {
 		t.Fatalf("rule 3: %+v", r)
 	}
-	if r := rule("4"); r.Budget != "frontier" || r.Cap != 50000000 {
+	if r := rule("4"); r.Budget != "frontier" {
 		t.Fatalf("rule 4: %+v", r)
 	}
 	if r, ok := m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/5"}]; ok {
@@ -53,13 +53,17 @@ func TestMappingFromExampleSpec(t *testing.T) {
 			t.Fatalf("bucket of %s: %+v", b, r)
 		}
 	}
-	if bi := m.Budgets["per-run"]; bi.Group || bi.Cap != 5000000 || bi.Mode != "shadow" {
+	day := CapKey{ledger.PeriodDay, MeasureTokens}
+	if bi := m.Budgets["per-run"]; bi.Group || bi.Caps[day].Cap != 5000000 || bi.Mode != "shadow" || bi.ShadowSince != "2026-10-16" {
 		t.Fatalf("per-run %+v", bi)
 	}
-	if bi := m.Budgets["agent-fleet"]; !bi.Group || bi.Cap != 200000000 || bi.Mode != "shadow" {
+	if bi := m.Budgets["agent-fleet"]; !bi.Group || bi.Caps[day].Cap != 200000000 || bi.Mode != "shadow" {
 		t.Fatalf("agent-fleet %+v", bi)
 	}
-	if bi := m.Budgets["per-api-key"]; bi.Overrides["acme-batch"] != 20000000 {
+	if bi := m.Budgets["per-api-key"]; bi.Overrides["acme-batch"][day].Cap != 20000000 || bi.Caps[day].Cap != 1000000 {
 		t.Fatalf("per-api-key %+v", bi)
+	}
+	if bi := m.Budgets["frontier"]; bi.Caps[day].Cap != 50000000 {
+		t.Fatalf("frontier %+v", bi)
 	}
 }

@@ -9,53 +9,22 @@ import (
 	"github.com/budgetgen/budgetgen/internal/safetext"
 )
 
-// WriteText writes a terminal-friendly report: one block per budget with a
-// line per day, the principals over the cap and each override principal.
+// WriteText writes a terminal-friendly report: the summary table first (one
+// line per cap with its verdict), then per budget and cap the numbers, a line
+// per window (per day for an hour cap), the principals over the cap, the
+// outliers and each override principal.
 func WriteText(w io.Writer, r *Report) error {
 	ew := &errWriter{w: w}
-	ew.printf("budgetgen report %s (%s, generated %s)\n", windowText(r), daysText(r), r.GeneratedAt.Format("2006-01-02T15:04:05Z"))
+	ew.printf("budgetgen report %s (%s, %s, generated %s)\n", windowText(r), daysText(r), r.TimeZone, r.GeneratedAt.Format("2006-01-02T15:04:05Z"))
 	if r.NoData != "" {
 		ew.printf("\n%s\n", r.NoData)
 	}
+	if err := writeTextSummary(ew, r); err != nil {
+		return err
+	}
 	for i := range r.Budgets {
-		b := &r.Budgets[i]
-		ew.printf("\nbudget %s", safetext.Inline(b.Name)) // names come from the ledger: escaped
-		if b.Mode != "" {
-			ew.printf(" (%s)", safetext.Inline(b.Mode))
-		}
-		ew.printf(": cap %s/day, %d of %d days covered\n", b.capOf(), b.DaysCovered, r.Days)
-		if b.NoData != "" && len(b.Overridden) == 0 {
-			ew.printf("  %s\n", b.NoData)
-			continue
-		}
-		if b.NoData != "" {
-			ew.printf("  default rule: %s\n", b.NoData)
-		} else {
-			writeTextStats(ew, "  ", b.Summary, b.amount)
-			ew.printf("  suggested cap: %s (%s)\n", b.amount(b.SuggestedCap), b.SuggestionBasis)
-			if err := writeTextDays(ew, b.PerDay, b.amount); err != nil {
-				return err
-			}
-		}
-		if b.OverCapPrincipalsTotal > 0 {
-			ew.printf("  principals over the cap (%s):\n", topText(len(b.OverCapPrincipals), b.OverCapPrincipalsTotal))
-			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-			_, _ = fmt.Fprintf(tw, "    principal\tcap\tdays over\tabove cap\tmax day\twould-429\t\n") // tabwriter buffers; Flush returns the write error
-			for _, p := range b.OverCapPrincipals {
-				_, _ = fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), b.amount(p.Cap), len(p.DaysOver), b.amount(p.TokensAboveCap), b.amount(p.MaxDay), would429Text(p)) // tabwriter buffers; Flush returns the write error
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-		}
-		for _, ov := range b.Overridden {
-			ew.printf("  override %s: own cap %s/day, %d of %d days covered\n", oneLine(ov.Principal), capText(ov.Cap), ov.DaysCovered, r.Days)
-			if ov.NoData != "" {
-				ew.printf("    %s\n", ov.NoData)
-				continue
-			}
-			writeTextStats(ew, "    ", ov.Summary, b.amount)
-			ew.printf("    suggested cap: %s (%s)\n", b.amount(ov.SuggestedCap), ov.SuggestionBasis)
+		if err := writeTextBudget(ew, r, &r.Budgets[i]); err != nil {
+			return err
 		}
 	}
 	if len(r.Budgets) == 0 && r.NoData == "" {
@@ -70,18 +39,150 @@ func WriteText(w io.Writer, r *Report) error {
 	return ew.err
 }
 
-func writeTextStats(ew *errWriter, indent string, s Stats, amount func(uint64) string) {
-	ew.printf("%sprincipals %d, principal-days %d, p50 %s, p95 %s, p99 %s, max %s\n",
-		indent, s.Principals, s.PrincipalDays, amount(s.P50), amount(s.P95), amount(s.P99), amount(s.Max))
-	ew.printf("%sover cap %d principal-days (%s), tokens above cap %s, would-be 429s %d, denied %d\n",
-		indent, s.OverCap, pct(s.LimitedShare), amount(s.TokensAboveCap), s.Would429, s.Denied)
+func writeTextSummary(ew *errWriter, r *Report) error {
+	if len(r.Summary) == 0 {
+		return nil
+	}
+	ew.printf("\nsummary:\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintf(tw, "  budget\twindow\tcap\tmode\tprincipals over\twould-be 429s\tsuggested cap\tverdict\n") // tabwriter buffers; Flush returns the write error
+	for _, s := range r.Summary {
+		_, _ = fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safetext.Inline(s.Budget), s.Window+projMark(s.Projection), s.capText(), orDash(s.Mode), s.PrincipalsOver, s.Would429, s.suggestedText(), verdictLine(s.Verdict)) // tabwriter buffers; Flush returns the write error
+	}
+	return tw.Flush()
 }
 
-func writeTextDays(ew *errWriter, days []DayStats, amount func(uint64) string) error {
+// projMark flags a cap judged on a projection.
+func projMark(p bool) string {
+	if p {
+		return " (projected)"
+	}
+	return ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// verdictLine is a verdict with its reasons on one line.
+func verdictLine(v Verdict) string {
+	s := verdictText(v)
+	if len(v.Reasons) > 0 {
+		s += ": " + strings.Join(v.Reasons, "; ")
+	}
+	return safetext.Inline(s)
+}
+
+func writeTextBudget(ew *errWriter, r *Report, b *Budget) error {
+	ew.printf("\nbudget %s", safetext.Inline(b.Name)) // names come from the ledger: escaped
+	if b.Mode != "" {
+		ew.printf(" (%s)", safetext.Inline(b.Mode))
+	}
+	ew.printf(": %s\n", verdictLine(b.Verdict))
+	if b.NoData != "" {
+		ew.printf("  %s\n", b.NoData)
+	}
+	if len(b.Daily) > 0 {
+		writeTextDaily(ew, b)
+	}
+	for i := range b.Caps {
+		if err := writeTextCap(ew, r, &b.Caps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTextDaily(ew *errWriter, b *Budget) {
+	ew.printf("  per day:")
+	for _, d := range b.Daily {
+		ew.printf(" %s %s tokens", dateText(d.Date, d.Partial), group(d.Tokens))
+		if d.Currency != "" {
+			ew.printf(" (%s)", amountText(d.Money, MeasureCost, d.Currency))
+		}
+		ew.printf(";")
+	}
+	ew.printf("\n")
+}
+
+func writeTextCap(ew *errWriter, r *Report, c *Cap) error {
+	ew.printf("  cap %s %s, judged on %s\n", c.capOf(), c.label(), c.Judged.Text)
+	for _, n := range c.Verdict.Notes {
+		ew.printf("    note: %s\n", n)
+	}
+	if c.NoData != "" && len(c.Overridden) == 0 {
+		ew.printf("    %s\n", c.NoData)
+		return nil
+	}
+	if c.NoData != "" {
+		ew.printf("    default rule: %s\n", c.NoData)
+	} else {
+		writeTextStats(ew, "    ", c.Window, c.Summary, c.amount)
+		ew.printf("    suggested cap: %s (%s)\n", c.amount(c.SuggestedCap), c.SuggestionBasis)
+		if err := writeTextWindows(ew, c); err != nil {
+			return err
+		}
+	}
+	if err := writeTextOver(ew, c); err != nil {
+		return err
+	}
+	for _, o := range c.Outliers {
+		ew.printf("    outlier: %s %s %s (cap %s)\n", oneLine(o.Principal), o.Window, c.amount(o.Value), c.amount(o.Cap))
+	}
+	for _, ov := range c.Overridden {
+		ew.printf("    override %s: own cap %s, %d %ss covered\n", oneLine(ov.Principal), c.amount(ov.Cap), ov.WindowsCovered, c.Window)
+		if ov.NoData != "" {
+			ew.printf("      %s\n", ov.NoData)
+			continue
+		}
+		writeTextStats(ew, "      ", c.Window, ov.Summary, c.amount)
+		ew.printf("      suggested cap: %s (%s)\n", c.amount(ov.SuggestedCap), ov.SuggestionBasis)
+	}
+	return nil
+}
+
+func writeTextStats(ew *errWriter, indent, window string, s Stats, amount func(uint64) string) {
+	ew.printf("%sprincipals %d, principal-%ss %d, p50 %s, p95 %s, p99 %s, max %s, total %s\n",
+		indent, s.Principals, window, s.PrincipalWindows, amount(s.P50), amount(s.P95), amount(s.P99), amount(s.Max), amount(s.Total))
+	ew.printf("%sover cap %d principal-%ss (%s), above cap %s, would-be 429s %d, denied %d",
+		indent, s.OverCap, window, pct(s.LimitedShare), amount(s.AboveCap), s.Would429, s.Denied)
+	if s.ReserveDenied > 0 {
+		ew.printf(" (%d by reservations)", s.ReserveDenied)
+	}
+	ew.printf("\n")
+}
+
+// writeTextWindows writes a line per window, or per day for an hour cap.
+func writeTextWindows(ew *errWriter, c *Cap) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintf(tw, "  day\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n") // tabwriter buffers; Flush returns the write error
-	for _, d := range days {
-		_, _ = fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dayText(d), d.Principals, amount(d.P50), amount(d.P95), amount(d.P99), amount(d.Max), d.OverCap, amount(d.TokensAboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
+	rows, first := c.PerWindow, c.Window
+	if c.PerDay != nil {
+		rows, first = c.PerDay, "day"
+		_, _ = fmt.Fprintf(tw, "    %s\tprincipal-hours\tmax hour\thours over\tabove cap\twould-429\tdenied\t\n", first) // tabwriter buffers; Flush returns the write error
+		for _, d := range rows {
+			_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%d\t%s\t%d\t%d\t\n", dateText(d.Window, d.Partial), d.PrincipalWindows, c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
+		}
+		return tw.Flush()
+	}
+	_, _ = fmt.Fprintf(tw, "    %s\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n", first) // tabwriter buffers; Flush returns the write error
+	for _, d := range rows {
+		_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dateText(d.Window, d.Partial), d.Principals, c.amount(d.P50), c.amount(d.P95), c.amount(d.P99), c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
+	}
+	return tw.Flush()
+}
+
+func writeTextOver(ew *errWriter, c *Cap) error {
+	if c.OverCapPrincipalsTotal == 0 {
+		return nil
+	}
+	ew.printf("    principals over the cap (%s):\n", topText(len(c.OverCapPrincipals), c.OverCapPrincipalsTotal))
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	_, _ = fmt.Fprintf(tw, "      principal\tcap\t%ss over\tabove cap\tmax %s\twould-429\t\n", c.Window, c.Window) // tabwriter buffers; Flush returns the write error
+	for _, p := range c.OverCapPrincipals {
+		_, _ = fmt.Fprintf(tw, "      %s\t%s\t%d\t%s\t%s\t%s\t\n", oneLine(p.Principal), c.amount(p.Cap), len(p.WindowsOver), c.amount(p.AboveCap), c.amount(p.MaxWindow), would429Text(p)) // tabwriter buffers; Flush returns the write error
 	}
 	return tw.Flush()
 }
@@ -102,25 +203,18 @@ func daysText(r *Report) string {
 	return fmt.Sprintf("%d days", r.Days)
 }
 
-func dayText(d DayStats) string {
-	if d.Partial {
-		return d.Date + " (partial)"
+func dateText(w string, partial bool) string {
+	if partial {
+		return w + " (partial)"
 	}
-	return d.Date
+	return w
 }
 
 func topText(shown, total int) string {
 	if shown < total {
-		return fmt.Sprintf("top %d of %d by tokens above the cap", shown, total)
+		return fmt.Sprintf("top %d of %d by usage above the cap", shown, total)
 	}
-	return fmt.Sprintf("%d, by tokens above the cap", total)
-}
-
-func would429Text(p PrincipalOver) string {
-	if p.Would429Exact {
-		return fmt.Sprintf("%d", p.Would429)
-	}
-	return fmt.Sprintf(">=%d", p.Would429)
+	return fmt.Sprintf("%d, by usage above the cap", total)
 }
 
 // oneLine keeps a principal (any bytes a header carried) on one line.

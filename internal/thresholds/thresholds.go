@@ -1,9 +1,10 @@
-// Package thresholds emits the alerting hooks of seed ADR-050: the first time
-// in a UTC day that a principal's usage crosses 80%, 90% and 100% of its cap,
-// one structured log event and one increment of a Prometheus counter labelled
-// by rule and threshold (never by principal: unbounded label values).
+// Package thresholds emits the budgets' alerting hooks: the first time
+// in a counter window (an hour, day, ISO week or month: the rule's) that a
+// principal's usage crosses 80%, 90% and 100% of its cap, one structured log
+// event and one increment of a Prometheus counter labelled by rule, window and
+// threshold (never by principal: unbounded label values).
 //
-// "First time" needs no state: a daily counter only grows within its window
+// "First time" needs no state: a counter only grows within its window
 // and every charge adds to it atomically, so exactly one charge moves it from
 // below a threshold to at or above it - across every replica of the service.
 // A charge reports (total before, total after); a threshold t is crossed when
@@ -23,7 +24,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/eventsink"
 )
 
-// DefaultPercents are the thresholds of seed ADR-050.
+// DefaultPercents are the default thresholds: 80, 90 and 100% of the cap.
 var DefaultPercents = []int{80, 90, 100}
 
 // MetricName is the counter's name.
@@ -80,8 +81,8 @@ func New(o Options) (*Detector, error) {
 	}
 	d.counter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricName,
-		Help: "First crossings in a UTC day of a share of a principal's daily cap, by rule and threshold (percent).",
-	}, []string{"domain", "rule", "threshold"})
+		Help: "First crossings in a counter window of a share of a principal's cap, by rule, window (hour, day, week, month) and threshold (percent).",
+	}, []string{"domain", "rule", "window", "threshold"})
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(d.counter); err != nil {
 			return nil, fmt.Errorf("thresholds: register metric: %w", err)
@@ -101,6 +102,11 @@ type Charge struct {
 	Hits, Total uint64
 	// Shadow tells the log reader the rule does not deny yet.
 	Shadow bool
+	// Window is the counter window's period (hour, day, week, month; "day"
+	// when empty) and WindowStart its first instant: a crossing happens once
+	// per window.
+	Window      string
+	WindowStart time.Time
 }
 
 // Threshold returns the counter value at which percent of limit is reached
@@ -119,32 +125,50 @@ func (d *Detector) Observe(ctx context.Context, c Charge) []int {
 		return nil
 	}
 	before := c.Total - c.Hits
+	if c.Window == "" {
+		c.Window = "day"
+	}
 	var crossed []int
 	for i, p := range d.percents {
 		t := Threshold(c.Limit, p)
 		if before < t && t <= c.Total {
 			crossed = append(crossed, p)
-			d.counter.WithLabelValues(c.Domain, c.Rule, d.labels[i]).Inc()
-			d.log.LogAttrs(ctx, slog.LevelWarn, "daily token budget threshold crossed",
-				slog.String("event", "budget_threshold"),
-				slog.String("domain", c.Domain),
-				slog.String("rule", c.Rule),
-				slog.String("principal", c.Principal),
-				slog.Int("threshold_percent", p),
-				slog.Uint64("used", c.Total),
-				slog.Uint64("cap", c.Limit),
-				slog.Bool("shadow", c.Shadow),
-			)
-			if d.sink != nil {
-				at := d.now().UTC()
-				d.sink.Offer(eventsink.Crossing{
-					Domain: c.Domain, Rule: c.Rule, Principal: c.Principal, ThresholdPercent: p,
-					Used: c.Total, Cap: c.Limit, Shadow: c.Shadow, Day: at.Format(time.DateOnly), At: at,
-				})
-			}
+			d.counter.WithLabelValues(c.Domain, c.Rule, c.Window, d.labels[i]).Inc()
+			d.emit(ctx, c, p)
 		}
 	}
 	return crossed
+}
+
+// emit logs one crossing and offers it to the sink.
+func (d *Detector) emit(ctx context.Context, c Charge, p int) {
+	attrs := []slog.Attr{
+		slog.String("event", "budget_threshold"),
+		slog.String("domain", c.Domain),
+		slog.String("rule", c.Rule),
+		slog.String("principal", c.Principal),
+		slog.String("window", c.Window),
+		slog.Int("threshold_percent", p),
+		slog.Uint64("used", c.Total),
+		slog.Uint64("cap", c.Limit),
+		slog.Bool("shadow", c.Shadow),
+	}
+	if !c.WindowStart.IsZero() {
+		attrs = append(attrs, slog.String("window_start", c.WindowStart.UTC().Format(time.RFC3339)))
+	}
+	d.log.LogAttrs(ctx, slog.LevelWarn, "budget threshold crossed", attrs...)
+	if d.sink == nil {
+		return
+	}
+	at := d.now().UTC()
+	cr := eventsink.Crossing{
+		Domain: c.Domain, Rule: c.Rule, Principal: c.Principal, ThresholdPercent: p,
+		Used: c.Total, Cap: c.Limit, Shadow: c.Shadow, Day: at.Format(time.DateOnly), At: at, Window: c.Window,
+	}
+	if !c.WindowStart.IsZero() {
+		cr.WindowStart = c.WindowStart.UTC().Format(time.RFC3339)
+	}
+	d.sink.Offer(cr)
 }
 
 // Collector exposes the counter for registries built after New.

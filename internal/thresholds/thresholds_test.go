@@ -66,7 +66,7 @@ func TestFirstCrossingOnlyAndNoPrincipalLabel(t *testing.T) {
 	if got := d.Observe(ctx, Charge{Limit: 0, Hits: 5, Total: 5}); got != nil {
 		t.Fatalf("kill switch crossed %v", got)
 	}
-	if n := testutil.ToFloat64(d.counter.WithLabelValues("ns/p", "ns/p/rule/0", "90")); n != 1 {
+	if n := testutil.ToFloat64(d.counter.WithLabelValues("ns/p", "ns/p/rule/0", "day", "90")); n != 1 {
 		t.Fatalf("counter 90: %v", n)
 	}
 	mfs, _ := reg.Gather()
@@ -87,10 +87,49 @@ func TestFirstCrossingOnlyAndNoPrincipalLabel(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil {
 		t.Fatal(err)
 	}
-	if ev["event"] != "budget_threshold" || ev["principal"] != "alice" || ev["threshold_percent"] != float64(80) || ev["cap"] != float64(1000) {
+	if ev["event"] != "budget_threshold" || ev["principal"] != "alice" || ev["threshold_percent"] != float64(80) || ev["cap"] != float64(1000) || ev["window"] != "day" {
 		t.Fatalf("event %v", ev)
 	}
 }
+
+// Every window has its thresholds: a month cap crosses 80% once per month,
+// an hour cap once per hour, each labelled and logged with its window.
+func TestThresholdsForEveryWindow(t *testing.T) {
+	var logs bytes.Buffer
+	var sink recordingSink
+	d, err := New(Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Sink: &sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h1 := time.Date(2026, 10, 19, 14, 0, 0, 0, time.UTC)
+	for _, c := range []Charge{
+		{Domain: "budget", Rule: "s/b#cost", Limit: 5_000_000, Hits: 4_000_000, Total: 4_000_000, Window: "month", WindowStart: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)},
+		{Domain: "budget", Rule: "s/b", Limit: 100, Hits: 80, Total: 80, Window: "hour", WindowStart: h1},
+		{Domain: "budget", Rule: "s/b", Limit: 100, Hits: 80, Total: 80, Window: "hour", WindowStart: h1.Add(time.Hour)},
+	} {
+		if got := d.Observe(ctx, c); !reflect.DeepEqual(got, []int{80}) {
+			t.Fatalf("%+v crossed %v", c, got)
+		}
+	}
+	if n := testutil.ToFloat64(d.counter.WithLabelValues("budget", "s/b", "hour", "80")); n != 2 {
+		t.Fatalf("hour crossings %v", n)
+	}
+	if n := testutil.ToFloat64(d.counter.WithLabelValues("budget", "s/b#cost", "month", "80")); n != 1 {
+		t.Fatalf("month crossings %v", n)
+	}
+	if !strings.Contains(logs.String(), `"window":"month","threshold_percent":80`) || !strings.Contains(logs.String(), `"window_start":"2026-10-19T15:00:00Z"`) {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+	// Two hours of one day are two events, with distinct ids.
+	if len(sink.got) != 3 || eventsink.EventID(sink.got[1]) == eventsink.EventID(sink.got[2]) {
+		t.Fatalf("events %+v", sink.got)
+	}
+}
+
+type recordingSink struct{ got []eventsink.Crossing }
+
+func (r *recordingSink) Offer(c eventsink.Crossing) { r.got = append(r.got, c) }
 
 // Concurrent charges on one atomic counter: each threshold is crossed exactly
 // once, whichever goroutine (replica) does it.

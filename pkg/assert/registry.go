@@ -21,6 +21,7 @@ var rules = []*Rule{
 	ruleOptionalCredential,
 	ruleGatewayScope,
 	ruleRateLimitReach,
+	rulePricedModel,
 }
 
 // Rules returns every registered rule in ID order.

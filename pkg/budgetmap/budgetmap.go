@@ -139,6 +139,36 @@ func BucketName(set, budget, gateway string) string {
 	return b
 }
 
+// Measures a bucket may count other than tokens (pkg/render's rule measures):
+// such a rule's bucket is the budget's with "#<measure>" appended, so a
+// budget's money cap and token cap of one window never share a counter.
+const (
+	MeasureKiloTokens = "ktokens"
+	MeasureCost       = "cost"
+)
+
+// MeasureBucket is the bucket of a rule of measure m ("" for tokens).
+func MeasureBucket(bucket, m string) string {
+	if m == "" {
+		return bucket
+	}
+	return bucket + "#" + m
+}
+
+// ParseBucket splits a bucket name into the budget set, the budget, the
+// Gateway of a perGateway bucket ("" when shared) and the measure suffix
+// ("" for tokens, MeasureKiloTokens, MeasureCost, or "killswitch"). ok is
+// false for a name BucketName did not make.
+func ParseBucket(bucket string) (set, budget, gateway, measure string, ok bool) {
+	rest, measure, _ := strings.Cut(bucket, "#")
+	rest, gateway, _ = strings.Cut(rest, "@")
+	set, budget, ok = strings.Cut(rest, "/")
+	if !ok || set == "" || budget == "" || strings.Contains(budget, "/") {
+		return "", "", "", "", false
+	}
+	return set, budget, gateway, measure, true
+}
+
 // Sort orders entries by domain, then descriptor path, so the file is
 // deterministic whatever order they were added in.
 func (m *Map) Sort() {

@@ -185,3 +185,52 @@ func TestIndexLongestPrefix(t *testing.T) {
 		t.Errorf("unknown budget matched %+v", e)
 	}
 }
+
+func TestParseBucket(t *testing.T) {
+	for _, c := range []struct {
+		in                            string
+		set, budget, gateway, measure string
+		ok                            bool
+	}{
+		{"s/b", "s", "b", "", "", true},
+		{"s/b@ns/gw", "s", "b", "ns/gw", "", true},
+		{"s/b@ns/gw#cost", "s", "b", "ns/gw", "cost", true},
+		{budgetmap.MeasureBucket(budgetmap.BucketName("s", "b", ""), budgetmap.MeasureKiloTokens), "s", "b", "", "ktokens", true},
+		{"s/frontier#killswitch", "s", "frontier", "", "killswitch", true},
+		{"nobucket", "", "", "", "", false},
+		{"/b", "", "", "", "", false},
+	} {
+		set, budget, gw, m, ok := budgetmap.ParseBucket(c.in)
+		if set != c.set || budget != c.budget || gw != c.gateway || m != c.measure || ok != c.ok {
+			t.Errorf("%q: %q %q %q %q %v", c.in, set, budget, gw, m, ok)
+		}
+	}
+}
+
+// FuzzParseBucket: any name either is refused or splits into parts that
+// build it back.
+func FuzzParseBucket(f *testing.F) {
+	for _, s := range []string{"s/b", "s/b@ns/gw#cost", "s/frontier#killswitch", "a/b/c", "#", "/@#"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		set, budget, gw, m, ok := budgetmap.ParseBucket(s)
+		if !ok {
+			return
+		}
+		if set == "" || budget == "" || strings.Contains(budget, "/") {
+			t.Fatalf("%q: set %q budget %q", s, set, budget)
+		}
+		back := set + "/" + budget
+		before, _, hasMeasure := strings.Cut(s, "#")
+		if strings.Contains(before, "@") {
+			back += "@" + gw
+		}
+		if hasMeasure {
+			back += "#" + m
+		}
+		if back != s {
+			t.Fatalf("%q parses to %q %q %q %q, which builds %q", s, set, budget, gw, m, back)
+		}
+	})
+}

@@ -23,11 +23,18 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			m.Entries = append(m.Entries, agentgatewayEntries(bs, gw, gref)...)
 			continue
 		}
-		domain := gw.Namespace + "/" + PolicyName(bs, gw)
-		ruleList, index, err := rules(bs, gw)
+		// The deployed policy names the domain and numbers the rules: with a
+		// basePolicy it is the base's own policy, its rules first.
+		btp, err := backendTrafficPolicy(bs, gw)
 		if err != nil {
 			continue // Render reports it; a map is only written after a render succeeded
 		}
+		index, err := RuleBudgets(btp.Annotations)
+		if err != nil {
+			continue
+		}
+		domain := btp.Namespace + "/" + btp.Name
+		ruleList := btp.Spec.RateLimit.Global.Rules
 		for _, rb := range index {
 			id := RuleDescriptor(domain, rb.Rule)
 			e := budgetmap.Entry{
@@ -65,8 +72,14 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 				e.Reserve = reserveOf(bs, res, rb.Measure)
 			}
 			e.Bucket = bucketName(bs, rb.Budget, bucket, gw)
-			if e.Kind == budgetmap.KindKillSwitch {
+			switch {
+			case e.Kind == budgetmap.KindKillSwitch:
 				e.Bucket += "#killswitch"
+			case rb.Measure != MeasureTokens:
+				// A money or kilotoken rule counts other units than the
+				// budget's token rules, maybe in the same window: its own
+				// counters (and ledger rows) keep them apart.
+				e.Bucket = budgetmap.MeasureBucket(e.Bucket, rb.Measure)
 			}
 			m.Entries = append(m.Entries, e)
 		}

@@ -5,14 +5,18 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
 // Metadata keys budgetgen asks Envoy AI Gateway to write (namespace
 // io.envoy.ai_gateway, like every llmRequestCosts key) and its rules charge.
 const (
-	// KiloTokenMetadataKey holds a response's total tokens in units of
+	// KiloTokenMetadataKey holds a response's tokens in units of
 	// spec.TokenUnit, rounded up: what caps above 4,294,967,295 tokens charge.
+	// It counts the spec's token type (spec.BudgetSet.TokenType: total tokens
+	// unless the rendered GatewayConfigs say otherwise), so the large caps of a
+	// budget count the same tokens as its other caps.
 	KiloTokenMetadataKey = "budgetgen_total_ktokens"
 	// CostMetadataKey holds a request's cost in 1/spec.CostScale of the
 	// pricing currency, rounded up: what cost limits charge.
@@ -24,17 +28,24 @@ const (
 	CostTypeCEL = "CEL"
 )
 
-// KiloTokenExpression is the CEL cost of KiloTokenMetadataKey: total tokens
-// divided by 1,000, rounded up, so a request is never charged less than it used
-// (at most 999 tokens more).
-var KiloTokenExpression = fmt.Sprintf("(total_tokens + %du) / %du", spec.TokenUnit-1, spec.TokenUnit)
+// KiloTokenExpression is the CEL cost of KiloTokenMetadataKey for a token
+// type (an LLMRequestCost type, spec.BudgetSet.TokenType): that count divided
+// by 1,000, rounded up, so a request is never charged less than it used (at
+// most 999 tokens more).
+func KiloTokenExpression(tokenType string) (string, error) {
+	v, ok := aigateway.CostVariable[tokenType]
+	if !ok {
+		return "", fmt.Errorf("token type %q has no CEL variable", tokenType)
+	}
+	return fmt.Sprintf("(%s + %du) / %du", v, spec.TokenUnit-1, spec.TokenUnit), nil
+}
 
 // CostEntry is one Envoy AI Gateway LLMRequestCost
 // (AIGatewayRoute.spec.llmRequestCosts[] or
-// GatewayConfig.spec.globalLLMRequestCosts[]): the filter evaluates CEL with
-// the variables model, backend, input_tokens, cached_input_tokens,
-// cached_write_input_tokens, output_tokens and total_tokens (uints but the
-// names) and writes the unsigned result as dynamic metadata.
+// GatewayConfig.spec.globalLLMRequestCosts[]): the filter evaluates CEL in the
+// environment of internal/aigateway (AI Gateway v1.1.0's
+// internal/llmcostcel/cel.go) and writes the unsigned result as dynamic
+// metadata.
 type CostEntry struct {
 	MetadataKey string `json:"metadataKey"`
 	Type        string `json:"type"`
@@ -61,12 +72,37 @@ func LLMRequestCosts(bs *spec.BudgetSet) ([]CostEntry, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkCEL(bs, "spec.pricing.models", expr); err != nil {
+			return nil, err
+		}
 		out = append(out, CostEntry{MetadataKey: CostMetadataKey, Type: CostTypeCEL, CEL: expr})
 	}
 	if kilo {
-		out = append(out, CostEntry{MetadataKey: KiloTokenMetadataKey, Type: CostTypeCEL, CEL: KiloTokenExpression})
+		expr, err := KiloTokenExpression(bs.TokenType())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, CostEntry{MetadataKey: KiloTokenMetadataKey, Type: CostTypeCEL, CEL: expr})
 	}
 	return out, nil
+}
+
+// checkCEL compiles a rendered cost expression the way Envoy AI Gateway's
+// controller does (internal/aigateway): past its parser's limits (a
+// recursion depth of 250, which a chain of about 244 spec.pricing.models
+// entries reaches, or 100,000 characters) AI Gateway would reject the whole
+// GatewayConfig or route, so render fails first, naming the spec's line.
+func checkCEL(bs *spec.BudgetSet, path, expr string) error {
+	if _, err := aigateway.NewCostProgram(expr); err != nil {
+		n := 0
+		if p := bs.Spec.Pricing; p != nil {
+			n = len(p.Models)
+		}
+		return &spec.FieldError{File: bs.File(), Line: bs.Line(path), Path: path, Msg: fmt.Sprintf(
+			"the cost expression rendered from %d model prices (%d characters) is refused by Envoy AI Gateway's CEL compiler: %v; merge models into fewer entries with one regular expression each (gpt-5|gpt-5-2026.*)",
+			n, len(expr), err)}
+	}
+	return nil
 }
 
 // allLimits lists every limit list of the spec: budgets, overrides, frontier.
@@ -95,8 +131,11 @@ const picoPerUnit = 1_000_000_000_000 / spec.CostScale
 // 10^-12 currency per token (prices keep 6 decimals per million tokens); the
 // sum is rounded up to a whole unit, so the error is below one unit
 // (0.0001 of the currency) per request and never in the caller's favour.
-// input_tokens counts cached tokens too (OpenAI's prompt_tokens, which the AI
-// Gateway reports for every provider), so uncached input is the difference.
+// AI Gateway's input_tokens counts cache reads and cache writes too (OpenAI's
+// prompt_tokens; its Anthropic translator adds cache_read_input_tokens and
+// cache_creation_input_tokens to input_tokens, internal/translator/
+// anthropic_helper.go), so uncached input is what remains after both, and
+// cache writes are priced at their own (higher) price.
 func CostExpression(p *spec.Pricing) (string, error) {
 	if p == nil {
 		return "", fmt.Errorf("spec.pricing: required by cost limits")
@@ -121,13 +160,16 @@ func CostExpression(p *spec.Pricing) (string, error) {
 	return fmt.Sprintf("((%s) + %du) / %du", b.String(), picoPerUnit-1, picoPerUnit), nil
 }
 
-// priceTerm is one price's cost in 10^-12 currency, as CEL over uints.
+// priceTerm is one price's cost in 10^-12 currency, as CEL over uints. Cache
+// reads and writes are charged at their own prices even when a gateway
+// reports more of them than input tokens (never too little), and the uncached
+// remainder never underflows.
 func priceTerm(p spec.Price) (string, error) {
-	in, cached, out, err := p.Scaled()
+	sp, err := p.Scaled()
 	if err != nil {
 		return "", err
 	}
-	const uncached = "(input_tokens > cached_input_tokens ? input_tokens - cached_input_tokens : 0u)"
-	const cachedIn = "(input_tokens > cached_input_tokens ? cached_input_tokens : input_tokens)"
-	return fmt.Sprintf("(%s * %du + %s * %du + output_tokens * %du)", uncached, in, cachedIn, cached, out), nil
+	const uncached = "(input_tokens > cached_input_tokens + cache_creation_input_tokens ? input_tokens - cached_input_tokens - cache_creation_input_tokens : 0u)"
+	return fmt.Sprintf("(%s * %du + cached_input_tokens * %du + cache_creation_input_tokens * %du + output_tokens * %du)",
+		uncached, sp.Input, sp.CachedInput, sp.CacheWrite, sp.Output), nil
 }

@@ -448,6 +448,16 @@ func distinctSelectors(hdr string, excluded []spec.Override) []egv1a1.RateLimitS
 	return sel
 }
 
+// withCharge fills the annotation fields that follow one limit's charge:
+// its window, measure and, for money, the currency.
+func withCharge(bs *spec.BudgetSet, rb RuleBudget, l spec.Limit, c charge) RuleBudget {
+	rb.Window, rb.Measure, rb.Currency = windowName(l), c.measure, ""
+	if c.measure == MeasureCost {
+		rb.Currency = bs.Spec.Pricing.Currency
+	}
+	return rb
+}
+
 func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
 	var (
 		out   []egv1a1.RateLimitRule
@@ -465,11 +475,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 			if err != nil {
 				return err
 			}
-			rb.Window, rb.Measure = windowName(l), c.measure
-			if c.measure == MeasureCost {
-				rb.Currency = bs.Spec.Pricing.Currency
-			}
-			add(tokenRule(c, r, sel()), rb)
+			add(tokenRule(c, r, sel()), withCharge(bs, rb, l, c))
 		}
 		return nil
 	}

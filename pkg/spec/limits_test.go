@@ -48,9 +48,10 @@ func TestLoadLimitsAndPricing(t *testing.T) {
 	if bs.Spec.Pricing.Currency != "USD" {
 		t.Errorf("currency default = %q", bs.Spec.Pricing.Currency)
 	}
-	in, cached, out, err := bs.Spec.Pricing.Models[0].Scaled()
-	if err != nil || in != 1_250_000 || cached != 125_000 || out != 10_000_000 {
-		t.Errorf("scaled price = %d %d %d %v", in, cached, out, err)
+	sp, err := bs.Spec.Pricing.Models[0].Scaled()
+	// Cache writes default to twice the input price (never billed too little).
+	if err != nil || sp != (ScaledPrice{Input: 1_250_000, CachedInput: 125_000, CacheWrite: 2_500_000, Output: 10_000_000}) {
+		t.Errorf("scaled price = %+v %v", sp, err)
 	}
 	// The shorthand still works and means one daily limit.
 	short, err := Load([]byte(base), "b.yaml")
@@ -90,6 +91,10 @@ func TestLimitErrors(t *testing.T) {
 			`b.yaml:9: spec.pricing.currency: must be an ISO 4217 code of three capital letters (USD, EUR), got "usd"`},
 		{"bad price", "input: 1.25,", "input: 1.2500001,",
 			`b.yaml:10: spec.pricing.models[0].input: "1.2500001" has more decimal places than 1/1000000 (prices per million tokens keep at most 6 decimal places)`},
+		{"prices that could overflow the cost", "input: 1.25, cachedInput: 0.125, output: 10}", "input: 1000, cachedInput: 1000, output: 1000}",
+			"b.yaml:10: spec.pricing.models[0]: input, cachedInput, cacheWrite (default 2x input) and output add up to more than 4000 per million tokens"},
+		{"bad cache write price", "input: 1.25,", "input: 1.25, cacheWrite: 1001,",
+			"b.yaml:10: spec.pricing.models[0].cacheWrite: must be at most 1000 per million tokens"},
 		{"bad model regex", `model: "gpt-5.*"`, `model: "gpt-(5"`,
 			"b.yaml:10: spec.pricing.models[0].model: invalid regular expression"},
 		{"cost without pricing", "  pricing:\n    models:\n      - {model: \"gpt-5.*\", input: 1.25, cachedInput: 0.125, output: 10}\n    default: {input: 15, output: 75}\n", "",
@@ -117,4 +122,46 @@ func FuzzAmountScaled(f *testing.F) {
 			t.Fatalf("%q scaled to a negative %d", s, n)
 		}
 	})
+}
+
+// One token type for every Gateway: the rendered GatewayConfigs agree, and a
+// type other than TotalToken is rendered on every Gateway (agentgateway
+// always counts total tokens).
+func TestTokenType(t *testing.T) {
+	const doc = `apiVersion: budgetgen.dev/v1alpha1
+kind: BudgetSet
+metadata: {name: b}
+spec:
+  gateways:
+    - {namespace: a, name: g1, gatewayConfig: {name: c, type: OutputToken}}
+    - {namespace: a, name: g2, gatewayConfig: {name: c, type: OutputToken}}
+  identities:
+    x-run: {jwtClaim: run}
+  budgets:
+    - {name: per-run, perPrincipal: x-run, tokensPerDay: 5000000}
+`
+	bs, err := Load([]byte(doc), "b.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs.TokenType() != "OutputToken" {
+		t.Errorf("token type = %q", bs.TokenType())
+	}
+	short, err := Load([]byte(strings.Replace(doc, ", gatewayConfig: {name: c, type: OutputToken}}", "}", 2)), "b.yaml")
+	if err != nil || short.TokenType() != DefaultGatewayConfigType {
+		t.Fatalf("no GatewayConfig: %v, %v", err, short)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"name: g2, gatewayConfig: {name: c, type: OutputToken}}", "name: g2, gatewayConfig: {name: c, type: TotalToken}}",
+			"b.yaml:7: spec.gateways[1].gatewayConfig.type: TotalToken, but spec.gateways[0] counts OutputToken"},
+		{"name: g2, gatewayConfig: {name: c, type: OutputToken}}", "name: g2}",
+			"b.yaml:7: spec.gateways[1]: needs gatewayConfig (type OutputToken, as spec.gateways[0])"},
+		{"name: g2, gatewayConfig: {name: c, type: OutputToken}}", "name: g2, kind: agentgateway}",
+			"b.yaml:7: spec.gateways[1]: agentgateway counts total tokens, but spec.gateways[0].gatewayConfig.type is OutputToken"},
+	} {
+		_, err := Load([]byte(strings.Replace(doc, c.from, c.to, 1)), "b.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant %s", c.to, err, c.want)
+		}
+	}
 }

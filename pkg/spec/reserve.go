@@ -111,11 +111,11 @@ func (s *BudgetSet) ReserveUnits(tokens int64, kiloTokens, cost bool) (int64, er
 		prices = append(prices, *p.Default)
 	}
 	for _, pr := range prices {
-		in, cached, out, err := pr.Scaled()
+		sp, err := pr.Scaled()
 		if err != nil {
 			return 0, err
 		}
-		dearest = max(dearest, in, cached, out)
+		dearest = max(dearest, sp.Input, sp.CachedInput, sp.CacheWrite, sp.Output)
 	}
 	// tokens * dearest 10^-12 currency, in units of 1/CostScale currency,
 	// rounded up (in big integers: the product passes int64).

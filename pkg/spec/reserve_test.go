@@ -66,9 +66,10 @@ func TestReserveUnits(t *testing.T) {
 		{50_000, false, false, 50_000},
 		{50_001, true, false, 51},
 		{1, true, false, 1},
-		// 50,000 tokens at the dearest price (15 per million) = 0.75 = 7,500 units of 1/10,000.
-		{50_000, false, true, 7_500},
-		{1, false, true, 1}, // 0.000015: rounded up to one unit
+		// 50,000 tokens at the dearest price (the default's cache writes:
+		// twice its input, 20 per million) = 1.00 = 10,000 units of 1/10,000.
+		{50_000, false, true, 10_000},
+		{1, false, true, 1}, // 0.00002: rounded up to one unit
 	} {
 		got, err := bs.ReserveUnits(tc.tokens, tc.kilo, tc.cost)
 		if err != nil || got != tc.want {

@@ -115,9 +115,7 @@ func (v *validator) check() {
 		v.frontier(f)
 	}
 	v.placement()
-	if pr := s.Spec.Pricing; pr != nil {
-		v.pricing(pr)
-	}
+	v.costs()
 }
 
 func (v *validator) budget(i int, names map[string]int) {

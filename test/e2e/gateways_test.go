@@ -254,13 +254,14 @@ func (m *mesh) walk(claims map[string]string, hops ...hop) string {
 func (m *mesh) usage() map[string]map[string]uint64 {
 	m.t.Helper()
 	ctx := context.Background()
-	days := []ledger.Day{ledger.DayOf(testDay())}
-	rules, err := m.ledger.Rules(ctx, days)
+	days := []ledger.Window{ledger.DayWindow(ledger.DayOf(testDay()))}
+	keys, err := m.ledger.Keys(ctx, days)
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	out := map[string]map[string]uint64{}
-	for _, r := range rules {
+	for _, k := range keys {
+		r := k.Rule
 		d, err := m.ledger.Read(ctx, r, days[0])
 		if err != nil {
 			m.t.Fatal(err)

@@ -267,10 +267,10 @@ func TestEmbeddedLedgerOnDebugPort(t *testing.T) {
 	}
 	rd := &ledger.HTTPReader{Base: s.debug}
 	today := ledger.DayOf(time.Now())
-	var data []ledger.DayData
+	var data []ledger.Data
 	waitFor(t, "the charges in the ledger", func() bool {
 		var err error
-		data, err = ledger.ReadAll(context.Background(), rd, []ledger.Day{today})
+		data, err = ledger.ReadAll(context.Background(), rd, []ledger.Window{ledger.DayWindow(today)})
 		return err == nil && len(data) == 1 && data[0].Usage[ledger.EncodePrincipal1("alice")] == 42
 	})
 	if data[0].Rule.Domain != "d" {

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/pgtest"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+// shadowFortnight fills a ledger as a service with the example's budget map
+// records two weeks of traffic: per-human (day cap) on every day, a week and
+// a month window, denials per principal. It returns the report's clock.
+func shadowFortnight(t *testing.T, ctx context.Context, c valkey.Client) time.Time {
+	t.Helper()
+	// Valkey expires on its own clock: the fortnight starts tomorrow.
+	day0 := ledger.DayOf(time.Now()) + 1
+	now := (day0 + 14).Start().Add(9 * time.Hour)
+	lv := ledger.NewValkey(c, "")
+	rec, err := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	human := ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "ai-budgets/per-human"}
+	fleet := ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "ai-budgets/agent-fleet"}
+	var us []ledger.Usage
+	for i := 0; i < 14; i++ {
+		at := (day0 + ledger.Day(i)).Start().Add(10 * time.Hour)
+		for p := 0; p < 25; p++ {
+			us = append(us, rec.Usage(human, fmt.Sprintf("user%02d@example.com", p), at, uint64(50_000*(p+1)+1000*i)))
+		}
+		us = append(us, rec.Usage(human, "alice@example.com", at, 2_500_000))
+		rec.DeniedIn(human, ledger.WindowAt(ledger.PeriodDay, at, nil), ledger.Denial{Principal: "alice@example.com", Shadow: true})
+		us = append(us, rec.Usage(fleet, "", at, 150_000_000))
+	}
+	if err := lv.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// TestLedgerSyncAndReportFromPostgres: ledger sync copies Valkey's ledger
+// into PostgreSQL (a second run changes nothing), and report --postgres
+// reads the same report back as report --valkey, in every format.
+func TestLedgerSyncAndReportFromPostgres(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := shadowFortnight(t, ctx, c)
+	spec := copyExample(t)
+	nowArg := now.Format(time.RFC3339)
+	code, stdout, stderr := runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--spec", spec, "--now", nowArg)
+	if code != ExitOK || !strings.Contains(stdout, "ledger sync: 28 rule-windows, 378 principal rows from this Valkey") {
+		t.Fatalf("sync: %d %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", now.Add(time.Hour).Format(time.RFC3339))
+	if code != ExitOK || !strings.Contains(stdout, "; 0 rows new or changed") {
+		t.Fatalf("second sync: %d %s %s", code, stdout, stderr)
+	}
+	for _, format := range []string{"json", "text", "html"} {
+		args := []string{"report", "--spec", spec, "--days", "14", "--format", format, "--now", nowArg}
+		code, fromValkey, stderr := runCLI(t, append(args, "--valkey", vk.Addr)...)
+		if code != ExitOK {
+			t.Fatalf("report --valkey: %d %s", code, stderr)
+		}
+		code, fromPG, stderr := runCLI(t, append(args, "--postgres", pg.DSN)...)
+		if code != ExitOK {
+			t.Fatalf("report --postgres: %d %s", code, stderr)
+		}
+		if fromPG != fromValkey {
+			t.Fatalf("%s report from PostgreSQL differs from Valkey's:\n%s\n---\n%s", format, fromPG, fromValkey)
+		}
+		if format == "text" && !strings.Contains(fromPG, "alice@example.com") {
+			t.Fatalf("report:\n%s", fromPG)
+		}
+	}
+	// The chargeback export reads the same rows from either ledger.
+	from := ledger.DayWindow(ledger.DayOf(now) - 14).Day.String()
+	args := []string{"export", "--spec", spec, "--from", from, "--to", ledger.DayOf(now).String(), "--now", nowArg}
+	code, focusPG, stderr := runCLI(t, append(args, "--postgres", pg.DSN)...)
+	if code != ExitOK {
+		t.Fatalf("export: %d %s", code, stderr)
+	}
+	if _, focusVK, _ := runCLI(t, append(args, "--valkey", vk.Addr)...); focusVK != focusPG {
+		t.Fatalf("FOCUS export from PostgreSQL differs from Valkey's:\n%s\n---\n%s", focusPG, focusVK)
+	}
+	// 26 principals of per-human and the fleet's shared bucket, 14 days, and a header.
+	if lines := strings.Count(focusPG, "\n"); lines != 14*27+1 || !strings.Contains(focusPG, `"{""budgetgen/budget"":""per-human"",""budgetgen/budget-set"":""ai-budgets"",""budgetgen/principal"":""alice@example.com""}"`) ||
+		!strings.Contains(focusPG, ",2500000,Tokens,") {
+		t.Fatalf("FOCUS export (%d lines):\n%s", lines, focusPG)
+	}
+	// Usage errors: no destination, two sources, a password in the DSN.
+	for _, args := range [][]string{
+		{"ledger", "sync", "--valkey", vk.Addr},
+		{"ledger", "sync", "--valkey", vk.Addr, "--service", "http://127.0.0.1:1", "--postgres", pg.DSN},
+		{"ledger", "sync", "--valkey", vk.Addr, "--postgres", "postgres://u:secret@127.0.0.1:1/db"},
+		{"report", "--valkey", vk.Addr, "--postgres", pg.DSN},
+		{"export", "--postgres", pg.DSN, "--format", "parquet"},
+		{"export", "--postgres", pg.DSN, "--from", "2026-11-10", "--to", "2026-11-01"},
+		{"export", "--postgres", pg.DSN, "--period", "week"},
+	} {
+		if code, _, stderr := runCLI(t, args...); code != ExitUsage || strings.Contains(stderr, "secret") {
+			t.Errorf("%v: code %d %s", args, code, stderr)
+		}
+	}
+}

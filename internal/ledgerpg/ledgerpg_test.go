@@ -1,0 +1,200 @@
+package ledgerpg
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/internal/pgtest"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+func openDB(t *testing.T, s *pgtest.Server) *DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := Open(ctx, s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// The schema comes from the embedded migrations, applied once however often
+// Migrate runs, with the indexes per-team and per-month queries use.
+func TestMigrate(t *testing.T) {
+	s := pgtest.Start(t)
+	db := openDB(t, s)
+	ctx := context.Background()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	if v, err := db.Version(ctx); err != nil || v != 1 {
+		t.Fatalf("version %d %v", v, err)
+	}
+	idx := s.Psql(ctx, t, "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename LIKE 'ledger_%'")
+	for _, want := range []string{"ledger_usage_budget_window", "ledger_usage_principal", "ledger_usage_pkey", "ledger_usage_window", "ledger_windows_pkey"} {
+		if !strings.Contains(idx, want) {
+			t.Errorf("index %s missing: %s", want, idx)
+		}
+	}
+	// The per-team query uses its index.
+	plan := s.Psql(ctx, t, "SET enable_seqscan = off; EXPLAIN SELECT sum(tokens) FROM ledger_usage WHERE principal_name = 'team-a' AND window_kind = 'month' AND window_start >= '2026-01-01'")
+	if !strings.Contains(plan, "ledger_usage_principal") {
+		t.Errorf("per-team query plan does not use the index:\n%s", plan)
+	}
+}
+
+func TestPasswordInDSNRefused(t *testing.T) {
+	for _, dsn := range []string{"postgres://u:secret@127.0.0.1:1/db", "host=127.0.0.1 user=u password=secret", "postgres://u@127.0.0.1:1/db?password=secret"} {
+		if _, err := Open(context.Background(), dsn); !errors.Is(err, ErrPasswordInDSN) {
+			t.Errorf("%s: %v", dsn, err)
+		}
+	}
+}
+
+// fillValkey writes a ledger as the service would: budget buckets of every
+// window (tokens, kilotokens, money, a shared group), with per-principal
+// and unattributed denials.
+func fillValkey(t *testing.T, ctx context.Context, c valkey.Client, now time.Time) {
+	t.Helper()
+	lv := ledger.NewValkey(c, "")
+	rec, err := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := func(rule string) ledger.RuleID { return ledger.RuleID{Domain: ledger.BudgetDomain, Rule: rule} }
+	var us []ledger.Usage
+	for _, p := range []ledger.Period{ledger.PeriodHour, ledger.PeriodDay, ledger.PeriodWeek, ledger.PeriodMonth} {
+		w := ledger.WindowAt(p, now, nil)
+		us = append(us, rec.UsageIn(b("s/per-team"), "team-a", w, 700), rec.UsageIn(b("s/per-team"), ledger.EncodePrincipal([]string{"team", "b"}), w, 50))
+		rec.DeniedIn(b("s/per-team"), w, ledger.Denial{Principal: "team-a", Shadow: true})
+		rec.DeniedIn(b("s/per-team"), w, ledger.Denial{Principal: "team-c", Shadow: true, Reserve: true}) // denied, never charged
+	}
+	mw := ledger.WindowAt(ledger.PeriodMonth, now, nil)
+	us = append(us, rec.UsageIn(b("s/per-team#cost"), "team-a", mw, 123_456), rec.UsageIn(b("s/per-team#ktokens"), "team-a", mw, 6_000_000),
+		rec.UsageIn(b("s/fleet@agents/agw"), "", ledger.WindowAt(ledger.PeriodDay, now, nil), 9_000))
+	rec.Denied(b("s/fleet@agents/agw"), now, false) // a shared bucket: no principal
+	if err := lv.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSyncTwiceGivesTheSameRows(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Valkey expires on its own clock: a time in its future.
+	now := (ledger.DayOf(time.Now()) + 1).Start().Add(13*time.Hour + 30*time.Minute)
+	fillValkey(t, ctx, c, now)
+	src := ledger.NewValkey(c, "")
+	db := openDB(t, pg)
+	clock := now
+	opts := SyncOptions{Now: func() time.Time { return clock }}
+	st, err := db.Sync(ctx, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 windows of per-team (3 principals each), the cost and kilotoken months, the fleet's day.
+	if st.Windows != 7 || st.Rows != 15 || st.Changed != 22 {
+		t.Fatalf("first sync %+v", st)
+	}
+	const all = "SELECT domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end, budget_set, budget, gateway, measure, units, tokens, cost, shadow_denials, enforce_denials, reserve_denials, synced_at FROM ledger_usage ORDER BY 1, 2, 3, 4"
+	first := pg.Psql(ctx, t, all)
+	clock = now.Add(time.Hour)
+	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 0 || st.Windows != 7 {
+		t.Fatalf("second sync changed %+v %v", st, err)
+	}
+	if again := pg.Psql(ctx, t, all); again != first {
+		t.Fatalf("rows changed on the second sync:\n%s\n---\n%s", first, again)
+	}
+	// What the columns say, in SQL: tokens, money, who.
+	for q, want := range map[string]string{
+		"SELECT tokens FROM ledger_usage WHERE rule = 's/per-team#ktokens'":                                               "6000000000",
+		"SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'":                                                    "12.3456",
+		"SELECT budget || ',' || measure || ',' || gateway FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":         "fleet,tokens,agents/agw",
+		"SELECT DISTINCT principal_name FROM ledger_usage WHERE principal = 'team,b'":                                     "team, b",
+		"SELECT count(*) FROM ledger_usage WHERE principal = 'team-c' AND units IS NULL AND reserve_denials = 1":          "4",
+		"SELECT enforce_denials FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                                    "1",
+		"SELECT sum(tokens) FROM ledger_usage WHERE budget = 'per-team' AND window_kind = 'month' AND measure = 'tokens'": "750",
+	} {
+		if got := pg.Psql(ctx, t, q); got != want {
+			t.Errorf("%s = %q, want %q", q, got, want)
+		}
+	}
+	// New usage is copied; a ledger that lost a key never lowers a row.
+	lv := ledger.NewValkey(c, "")
+	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	if err := lv.Add(ctx, rec.UsageIn(ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, "team-a", ledger.WindowAt(ledger.PeriodDay, now, nil), 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, c.B().Del().Key(ledger.WindowUsageKey("", ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team#cost"}, ledger.WindowAt(ledger.PeriodMonth, now, nil))).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 1 {
+		t.Fatalf("third sync %+v %v", st, err)
+	}
+	if got := pg.Psql(ctx, t, "SELECT units FROM ledger_usage WHERE rule = 's/per-team' AND window_kind = 'day' AND principal = 'team-a'"); got != "705" {
+		t.Fatalf("day usage after more traffic: %s", got)
+	}
+	if got := pg.Psql(ctx, t, "SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'"); got != "12.3456" {
+		t.Fatalf("a lost key lowered the record: %s", got)
+	}
+}
+
+// Read back from PostgreSQL, the ledger is the one Valkey held.
+func TestReadBackEqualsSource(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := (ledger.DayOf(time.Now()) + 1).Start().Add(13 * time.Hour)
+	fillValkey(t, ctx, c, now)
+	src := ledger.NewValkey(c, "")
+	db := openDB(t, pg)
+	if _, err := db.Sync(ctx, src, SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ledger.ReadAll(ctx, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ledger.ReadAll(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 7 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("from PostgreSQL:\n%+v\nfrom Valkey:\n%+v", got, want)
+	}
+	some := []ledger.Window{ledger.WindowAt(ledger.PeriodMonth, now, nil)}
+	if keys, err := db.Keys(ctx, some); err != nil || len(keys) != 3 {
+		t.Fatalf("keys of the month: %v %v", keys, err)
+	}
+	db.MaxPrincipals = 2
+	if _, err := db.Read(ctx, want[1].Rule, want[1].Window); !errors.Is(err, ledger.ErrTooMany) {
+		t.Fatalf("bound: %v", err)
+	}
+}

@@ -1,0 +1,237 @@
+package ledgerpg
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+)
+
+// Measures as stored (the measure column).
+const (
+	MeasureTokens     = "tokens"
+	MeasureKiloTokens = "ktokens"
+	MeasureCost       = "cost"
+)
+
+// Names says which budget a ledger rule's rows belong to and what its units
+// count.
+type Names struct {
+	BudgetSet, Budget, Gateway string
+	// Measure is MeasureTokens, MeasureKiloTokens or MeasureCost.
+	Measure string
+}
+
+// Namer names a ledger rule.
+type Namer func(r ledger.RuleID) Names
+
+// BucketNames names a budget map's bucket rows by their bucket
+// (<set>/<budget>[@<gateway>][#<measure>]); any other rule (a service run
+// without a budget map) is its own budget, counting tokens.
+func BucketNames(r ledger.RuleID) Names {
+	if r.Domain == ledger.BudgetDomain {
+		if set, budget, gw, m, ok := budgetmap.ParseBucket(r.Rule); ok {
+			n := Names{BudgetSet: set, Budget: budget, Gateway: gw, Measure: MeasureTokens}
+			if m == budgetmap.MeasureCost || m == budgetmap.MeasureKiloTokens {
+				n.Measure = m
+			}
+			return n
+		}
+	}
+	return Names{Budget: r.Rule, Measure: MeasureTokens}
+}
+
+// SyncOptions for Sync. The zero value copies every window the source
+// holds, names rules with BucketNames and dates windows in UTC.
+type SyncOptions struct {
+	// Location is the zone of the service's windows (RESET_TIME_ZONE):
+	// window_start and window_end are their instants in it. Default UTC.
+	Location *time.Location
+	// Names names the rules; default BucketNames.
+	Names Namer
+	// Windows restricts the copy to these windows; nil copies every window
+	// the source still holds (closed and running).
+	Windows []ledger.Window
+	// Now stamps synced_at; default time.Now.
+	Now func() time.Time
+}
+
+// SyncStats says what a sync did.
+type SyncStats struct {
+	// Windows is the rule-windows read; Rows the principal rows written.
+	Windows, Rows int
+	// Changed counts the rows inserted or changed (0 when nothing was new).
+	Changed int64
+}
+
+// Sync copies src (the service's ledger in Valkey, or its debug port's) into
+// the database in one transaction: nothing is half-copied.
+func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncStats, error) {
+	if o.Location == nil {
+		o.Location = time.UTC
+	}
+	if o.Names == nil {
+		o.Names = BucketNames
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var st SyncStats
+	keys, err := src.Keys(ctx, o.Windows)
+	if err != nil {
+		return st, fmt.Errorf("list the ledger: %w", err)
+	}
+	now := o.Now().UTC()
+	err = pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
+		for _, k := range keys {
+			d, err := src.Read(ctx, k.Rule, k.Window)
+			if err != nil {
+				return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
+			}
+			if d.Empty() {
+				continue
+			}
+			n, err := upsertWindow(ctx, tx, &d, o.Names(d.Rule), o.Location, now)
+			if err != nil {
+				return fmt.Errorf("write %s %s: %w", k.Rule, k.Window, err)
+			}
+			st.Windows++
+			st.Rows += principalCount(&d)
+			st.Changed += n
+		}
+		return nil
+	})
+	return st, err
+}
+
+func principalCount(d *ledger.Data) int {
+	n := len(d.Usage)
+	for p := range d.PrincipalDenials {
+		if _, ok := d.Usage[p]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+const upsertUsage = `
+INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end,
+    budget_set, budget, gateway, measure, units, shadow_denials, enforce_denials, reserve_denials, synced_at)
+SELECT $1, $2, $3, t.p, t.n, $4, $5, $6, $7, $8, $9, $10, t.units, t.s, t.e, t.r, $11
+FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[]) AS t(p, n, units, s, e, r)
+ON CONFLICT (domain, rule, window_label, principal) DO UPDATE SET
+    units = GREATEST(u.units, EXCLUDED.units),
+    shadow_denials = GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
+    enforce_denials = GREATEST(u.enforce_denials, EXCLUDED.enforce_denials),
+    reserve_denials = GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
+    principal_name = EXCLUDED.principal_name, window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
+    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    synced_at = EXCLUDED.synced_at
+WHERE (u.units, u.shadow_denials, u.enforce_denials, u.reserve_denials, u.principal_name, u.window_start, u.window_end,
+       u.budget_set, u.budget, u.gateway, u.measure)
+    IS DISTINCT FROM
+      (GREATEST(u.units, EXCLUDED.units), GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
+       GREATEST(u.enforce_denials, EXCLUDED.enforce_denials), GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
+       EXCLUDED.principal_name, EXCLUDED.window_start, EXCLUDED.window_end,
+       EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+
+const upsertWindowTotals = `
+INSERT INTO ledger_windows AS w (domain, rule, window_label, window_kind, window_start, window_end,
+    budget_set, budget, gateway, measure, shadow_denials, enforce_denials, reserve_denials, synced_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (domain, rule, window_label) DO UPDATE SET
+    shadow_denials = GREATEST(w.shadow_denials, EXCLUDED.shadow_denials),
+    enforce_denials = GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
+    reserve_denials = GREATEST(w.reserve_denials, EXCLUDED.reserve_denials),
+    window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
+    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    synced_at = EXCLUDED.synced_at
+WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.window_start, w.window_end, w.budget_set, w.budget, w.gateway, w.measure)
+    IS DISTINCT FROM
+      (GREATEST(w.shadow_denials, EXCLUDED.shadow_denials), GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
+       GREATEST(w.reserve_denials, EXCLUDED.reserve_denials), EXCLUDED.window_start, EXCLUDED.window_end,
+       EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+
+// rows are one rule-window's principal rows as column arrays.
+type rows struct {
+	principal, name []string
+	units           []*int64
+	shadow, enforce []int64
+	reserve         []int64
+}
+
+func columns(d *ledger.Data) (rows, error) {
+	var r rows
+	seen := map[string]bool{}
+	for p := range d.Usage {
+		seen[p] = true
+	}
+	for p := range d.PrincipalDenials {
+		seen[p] = true
+	}
+	names := make([]string, 0, len(seen))
+	for p := range seen {
+		names = append(names, p)
+	}
+	sort.Strings(names) // a deterministic statement
+	for _, p := range names {
+		var units *int64
+		if u, ok := d.Usage[p]; ok {
+			v, err := toInt64(u, "usage of "+p)
+			if err != nil {
+				return r, err
+			}
+			units = &v
+		}
+		pd := d.PrincipalDenials[p]
+		s, err1 := toInt64(pd.Shadow, "denials")
+		e, err2 := toInt64(pd.Enforce, "denials")
+		rs, err3 := toInt64(pd.Reserve, "denials")
+		if err := firstErr(err1, err2, err3); err != nil {
+			return r, err
+		}
+		r.principal, r.name = append(r.principal, p), append(r.name, ledger.PrincipalName(p))
+		r.units, r.shadow, r.enforce, r.reserve = append(r.units, units), append(r.shadow, s), append(r.enforce, e), append(r.reserve, rs)
+	}
+	return r, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertWindow writes one rule-window: its principals and its totals.
+func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *time.Location, now time.Time) (int64, error) {
+	r, err := columns(d)
+	if err != nil {
+		return 0, err
+	}
+	start, end := timeOf(d.Window, loc)
+	kind, label := d.Window.Period.String(), d.Window.ID()
+	tag, err := tx.Exec(ctx, upsertUsage, d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure, now,
+		r.principal, r.name, r.units, r.shadow, r.enforce, r.reserve)
+	if err != nil {
+		return 0, err
+	}
+	s, err1 := toInt64(d.Denials.Shadow, "denials")
+	e, err2 := toInt64(d.Denials.Enforce, "denials")
+	rs, err3 := toInt64(d.Denials.Reserve, "denials")
+	if err := firstErr(err1, err2, err3); err != nil {
+		return 0, err
+	}
+	tag2, err := tx.Exec(ctx, upsertWindowTotals, d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure, s, e, rs, now)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected() + tag2.RowsAffected(), nil
+}
