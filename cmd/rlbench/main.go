@@ -50,6 +50,44 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	cleanup, err := prepare(ctx, &o, stderr)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	targets, err := targetsOf(o)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(stdout, "rlbench: client=%s mix=%s reserve=%q workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
+		o.client, o.mix, o.reserve, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU()); err != nil {
+		return err
+	}
+	results := map[string][]result{}
+	for r := 0; r < o.rounds; r++ {
+		for _, name := range targets {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			res, err := runRound(ctx, o, name, r, filepath.Join(o.workDir, "runtime"), stderr)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", name, r+1, err)
+			}
+			results[name] = append(results[name], res)
+			if _, err := fmt.Fprintf(stdout, "round %d %-12s %s\n", r+1, name, res); err != nil {
+				return err
+			}
+		}
+	}
+	return report(stdout, results)
+}
+
+// parseOptions reads the flags and checks their bounds.
+func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rlbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,39 +112,70 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.mix, "mix", mixCharge, "calls: charge (every call charges 1 per descriptor) or llm (Envoy Gateway's token budget shape: a check with hits_addend 0, then the stream-done charge of the tokens; ours with a budget map)")
 	fs.StringVar(&o.reserve, "reserve", "", "llm mix: what each budget reserves (tokens, auto, or empty for none)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
-	if o.workers <= 0 || o.principals <= 0 || o.rounds <= 0 || o.conns <= 0 || o.descriptors <= 0 || o.duration <= 0 {
-		return errors.New("workers, principals, rounds, conns, descriptors and duration must be positive")
+	switch {
+	case o.workers <= 0 || o.principals <= 0 || o.rounds <= 0 || o.conns <= 0 || o.descriptors <= 0 || o.duration <= 0:
+		return o, errors.New("workers, principals, rounds, conns, descriptors and duration must be positive")
+	case o.client != "h2" && o.client != "grpc":
+		return o, fmt.Errorf("-client %q: want h2 or grpc", o.client)
+	case o.mix != mixCharge && o.mix != mixLLM:
+		return o, fmt.Errorf("-mix %q: want %s or %s", o.mix, mixCharge, mixLLM)
+	case o.duration > 10*time.Minute:
+		return o, errors.New("duration is capped at 10m per round")
+	case o.valkeyAddr != "" && !loopback(o.valkeyAddr):
+		return o, fmt.Errorf("valkey address %q is not on loopback", o.valkeyAddr)
 	}
-	if o.client != "h2" && o.client != "grpc" {
-		return fmt.Errorf("-client %q: want h2 or grpc", o.client)
-	}
-	if o.mix != mixCharge && o.mix != mixLLM {
-		return fmt.Errorf("-mix %q: want %s or %s", o.mix, mixCharge, mixLLM)
-	}
-	if o.duration > 10*time.Minute {
-		return errors.New("duration is capped at 10m per round")
+	return o, nil
+}
+
+func loopback(addr string) bool {
+	return strings.HasPrefix(addr, "127.0.0.1:") || strings.HasPrefix(addr, "localhost:")
+}
+
+// prepare makes the scratch directory, starts a private Valkey, builds the
+// two services and writes their config (and, for the llm mix, our budget
+// map). The returned cleanup is never nil and undoes what was done, also on
+// error.
+func prepare(ctx context.Context, o *options, stderr io.Writer) (cleanup func(), err error) {
+	var undo []func()
+	cleanup = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 	}
 	if o.workDir == "" {
 		d, err := os.MkdirTemp("", "rlbench-")
 		if err != nil {
-			return err
+			return cleanup, err
 		}
-		defer func() { _ = os.RemoveAll(d) }() // scratch space: a leftover temp dir is not worth failing the run
+		undo = append(undo, func() { _ = os.RemoveAll(d) }) // scratch space: a leftover temp dir is not worth failing the run
 		o.workDir = d
 	}
 	if o.valkeyAddr == "" {
 		addr, pid, stopValkey, err := startValkey(ctx, o.workDir)
 		if err != nil {
-			return err
+			return cleanup, err
 		}
-		defer stopValkey()
+		undo = append(undo, stopValkey)
 		o.valkeyAddr, o.valkeyPID = addr, pid
 	}
-	if !strings.HasPrefix(o.valkeyAddr, "127.0.0.1:") && !strings.HasPrefix(o.valkeyAddr, "localhost:") {
-		return fmt.Errorf("valkey address %q is not on loopback", o.valkeyAddr)
+	if err := buildServices(ctx, o, stderr); err != nil {
+		return cleanup, err
 	}
+	if err := writeConfig(filepath.Join(o.workDir, "runtime"), *o); err != nil {
+		return cleanup, err
+	}
+	if o.mix == mixLLM {
+		if o.budgetMap, err = writeBudgetMap(o.workDir, *o); err != nil {
+			return cleanup, err
+		}
+	}
+	return cleanup, nil
+}
+
+// buildServices builds the reference and ours unless given or not run.
+func buildServices(ctx context.Context, o *options, stderr io.Writer) error {
 	var err error
 	if o.refBin == "" && o.only != "ours" {
 		_, _ = fmt.Fprintln(stderr, "building the reference (cached after the first time)...") // progress note only
@@ -122,51 +191,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("build ./cmd/ratelimit (run from the repository root): %w", err)
 		}
 	}
-	root := filepath.Join(o.workDir, "runtime")
-	if err := writeConfig(root, o); err != nil {
-		return err
-	}
-	if o.mix == mixLLM {
-		if o.budgetMap, err = writeBudgetMap(o.workDir, o); err != nil {
-			return err
-		}
-	}
-	if _, err := fmt.Fprintf(stdout, "rlbench: client=%s mix=%s reserve=%q workers=%d conns=%d principals=%d descriptors=%d duration=%s warmup=%s rounds=%d limit=%d key-format=%s valkey=%s cpus=%d\n",
-		o.client, o.mix, o.reserve, o.workers, o.conns, o.principals, o.descriptors, o.duration, o.warmup, o.rounds, o.limit, o.keyFormat, o.valkeyAddr, numCPU()); err != nil {
-		return err
-	}
-	var results = map[string][]result{}
+	return nil
+}
+
+// targetsOf lists the services each round runs, the reference first.
+func targetsOf(o options) ([]string, error) {
 	var targets []string
 	if o.only != "ours" {
 		targets = append(targets, "reference")
 	}
-	if o.only != "reference" {
-		for _, tr := range strings.Split(o.transports, ",") {
-			switch tr = strings.TrimSpace(tr); tr {
-			case "lean":
-				targets = append(targets, "ours")
-			case "grpc-go":
-				targets = append(targets, oursGRPCGo)
-			default:
-				return fmt.Errorf("-transports: unknown transport %q (want lean or grpc-go)", tr)
-			}
+	if o.only == "reference" {
+		return targets, nil
+	}
+	for _, tr := range strings.Split(o.transports, ",") {
+		switch tr = strings.TrimSpace(tr); tr {
+		case "lean":
+			targets = append(targets, "ours")
+		case "grpc-go":
+			targets = append(targets, oursGRPCGo)
+		default:
+			return nil, fmt.Errorf("-transports: unknown transport %q (want lean or grpc-go)", tr)
 		}
 	}
-	for r := 0; r < o.rounds; r++ {
-		for _, name := range targets {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			res, err := runRound(ctx, o, name, r, root, stderr)
-			if err != nil {
-				return fmt.Errorf("%s round %d: %w", name, r+1, err)
-			}
-			results[name] = append(results[name], res)
-			if _, err := fmt.Fprintf(stdout, "round %d %-12s %s\n", r+1, name, res); err != nil {
-				return err
-			}
-		}
-	}
-	return report(stdout, results)
-
+	return targets, nil
 }

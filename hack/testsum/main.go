@@ -69,15 +69,21 @@ func (p *printer) printf(format string, args ...any) {
 	}
 }
 
+// summary is the state of one summarise run. Output is kept per test only
+// until the test ends; a passed test's output is dropped, so memory is
+// bounded by the tests running at once.
+type summary struct {
+	c           counts
+	pr          *printer
+	out         map[string]*strings.Builder // "<package> <test>" -> output
+	pkgOut      map[string]*strings.Builder // package -> output outside tests
+	failedPkgs  map[string]bool
+	failedTests map[string]int
+}
+
 func summarise(r io.Reader, w io.Writer) (counts, error) {
-	var c counts
-	pr := &printer{w: w}
-	// Output is kept per test only until the test ends; a passed test's
-	// output is dropped, so memory is bounded by the tests running at once.
-	out := map[string]*strings.Builder{}
-	pkgOut := map[string]*strings.Builder{}
-	failedPkgs := map[string]bool{}
-	failedTests := map[string]int{}
+	s := &summary{pr: &printer{w: w}, out: map[string]*strings.Builder{}, pkgOut: map[string]*strings.Builder{},
+		failedPkgs: map[string]bool{}, failedTests: map[string]int{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	nonJSON := 0
@@ -87,75 +93,92 @@ func summarise(r io.Reader, w io.Writer) (counts, error) {
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			// go test prints build errors outside the JSON stream.
 			nonJSON++
-			pr.printf("%s\n", line)
+			s.pr.printf("%s\n", line)
 			continue
 		}
-		id := e.Package + " " + e.Test
-		switch e.Action {
-		case "output":
-			b := pkgOut
-			key := e.Package
-			if e.Test != "" {
-				b, key = out, id
-			}
-			if b[key] == nil {
-				b[key] = &strings.Builder{}
-			}
-			if b[key].Len() < 1<<20 {
-				b[key].WriteString(e.Output)
-			}
-		case "pass", "fail", "skip":
-			if e.Test == "" {
-				// A package's own result.
-				switch e.Action {
-				case "pass":
-					pr.printf("ok   %s (%.1fs)\n", e.Package, e.Elapsed)
-				case "fail":
-					failedPkgs[e.Package] = true
-					pr.printf("FAIL %s (%.1fs)\n", e.Package, e.Elapsed)
-					if b := pkgOut[e.Package]; b != nil {
-						pr.printf("%s", indent(b.String()))
-					}
-				}
-				delete(pkgOut, e.Package)
-				continue
-			}
-			switch e.Action {
-			case "pass":
-				c.passed++
-			case "skip":
-				c.skipped++
-			case "fail":
-				c.failed++
-				failedTests[e.Package]++
-				pr.printf("--- FAIL %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
-				if b := out[id]; b != nil {
-					pr.printf("%s", indent(b.String()))
-				}
-			}
-			delete(out, id)
-		}
+		s.event(e)
 	}
 	if err := sc.Err(); err != nil {
-		return c, err
+		return s.c, err
 	}
-	// A package that failed without a failing test (build error, panic in
-	// TestMain, timeout) is a failure of its own.
-	names := make([]string, 0, len(failedPkgs))
-	for p := range failedPkgs {
+	s.countPackageFailures()
+	if s.c.passed+s.c.failed+s.c.skipped == 0 && len(s.failedPkgs) == 0 && nonJSON > 0 {
+		return s.c, fmt.Errorf("no test2json events in the input")
+	}
+	s.pr.printf("tests: %d passed, %d failed, %d skipped\n", s.c.passed, s.c.failed+s.c.pkgFailed, s.c.skipped)
+	return s.c, s.pr.err
+}
+
+// event takes one test2json event: output is kept, a result printed.
+func (s *summary) event(e event) {
+	switch e.Action {
+	case "output":
+		b, key := s.pkgOut, e.Package
+		if e.Test != "" {
+			b, key = s.out, e.Package+" "+e.Test
+		}
+		if b[key] == nil {
+			b[key] = &strings.Builder{}
+		}
+		if b[key].Len() < 1<<20 {
+			b[key].WriteString(e.Output)
+		}
+	case "pass", "fail", "skip":
+		if e.Test == "" {
+			s.packageResult(e)
+		} else {
+			s.testResult(e)
+		}
+	}
+}
+
+// packageResult prints a package's own result, with its output if it failed.
+func (s *summary) packageResult(e event) {
+	switch e.Action {
+	case "pass":
+		s.pr.printf("ok   %s (%.1fs)\n", e.Package, e.Elapsed)
+	case "fail":
+		s.failedPkgs[e.Package] = true
+		s.pr.printf("FAIL %s (%.1fs)\n", e.Package, e.Elapsed)
+		if b := s.pkgOut[e.Package]; b != nil {
+			s.pr.printf("%s", indent(b.String()))
+		}
+	}
+	delete(s.pkgOut, e.Package)
+}
+
+// testResult counts a test's result and prints a failed test's output.
+func (s *summary) testResult(e event) {
+	id := e.Package + " " + e.Test
+	switch e.Action {
+	case "pass":
+		s.c.passed++
+	case "skip":
+		s.c.skipped++
+	case "fail":
+		s.c.failed++
+		s.failedTests[e.Package]++
+		s.pr.printf("--- FAIL %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
+		if b := s.out[id]; b != nil {
+			s.pr.printf("%s", indent(b.String()))
+		}
+	}
+	delete(s.out, id)
+}
+
+// countPackageFailures counts a package that failed without a failing test
+// (build error, panic in TestMain, timeout) as a failure of its own.
+func (s *summary) countPackageFailures() {
+	names := make([]string, 0, len(s.failedPkgs))
+	for p := range s.failedPkgs {
 		names = append(names, p)
 	}
 	sort.Strings(names)
 	for _, p := range names {
-		if failedTests[p] == 0 {
-			c.pkgFailed++
+		if s.failedTests[p] == 0 {
+			s.c.pkgFailed++
 		}
 	}
-	if c.passed+c.failed+c.skipped == 0 && len(failedPkgs) == 0 && nonJSON > 0 {
-		return c, fmt.Errorf("no test2json events in the input")
-	}
-	pr.printf("tests: %d passed, %d failed, %d skipped\n", c.passed, c.failed+c.pkgFailed, c.skipped)
-	return c, pr.err
 }
 
 func indent(s string) string {
