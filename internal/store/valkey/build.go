@@ -197,7 +197,7 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 	args := make([]string, 0, 4+6*len(g.ops))
 	if g.hasID {
 		keys = append(keys, g.id.key)
-		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg())
+		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg(now))
 	} else {
 		keys = append(keys, g.ops[0].key)
 		args = append(args, "-1", "0")

@@ -28,6 +28,14 @@ import (
 // replayed for at least one window; an ambiguous call still unanswered then
 // is dropped and counted (store.AmbiguousDropped), since a replay could then
 // count twice.
+//
+// The calls carry the bitmap's expiry (PEXPIREAT NX) until one of them is
+// answered, and then for expiryRecheck no call does. Valkey can lose a
+// bitmap while the store believes its expiry set (FLUSHALL, a restart
+// without persistence, a failover to a replica that lacked it, an eviction)
+// and the next SETBIT recreates it without one; so a confirmation is trusted
+// for expiryRecheck only, after which one call per slot carries the expiry
+// again, and no bitmap stays in Valkey for good.
 
 type ids struct {
 	prefix string // KeyPrefix + "bgid|" + instance + "|"
@@ -37,21 +45,27 @@ type ids struct {
 	cur    atomic.Pointer[epochIDs]
 }
 
+// expiryRecheck is how long an answer to a call that carried a bitmap's
+// expiry is trusted to mean the bitmap has it.
+const expiryRecheck = time.Second
+
 // epochIDs are the id sequences of one epoch: one per slot (one off a
-// cluster), and whether each slot's bitmap is known to have its expiry.
+// cluster), and when each slot's bitmap was last known to have its expiry
+// (unix ms of the store's clock; 0: never).
 type epochIDs struct {
 	epoch  int64
 	seq    []atomic.Int64
-	expSet []atomic.Bool
+	expSet []atomic.Int64
 }
 
 // idRef names one call's id.
 type idRef struct {
-	key  string
-	off  int64
-	exp  int64 // the bitmap's absolute expiry, ms
-	slot uint16
-	ep   *epochIDs
+	key     string
+	off     int64
+	exp     int64 // the bitmap's absolute expiry, ms
+	slot    uint16
+	ep      *epochIDs
+	carries bool // the call's script sets the bitmap's expiry (expiryArg)
 }
 
 func newIDs(keyPrefix string, window time.Duration, cluster bool) (*ids, error) {
@@ -76,7 +90,7 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 		if n == 0 {
 			n = 1
 		}
-		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Bool, n)}
+		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Int64, n)}
 		if x.cur.CompareAndSwap(ep, fresh) {
 			ep = fresh
 			break
@@ -95,17 +109,23 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 	return idRef{key: key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
 }
 
-// expiryArg is the bitmap expiry the script sets, "0" once it is known set.
-func (r idRef) expiryArg() string {
-	if r.ep.expSet[r.index()].Load() {
+// expiryArg is the bitmap expiry the script sets at now, "0" while it is
+// known set (within expiryRecheck of an answer to a call that carried it).
+func (r *idRef) expiryArg(now time.Time) string {
+	t := r.ep.expSet[r.index()].Load()
+	if r.carries = t == 0 || now.UnixMilli()-t >= expiryRecheck.Milliseconds(); !r.carries {
 		return "0"
 	}
 	return strconv.FormatInt(r.exp, 10)
 }
 
-// expiryDone records that the bitmap's expiry is set (a call that carried it
-// was answered).
-func (r idRef) expiryDone() { r.ep.expSet[r.index()].Store(true) }
+// expiryDone records, when the call carried the bitmap's expiry and was
+// answered, that the bitmap has it as of now.
+func (r idRef) expiryDone(now time.Time) {
+	if r.carries {
+		r.ep.expSet[r.index()].Store(now.UnixMilli())
+	}
+}
 
 func (r idRef) index() int {
 	if len(r.ep.seq) == 1 {
