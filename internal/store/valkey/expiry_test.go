@@ -38,10 +38,10 @@ func calls(t *testing.T, addr, cmd string) int {
 // failover) gets its expiry again when a charge recreates it.
 func TestExpirySetOncePerCounter(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	// The store's clock stands still: a call re-sends the id bitmap's
-	// expiry a second after it was last confirmed (ids.go), which a slow
-	// run of this test must not count.
-	t0 := time.Now()
+	// The store's clock stands still, early in an id epoch: a call re-sends
+	// the id bitmap's expiry a second after it was last confirmed, and in
+	// an epoch's last second (ids.go), which this test must not count.
+	t0 := time.Now().Truncate(time.Minute).Add(5 * time.Second)
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Now: func() time.Time { return t0 }})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	charge := func(hits uint64, keys ...string) []store.Result {
@@ -180,5 +180,16 @@ func TestIDBitmapExpiryAfterFlush(t *testing.T) {
 	charge()
 	if e := bitmapExpiry(); e == "-1" {
 		t.Fatal("after FLUSHALL the recreated id bitmap never gets an expiry: it would stay in Valkey for good")
+	}
+	// In an epoch's last second no later call of the epoch may come to
+	// re-send the expiry: every call carries it.
+	clock.Store(start.Add(54500 * time.Millisecond).UnixNano()) // half a second before the epoch ends
+	charge()
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	charge()
+	if e := bitmapExpiry(); e == "-1" {
+		t.Fatal("a bitmap recreated in its epoch's last second has no expiry, and no call of its epoch is left to set it")
 	}
 }

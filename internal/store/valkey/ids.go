@@ -35,7 +35,11 @@ import (
 // without persistence, a failover to a replica that lacked it, an eviction)
 // and the next SETBIT recreates it without one; so a confirmation is trusted
 // for expiryRecheck only, after which one call per slot carries the expiry
-// again, and no bitmap stays in Valkey for good.
+// again, and in the last expiryRecheck of an epoch (when no later call of
+// the epoch may come) every call carries it. A bitmap recreated by the last
+// call of its epoch that is neither within a second of a later call nor in
+// the epoch's last second still stays without an expiry: one small key per
+// such loss, which only a call per write could rule out.
 
 type ids struct {
 	prefix string // KeyPrefix + "bgid|" + instance + "|"
@@ -63,6 +67,7 @@ type idRef struct {
 	key     string
 	off     int64
 	exp     int64 // the bitmap's absolute expiry, ms
+	end     int64 // the end of the id's epoch, ms
 	slot    uint16
 	ep      *epochIDs
 	carries bool // the call's script sets the bitmap's expiry (expiryArg)
@@ -106,14 +111,15 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 		si = int(slot)
 		key = x.prefix + "{" + x.tags[slot] + "}" + strconv.FormatInt(e, 10)
 	}
-	return idRef{key: key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
+	return idRef{key: key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, end: (e + 1) * w, slot: slot, ep: ep}
 }
 
 // expiryArg is the bitmap expiry the script sets at now, "0" while it is
-// known set (within expiryRecheck of an answer to a call that carried it).
+// known set (within expiryRecheck of an answer to a call that carried it)
+// and the epoch's last expiryRecheck has not begun.
 func (r *idRef) expiryArg(now time.Time) string {
-	t := r.ep.expSet[r.index()].Load()
-	if r.carries = t == 0 || now.UnixMilli()-t >= expiryRecheck.Milliseconds(); !r.carries {
+	t, ms, recheck := r.ep.expSet[r.index()].Load(), now.UnixMilli(), expiryRecheck.Milliseconds()
+	if r.carries = t == 0 || ms-t >= recheck || r.end-ms <= recheck; !r.carries {
 		return "0"
 	}
 	return strconv.FormatInt(r.exp, 10)
