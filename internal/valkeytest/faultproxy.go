@@ -212,6 +212,7 @@ type proxyConn struct {
 	client, server *net.TCPConn
 	done           chan struct{}
 	once           sync.Once
+	exited         atomic.Int32 // forwarders done
 }
 
 // close closes both sides (once); reset sends the client an RST instead of
@@ -259,15 +260,23 @@ func (p *Proxy) read(c *proxyConn, src net.Conn, q chan<- chunk) {
 	}
 }
 
-// forward writes the chunks of q to the other side as the mode says, and
-// closes the connection when q ends (the source closed) or a write fails.
+// forward writes the chunks of q to the other side as the mode says until
+// q ends (the source closed) or a write fails, then closes its destination
+// only: the other direction still writes what it has read (a request sent
+// before its client closed reaches the server, as over TCP), then finds its
+// own source closed. The connection is forgotten when both are done.
 func (p *Proxy) forward(c *proxyConn, q <-chan chunk, dir int) {
 	defer p.wg.Done()
-	defer p.forget(c)
 	dst := c.server
 	if dir == dirToClient {
 		dst = c.client
 	}
+	defer func() {
+		_ = dst.Close() // ends the other direction's reader
+		if c.exited.Add(1) == 2 {
+			p.forget(c)
+		}
+	}()
 	f := &forwarder{p: p, c: c, q: q, dst: dst, dir: dir}
 	for f.step() {
 	}

@@ -165,6 +165,37 @@ func TestProxyHoldClientCloses(t *testing.T) {
 	}
 }
 
+// TestProxyPassClientCloses: what a client sent before closing reaches the
+// server, though the echo back to the closed client fails first (as over
+// TCP; a held request released by Pass after its client closed too).
+func TestProxyPassClientCloses(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		e := startEcho(t)
+		p := StartProxy(t, e.addr)
+		c := dialProxy(t, p)
+		roundTrip(t, c, "x")
+		if hold {
+			p.Hold(true)
+		}
+		if _, err := c.Write([]byte("last")); err != nil {
+			t.Fatal(err)
+		}
+		if hold {
+			time.Sleep(20 * time.Millisecond) // let the proxy read it
+			p.Pass()
+		}
+		_ = c.Close()
+		select {
+		case got := <-e.ended:
+			if string(got) != "xlast" {
+				t.Fatalf("hold=%v: server got %q, want %q", hold, got, "xlast")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the server's connection did not end after the client closed")
+		}
+	}
+}
+
 // TestProxyDelay: a round trip takes at least twice the delay (a lower
 // bound: a delay cannot be shortened by a busy machine).
 func TestProxyDelay(t *testing.T) {

@@ -26,10 +26,15 @@ func blackHole(deliver bool) faultCase {
 	return faultCase{name: name, proxy: true,
 		inject: func(t *testing.T, r *faultRun) {
 			r.px.Hold(deliver)
-			ok := untilMetric(r, func(st suiteStats) bool { return st.ambiguous > 0 })
+			// Until a call is ambiguous and its connection, closed by the
+			// client, has had its held requests delivered or dropped.
+			ok := untilMetric(r, func(st suiteStats) bool {
+				ps := r.px.Stats()
+				return st.ambiguous > 0 && ps.Delivered+ps.Dropped > 0
+			})
 			r.px.Pass()
 			if !ok {
-				t.Fatalf("no call was ambiguous within %v of the black hole", faultBound)
+				t.Fatalf("within %v of the black hole: no call ambiguous, or no connection torn down holding requests (%+v)", faultBound, r.px.Stats())
 			}
 		},
 		expect: func(t *testing.T, r *faultRun, st suiteStats) {
@@ -91,8 +96,9 @@ func passwordRestart() faultCase {
 			r.vk.Kill()
 			r.vk.Restart()
 			before := readSuiteStats(r.svc.metrics()).buffered
-			// Refused handshakes, and charges buffered meanwhile.
-			ok := untilMetric(r, func(st suiteStats) bool { return st.buffered > before+1000 && deniedAuth(t, r.vk.Addr) > 0 })
+			// Half a second at least of refused handshakes, and charges
+			// buffered meanwhile.
+			ok := holdFault(r, 500*time.Millisecond, func(st suiteStats) bool { return st.buffered > before+1000 && deniedAuth(t, r.vk.Addr) > 0 })
 			if _, err := r.vk.Do("ACL", "SETUSER", "budget", ">"+oldPass); err != nil {
 				t.Fatal(err)
 			}
