@@ -140,7 +140,9 @@ func runFault(t *testing.T, c faultCase) {
 	if err := r.svc.stop(); err != nil {
 		t.Errorf("service stop: %v", err)
 	}
-	checkTotal(t, "usage ledger", sumLedger(t, r.vk.Addr), sent-r.flushedLedger, abandoned+again)
+	ledger := sumLedger(t, r.vk.Addr)
+	t.Logf("%s: usage ledger %d (flushed %d)", c.name, ledger, r.flushedLedger)
+	checkTotal(t, "usage ledger", ledger, sent-r.flushedLedger, abandoned+again)
 	checkExpiries(t, r.vk.Addr)
 	if c.expect != nil {
 		c.expect(t, r, st)
