@@ -201,7 +201,7 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 	defer func() { clear(keys); clear(args); sc.keys, sc.args = keys[:0], args[:0] }()
 	if g.hasID {
 		keys = append(keys, g.id.key)
-		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg())
+		args = append(args, strconv.FormatInt(g.id.off, 10), g.id.expiryArg(now))
 	} else {
 		keys = append(keys, g.ops[0].key)
 		args = append(args, "-1", "0")

@@ -59,8 +59,8 @@ func (s *Store) collectGroup(c *call, g *group, r valkey.ValkeyResult) error {
 		}
 		return fmt.Errorf("charge %d counters: %w", len(g.ops), err)
 	}
-	if g.hasID && g.id.expiryArg() != "0" {
-		g.id.expiryDone()
+	if g.hasID {
+		g.id.expiryDone(c.now)
 	}
 	var first error
 	for oi := range g.ops {

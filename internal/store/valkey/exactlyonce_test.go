@@ -2,11 +2,7 @@ package valkey
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,18 +171,19 @@ func TestBlackHoleExactlyOnce(t *testing.T) {
 	for _, deliver := range []bool{true, false} {
 		t.Run("delivered="+strconv.FormatBool(deliver), func(t *testing.T) {
 			srv := valkeytest.Start(t, valkeytest.Options{})
-			p := startBlackHoleProxy(t, srv.Addr, deliver)
-			s := mustNew(t, faultOptions(p.addr))
+			p := valkeytest.StartProxy(t, srv.Addr)
+			s := mustNew(t, faultOptions(p.Addr))
 			l := startLoad(s, "hole", 8, callDeadline)
 			time.Sleep(500 * time.Millisecond)
-			p.hole.Store(true)
+			p.Hold(deliver)
 			time.Sleep(3 * time.Second)
-			p.hole.Store(false)
+			p.Pass()
 			time.Sleep(time.Second)
 			l.finish()
 			waitDrained(t, s, 10*time.Second)
 			st := s.Stats()
-			t.Logf("proxy: %d torn-down connections delivered their held requests, %d dropped them", p.delivered.Load(), p.dropped.Load())
+			ps := p.Stats()
+			t.Logf("proxy: %d torn-down connections delivered their held requests, %d dropped them", ps.Delivered, ps.Dropped)
 			if deliver && st.AmbiguousApplied == 0 {
 				t.Errorf("held requests delivered, yet no replay found its call applied: %+v", st)
 			}
@@ -197,76 +194,5 @@ func TestBlackHoleExactlyOnce(t *testing.T) {
 			}
 			checkExactHits(t, s, l.attempted.Load(), l.okHits.Load(), sumKeys(t, srv.Addr, l))
 		})
-	}
-}
-
-type blackHoleProxy struct {
-	addr               string
-	hole               atomic.Bool
-	delivered, dropped atomic.Int64
-}
-
-func startBlackHoleProxy(t *testing.T, upstream string, deliver bool) *blackHoleProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &blackHoleProxy{addr: ln.Addr().String()}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { defer wg.Done(); p.pipe(c, u, deliver, true) }()
-			go func() { defer wg.Done(); p.pipe(u, c, deliver, false) }()
-		}
-	}()
-	return p
-}
-
-// pipe copies src to dst, holding what it reads while the hole is open and
-// writing it once the hole closes. If src ends while bytes are held, they
-// are written (toServer and deliver: the request reached Valkey, the answer
-// did not) or dropped.
-func (p *blackHoleProxy) pipe(src, dst net.Conn, deliver, toServer bool) {
-	defer dst.Close()
-	defer src.Close()
-	var held []byte
-	buf := make([]byte, 32<<10)
-	for {
-		src.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		n, err := src.Read(buf)
-		held = append(held, buf[:n]...)
-		if len(held) > 0 && !p.hole.Load() {
-			if _, werr := dst.Write(held); werr != nil {
-				return
-			}
-			held = held[:0]
-		}
-		var ne net.Error
-		if err != nil && (!errors.As(err, &ne) || !ne.Timeout()) {
-			if len(held) > 0 && toServer {
-				if deliver {
-					p.delivered.Add(1)
-					dst.Write(held)
-					time.Sleep(100 * time.Millisecond) // let Valkey read it before the close
-				} else {
-					p.dropped.Add(1)
-				}
-			}
-			return
-		}
 	}
 }

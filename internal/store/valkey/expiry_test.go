@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,11 @@ func calls(t *testing.T, addr, cmd string) int {
 // failover) gets its expiry again when a charge recreates it.
 func TestExpirySetOncePerCounter(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
-	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
+	// The store's clock stands still, early in an id epoch: a call re-sends
+	// the id bitmap's expiry a second after it was last confirmed, and in
+	// an epoch's last second (ids.go), which this test must not count.
+	t0 := time.Now().Truncate(time.Minute).Add(5 * time.Second)
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Now: func() time.Time { return t0 }})
 	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	charge := func(hits uint64, keys ...string) []store.Result {
 		t.Helper()
@@ -128,4 +133,63 @@ func storeOver(t *testing.T, c Client, opts Options) *Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// TestIDBitmapExpiryAfterFlush: the call id bitmap gets its expiry again
+// when Valkey loses it while the store believes it set (FLUSHALL here; a
+// restart without persistence, a failover or an eviction do the same): the
+// next SETBIT recreates the bitmap, and a bitmap without expiry would stay
+// in Valkey for good (found by the FLUSHALL case of the service's fault
+// suite, test/reliability). Within a second of the store's clock, one call
+// carries the expiry again.
+func TestIDBitmapExpiryAfterFlush(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	var clock atomic.Int64
+	start := time.Now().Truncate(time.Minute).Add(5 * time.Second) // early in an id epoch
+	clock.Store(start.UnixNano())
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	charge := func() {
+		t.Helper()
+		cs := []store.Counter{{Key: "bm", Hits: 1, ExpireAt: time.Now().Add(time.Hour)}}
+		if err := s.Charge(context.Background(), cs, make([]store.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bitmapExpiry := func() string {
+		t.Helper()
+		keys, err := srv.Do("KEYS", "bgid|*")
+		if err != nil || keys == "" || strings.Contains(keys, "\n") {
+			t.Fatalf("KEYS bgid|*: %q, %v; want one bitmap", keys, err)
+		}
+		out, err := srv.Do("PEXPIRETIME", keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	charge()
+	charge()
+	if e := bitmapExpiry(); e == "-1" {
+		t.Fatal("the bitmap has no expiry after its first calls")
+	}
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	charge() // recreates the bitmap; the store still believes its expiry set
+	clock.Add(int64(1500 * time.Millisecond))
+	charge()
+	if e := bitmapExpiry(); e == "-1" {
+		t.Fatal("after FLUSHALL the recreated id bitmap never gets an expiry: it would stay in Valkey for good")
+	}
+	// In an epoch's last second no later call of the epoch may come to
+	// re-send the expiry: every call carries it.
+	clock.Store(start.Add(54500 * time.Millisecond).UnixNano()) // half a second before the epoch ends
+	charge()
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	charge()
+	if e := bitmapExpiry(); e == "-1" {
+		t.Fatal("a bitmap recreated in its epoch's last second has no expiry, and no call of its epoch is left to set it")
+	}
 }

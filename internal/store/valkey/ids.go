@@ -28,6 +28,18 @@ import (
 // replayed for at least one window; an ambiguous call still unanswered then
 // is dropped and counted (store.AmbiguousDropped), since a replay could then
 // count twice.
+//
+// The calls carry the bitmap's expiry (PEXPIREAT NX) until one of them is
+// answered, and then for expiryRecheck no call does. Valkey can lose a
+// bitmap while the store believes its expiry set (FLUSHALL, a restart
+// without persistence, a failover to a replica that lacked it, an eviction)
+// and the next SETBIT recreates it without one; so a confirmation is trusted
+// for expiryRecheck only, after which one call per slot carries the expiry
+// again, and in the last expiryRecheck of an epoch (when no later call of
+// the epoch may come) every call carries it. A bitmap recreated by the last
+// call of its epoch that is neither within a second of a later call nor in
+// the epoch's last second still stays without an expiry: one small key per
+// such loss, which only a call per write could rule out.
 
 type ids struct {
 	prefix string // KeyPrefix + "bgid|" + instance + "|"
@@ -37,23 +49,30 @@ type ids struct {
 	cur    atomic.Pointer[epochIDs]
 }
 
+// expiryRecheck is how long an answer to a call that carried a bitmap's
+// expiry is trusted to mean the bitmap has it.
+const expiryRecheck = time.Second
+
 // epochIDs are the id sequences of one epoch: one per slot (one off a
-// cluster), whether each slot's bitmap is known to have its expiry, and the
-// bitmaps' names (made once per epoch and slot, not per call).
+// cluster), when each slot's bitmap was last known to have its expiry
+// (unix ms of the store's clock; 0: never), and the bitmaps' names (made
+// once per epoch and slot, not per call).
 type epochIDs struct {
 	epoch  int64
 	seq    []atomic.Int64
-	expSet []atomic.Bool
+	expSet []atomic.Int64
 	keys   []atomic.Pointer[string]
 }
 
 // idRef names one call's id.
 type idRef struct {
-	key  string
-	off  int64
-	exp  int64 // the bitmap's absolute expiry, ms
-	slot uint16
-	ep   *epochIDs
+	key     string
+	off     int64
+	exp     int64 // the bitmap's absolute expiry, ms
+	end     int64 // the end of the id's epoch, ms
+	slot    uint16
+	ep      *epochIDs
+	carries bool // the call's script sets the bitmap's expiry (expiryArg)
 }
 
 func newIDs(keyPrefix string, window time.Duration, cluster bool) (*ids, error) {
@@ -78,7 +97,7 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 		if n == 0 {
 			n = 1
 		}
-		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Bool, n), keys: make([]atomic.Pointer[string], n)}
+		fresh := &epochIDs{epoch: e, seq: make([]atomic.Int64, n), expSet: make([]atomic.Int64, n), keys: make([]atomic.Pointer[string], n)}
 		if x.cur.CompareAndSwap(ep, fresh) {
 			ep = fresh
 			break
@@ -99,20 +118,27 @@ func (x *ids) next(slot uint16, now time.Time) idRef {
 		ep.keys[si].CompareAndSwap(nil, &k)
 		key = ep.keys[si].Load()
 	}
-	return idRef{key: *key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, slot: slot, ep: ep}
+	return idRef{key: *key, off: ep.seq[si].Add(1) - 1, exp: (e + 2) * w, end: (e + 1) * w, slot: slot, ep: ep}
 }
 
-// expiryArg is the bitmap expiry the script sets, "0" once it is known set.
-func (r idRef) expiryArg() string {
-	if r.ep.expSet[r.index()].Load() {
+// expiryArg is the bitmap expiry the script sets at now, "0" while it is
+// known set (within expiryRecheck of an answer to a call that carried it)
+// and the epoch's last expiryRecheck has not begun.
+func (r *idRef) expiryArg(now time.Time) string {
+	t, ms, recheck := r.ep.expSet[r.index()].Load(), now.UnixMilli(), expiryRecheck.Milliseconds()
+	if r.carries = t == 0 || ms-t >= recheck || r.end-ms <= recheck; !r.carries {
 		return "0"
 	}
 	return strconv.FormatInt(r.exp, 10)
 }
 
-// expiryDone records that the bitmap's expiry is set (a call that carried it
-// was answered).
-func (r idRef) expiryDone() { r.ep.expSet[r.index()].Store(true) }
+// expiryDone records, when the call carried the bitmap's expiry and was
+// answered, that the bitmap has it as of now.
+func (r idRef) expiryDone(now time.Time) {
+	if r.carries {
+		r.ep.expSet[r.index()].Store(now.UnixMilli())
+	}
+}
 
 func (r idRef) index() int {
 	if len(r.ep.seq) == 1 {

@@ -163,8 +163,8 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, b
 		}
 		return 0, 0, false
 	}
-	if g.hasID && g.id.expiryArg() != "0" {
-		g.id.expiryDone()
+	if g.hasID {
+		g.id.expiryDone(s.now())
 	}
 	class := store.AmbiguousApplied // the first send had applied it
 	switch {
