@@ -25,7 +25,7 @@ func TestReserveLoads(t *testing.T) {
 		t.Errorf("frontier: %+v", f)
 	}
 	plain, err := Load([]byte(base), "b.yaml")
-	if err != nil || plain.Spec.Budgets[0].Reservation.On() {
+	if err != nil || plain.Spec.Budgets[0].On() {
 		t.Fatalf("no reserve: %+v, %v; want none", plain.Spec.Budgets[0].Reservation, err)
 	}
 }

@@ -65,7 +65,6 @@ func releaseOne(count, tokens uint64) (uint64, uint64) {
 
 func (h *holds) reserved() uint64 { return h.t0 + h.t1 }
 func (h *holds) live() uint64     { return h.c0 + h.c1 }
-func (h *holds) empty() bool      { return h.live() == 0 }
 
 // touch brings c's holds to now, releases what the counter asks and writes
 // the outcome into r.

@@ -67,7 +67,7 @@ func (f *faultyClient) DoMulti(ctx context.Context, cmds ...valkey.Completed) []
 		res := f.Client.DoMulti(context.Background(), cmds...)
 		return res[:len(res)-1]
 	case faultScriptFlushed:
-		f.Client.Do(context.Background(), f.Client.B().ScriptFlush().Build())
+		f.Do(context.Background(), f.B().ScriptFlush().Build())
 	}
 	return f.Client.DoMulti(ctx, cmds...)
 }

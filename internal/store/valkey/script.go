@@ -237,10 +237,9 @@ func sha(script string) string {
 	return hex.EncodeToString(h[:])
 }
 
-var (
-	chargeSHA = sha(chargeScript)
-	unholdSHA = sha(unholdScript)
-)
+// chargeSHA names the charge script for EVALSHA; the unhold script is rare
+// (a cluster request over in another slot) and sent with EVAL.
+var chargeSHA = sha(chargeScript)
 
 func noScript(r valkey.ValkeyResult) bool {
 	ve, ok := valkey.IsValkeyErr(r.Error())

@@ -10,13 +10,14 @@
 // black-holed link) is therefore kept in the outage buffer with its id and
 // replayed until Valkey answers: its hits land exactly once whether or not
 // the first send was applied (ids.go). Reads of counters no group writes are
-// plain GETs; the shadow-week ledger's increments (Counter.Ledger, a
-// measurement) ride beside the scripts as HINCRBY in the same round trip.
+// plain GETs; the usage ledger's increments (Counter.Ledger) ride inside the
+// scripts, so they too land exactly once.
 //
 // Reservations. A counter with a Hold keeps a hold hash next to it (in its
-// slot): a check admitted by its request holds tokens, the request's charge
-// releases the oldest live hold, and holds whose charge never came expire
-// and are counted (store.Result.Expired). A request's holds are placed all
+// slot), in two generations (store.Hold): a check admitted by its request
+// holds tokens, the request's charge releases a hold of the older generation
+// first, and a generation whose holds' charges never came expires as a whole
+// and is counted (store.Result.Expired). A request's holds are placed all
 // or none (collect.go withdraws one slot's holds when another slot's part of
 // the request was over, on a cluster).
 //
