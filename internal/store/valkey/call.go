@@ -223,6 +223,12 @@ func (s *Store) run(c *call) {
 	if c.err == nil {
 		c.err = s.withdraw(ctx, c)
 	}
+	if gaveUp(res) {
+		// valkey-go returned before writing or answering (its context
+		// ended): the commands may still sit in its queue and be written
+		// later, so their slice is left to it, not cleared and reused.
+		c.cmds = nil
+	}
 	<-s.sem
 	class := store.AppliedOnError
 	if c.state.CompareAndSwap(running, finished) {
@@ -236,6 +242,18 @@ func (s *Store) run(c *call) {
 	// The caller gave up: nobody else holds c.
 	s.countApplied(c, class)
 	s.release(c)
+}
+
+// gaveUp reports whether valkey-go answered any command of a call with its
+// context's error: it may still hold the commands (pipe.go, DoMulti's abort
+// path keeps them queued until their reply).
+func gaveUp(res []valkey.ValkeyResult) bool {
+	for i := range res {
+		if err := res[i].NonValkeyError(); err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			return true
+		}
+	}
+	return false
 }
 
 // countApplied counts what Valkey confirmed applying in class c (the
