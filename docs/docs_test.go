@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 
@@ -117,4 +119,105 @@ func renderSample(t *testing.T, s sample) {
 	if _, err := render.Render(bs); err != nil {
 		t.Errorf("%s:%d: the BudgetSet sample does not render: %v", s.file, s.line, err)
 	}
+}
+
+// foreignPaths are paths the docs cite in other repositories, which share
+// a top-level directory name with this one; each names its repository.
+var foreignPaths = map[string]string{
+	"internal/extproc/":                     "envoyproxy/ai-gateway",
+	"internal/llmcostcel/":                  "envoyproxy/ai-gateway",
+	"internal/translator/":                  "envoyproxy/ai-gateway",
+	"internal/gatewayapi/":                  "envoyproxy/gateway",
+	"internal/infrastructure/":              "envoyproxy/gateway",
+	"examples/traffic-ratelimiting-global/": "agentgateway/agentgateway",
+}
+
+// repoPath matches a path under one of the repository's top-level
+// directories, or a relative link climbing to one.
+func repoPath(t *testing.T) *regexp.Regexp {
+	t.Helper()
+	entries, err := os.ReadDir("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tops []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != ".git" && e.Name() != ".tools" {
+			tops = append(tops, regexp.QuoteMeta(e.Name()))
+		}
+	}
+	return regexp.MustCompile(`(?:^|[^\w./-])((?:\.\./)*(?:` + strings.Join(tops, "|") + `)/[\w./-]*[\w/])`)
+}
+
+// TestRepositoryPathsExist: every repository path the docs, the README and
+// the examples' READMEs name exists, so a reader never follows a path to a
+// file that moved. A path is looked up from the repository root, from the
+// Markdown file's directory and from any directory named before it on the
+// same line ("See `examples/gitops/`: its `.github/workflows/...`"); a
+// package path may end in an exported name (`internal/ledger.Recorder`).
+func TestRepositoryPathsExist(t *testing.T) {
+	files := append(markdownFiles(t), globs(t, "../examples/*/README.md", "../examples/*/*/README.md", "../deploy/*/README.md")...)
+	re := repoPath(t)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(data), "\n") {
+			var bases []string
+			for _, m := range re.FindAllStringSubmatch(line, -1) {
+				p := m[1]
+				if !pathExists(p, f, bases) && !foreign(p) {
+					t.Errorf("%s:%d: %s does not exist", f, n+1, p)
+				}
+				bases = append(bases, p)
+			}
+		}
+	}
+}
+
+func globs(t *testing.T, patterns ...string) []string {
+	t.Helper()
+	var out []string
+	for _, p := range patterns {
+		m, err := filepath.Glob(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
+}
+
+// pathExists looks p up from the root, the Markdown file's directory and
+// the directories named before it; a trailing ".Name" may be a Go name.
+func pathExists(p, mdFile string, bases []string) bool {
+	cands := []string{p}
+	if i := strings.LastIndex(p, "."); i > strings.LastIndex(p, "/") && i+1 < len(p) && unicode.IsUpper(rune(p[i+1])) {
+		cands = append(cands, p[:i])
+	}
+	dirs := []string{"..", filepath.Dir(mdFile)}
+	for _, b := range bases {
+		dirs = append(dirs, filepath.Join("..", b))
+	}
+	for _, c := range cands {
+		for _, d := range dirs {
+			if strings.HasPrefix(c, "../") && d == ".." {
+				continue // a relative link climbs from the Markdown file
+			}
+			if _, err := os.Stat(filepath.Join(d, c)); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func foreign(p string) bool {
+	for prefix := range foreignPaths {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return false
 }
