@@ -229,16 +229,16 @@ func errString(err error) string {
 // OVER_LIMIT_CACHE_SIZE and no further: later principals are answered from
 // Valkey (still OVER_LIMIT, still charged), the live heap stops growing,
 // no metric series is added per principal, and every hit is in Valkey. The
-// store's other per-counter cache (known expiries, about 190 B a counter,
-// 200,000 by default) is bounded the same way here, so that both are full
-// after the first flood and the second may not grow the heap at all.
+// Valkey store keeps nothing per counter (a counter's expiry is set by the
+// charge script that creates it), so once the cache is full after the first
+// flood the second may not grow the heap at all.
 func TestCardinalityFloodValkey(t *testing.T) {
 	const cacheSize = 5000
 	vk := valkeytest.Start(t, valkeytest.Options{})
 	dir := t.TempDir()
 	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 0}\n")
 	s := startSvc(t, svcOptions{ConfigDir: dir, Env: merge(valkeyEnv(vk.Addr), map[string]string{
-		"OVER_LIMIT_CACHE_SIZE": strconv.Itoa(cacheSize), "VALKEY_KNOWN_EXPIRIES": strconv.Itoa(cacheSize), "CACHE_KEY_PREFIX": "card:"}), Conns: 4})
+		"OVER_LIMIT_CACHE_SIZE": strconv.Itoa(cacheSize), "CACHE_KEY_PREFIX": "card:"}), Conns: 4})
 	var mu sync.Mutex
 	bad := 0
 	var firstBad string

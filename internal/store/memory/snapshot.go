@@ -27,17 +27,24 @@ import (
 // back at start, dropping what has expired. A crash loses at most what was
 // charged since the last snapshot: one interval.
 //
-// Format (version 1), all integers unsigned varints unless noted:
+// Format (version 2; version 1 has no holds and is still read), all
+// integers unsigned varints unless noted:
 //
-//	"BGMEMSNAP\x01"
-//	count of counters, then per counter: key length, key, value, expiry (Unix ms)
+//	"BGMEMSNAP\x02"
+//	count of counters, then per counter: key length, key, value, expiry (Unix ms),
+//	  0, or 1 and its holds: current generation's end (Unix ns), generation
+//	  length (ns), current holds and tokens, older holds and tokens
 //	count of hashes, then per hash: key length, key, expiry (Unix ms, 0: none),
 //	  count of fields, then per field: name length, name, value
 //	CRC-32 (IEEE) of everything before it, 4 bytes big-endian
 //
 // Entries are sorted, so the same state gives the same bytes.
 
-const snapshotMagic = "BGMEMSNAP\x01"
+// snapshotMagic is what Encode writes; snapshotMagicV1 (no holds) is read.
+const (
+	snapshotMagic   = "BGMEMSNAP\x02"
+	snapshotMagicV1 = "BGMEMSNAP\x01"
+)
 
 // MaxSnapshotBytes bounds the snapshot file read at start (about 4 million
 // counters with their ledger fields).
@@ -83,7 +90,8 @@ type RestoreStats struct {
 type snapCounter struct {
 	key      string
 	value    uint64
-	expireAt int64 // ms
+	expireAt int64  // ms
+	holds    *holds // a reserving counter's unfinished requests, or nil
 }
 
 type snapHash struct {
@@ -106,7 +114,12 @@ func (sn *Snapshotter) Encode() []byte {
 		sh.mu.Lock()
 		for k, c := range sh.m {
 			if c.expireAt > now {
-				cs = append(cs, snapCounter{key: k, value: uint64(c.value), expireAt: c.expireAt / int64(time.Millisecond)})
+				sc := snapCounter{key: k, value: uint64(c.value), expireAt: c.expireAt / int64(time.Millisecond)}
+				if c.holds != nil && c.holds.live() > 0 {
+					h := *c.holds
+					sc.holds = &h
+				}
+				cs = append(cs, sc)
 			}
 		}
 		sh.mu.Unlock()
@@ -137,6 +150,14 @@ func (sn *Snapshotter) Encode() []byte {
 		str(c.key)
 		uv(c.value)
 		uv(uint64(c.expireAt))
+		if h := c.holds; h == nil {
+			uv(0)
+		} else {
+			uv(1)
+			for _, v := range []uint64{uint64(h.end), uint64(h.p), h.c1, h.t1, h.c0, h.t0} {
+				uv(v)
+			}
+		}
 	}
 	uv(uint64(len(hs)))
 	for _, h := range hs {
@@ -201,12 +222,15 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 			// Charged since start (Restore runs before serving, so only
 			// in tests): add, as two replicas' counts would.
 			cur.value = int64(satAdd(uint64(cur.value), c.value) & (1<<63 - 1))
+			if cur.holds == nil {
+				cur.holds = c.holds
+			}
 			sh.m[c.key] = cur
 			st.Counters++
 		case s.count.Load() >= s.max:
 			st.OverBound++
 		default:
-			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond)}
+			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond), holds: c.holds}
 			s.count.Add(1)
 			st.Counters++
 		}
@@ -233,11 +257,16 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 	return st
 }
 
-// decodeSnapshot parses a version-1 snapshot; every length is checked
-// against what is left, so no input makes it allocate beyond its size.
+// decodeSnapshot parses a version-2 (or version-1) snapshot; every length
+// is checked against what is left, so no input makes it allocate beyond its
+// size.
 func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
-	if len(data) < len(snapshotMagic)+4 || string(data[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1)", ErrCorruptSnapshot)
+	if len(data) < len(snapshotMagic)+4 {
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
+	}
+	v2 := string(data[:len(snapshotMagic)]) == snapshotMagic
+	if !v2 && string(data[:len(snapshotMagicV1)]) != snapshotMagicV1 {
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if crc32.ChecksumIEEE(body) != sum {
@@ -250,6 +279,9 @@ func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
 		cs = append(cs, snapCounter{key: r.str(), value: r.uv(), expireAt: int64(r.uv() & (1<<63 - 1))})
 		if cs[i].value > 1<<63-1 {
 			r.fail("counter %d: value %d above the int64 maximum", i, cs[i].value)
+		}
+		if v2 {
+			cs[i].holds = r.holds(i)
 		}
 	}
 	m := r.count(3)
@@ -308,6 +340,23 @@ func (r *snapReader) str() string {
 	s := string(r.b[:n])
 	r.b = r.b[n:]
 	return s
+}
+
+// holds reads counter i's holds: 0 for none, or 1 and the six numbers.
+func (r *snapReader) holds(i int) *holds {
+	switch r.uv() {
+	case 0:
+		return nil
+	case 1:
+	default:
+		r.fail("counter %d: bad holds marker", i)
+		return nil
+	}
+	h := &holds{end: int64(r.uv() & (1<<63 - 1)), p: int64(r.uv() & (1<<63 - 1)), c1: r.uv(), t1: r.uv(), c0: r.uv(), t0: r.uv()}
+	if r.err == nil && h.p <= 0 {
+		r.fail("counter %d: holds with no generation length", i)
+	}
+	return h
 }
 
 // count reads an entry count, each entry taking at least min bytes.

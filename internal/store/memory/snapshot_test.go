@@ -136,6 +136,10 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	if err := s.Charge(context.Background(), []store.Counter{{Key: "k", Hits: 3, ExpireAt: time.Now().Add(time.Hour)}}, make([]store.Result, 1)); err != nil {
 		f.Fatal(err)
 	}
+	held := store.Counter{Key: "r", ExpireAt: time.Now().Add(time.Hour), Limit: 100, Enforce: true, Start: true, Hold: store.Hold{Reserve: 10, Expiry: time.Minute}}
+	if err := s.Charge(context.Background(), []store.Counter{held}, make([]store.Result, 1)); err != nil {
+		f.Fatal(err)
+	}
 	lm := ledger.NewMemory("", nil)
 	lm.HIncrBy("h", "f", 2)
 	f.Add((&Snapshotter{Store: s, Ledger: lm}).Encode())
@@ -160,4 +164,93 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSnapshotKeepsHolds: a reserving counter's unfinished requests survive
+// a restart: the restored store still sets their holds aside, the late
+// charges release them, and a hold whose charge never comes still expires
+// on time; a version-1 snapshot (no holds) still restores its counters.
+func TestSnapshotKeepsHolds(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	path := filepath.Join(t.TempDir(), "snap")
+	s := New(Options{Now: clk.Now})
+	defer s.Close()
+	day := time.Date(2026, 12, 2, 0, 5, 0, 0, time.UTC)
+	hold := store.Hold{Reserve: 50_000, Expiry: 10 * time.Minute}
+	check := func(s *Store) store.Result {
+		t.Helper()
+		r := make([]store.Result, 1)
+		c := []store.Counter{{Key: "day|run-7", ExpireAt: day, Limit: 2_000_000, Enforce: true, Start: true, Hold: hold}}
+		if err := s.Charge(context.Background(), c, r); err != nil {
+			t.Fatal(err)
+		}
+		return r[0]
+	}
+	for range 3 {
+		if r := check(s); !r.Held {
+			t.Fatalf("check not held: %+v", r)
+		}
+	}
+	sn := &Snapshotter{Path: path, Store: s}
+	if err := sn.Write(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := New(Options{Now: clk.Now})
+	defer s2.Close()
+	if _, err := (&Snapshotter{Path: path, Store: s2}).Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(s2); !r.Held || r.Reserved != 4*50_000 {
+		t.Fatalf("after the restore: %+v, want a fourth hold beside the three restored (200000 reserved)", r)
+	}
+	r := make([]store.Result, 1)
+	charge := []store.Counter{{Key: "day|run-7", Hits: 40_000, ExpireAt: day, Start: true, Hold: store.Hold{Release: 1, Expiry: hold.Expiry}}}
+	if err := s2.Charge(context.Background(), charge, r); err != nil {
+		t.Fatal(err)
+	}
+	if r[0].Total != 40_000 || r[0].Reserved != 3*50_000 {
+		t.Fatalf("a late charge: %+v, want total 40000 and 150000 still reserved", r[0])
+	}
+	clk.Add(hold.Expiry + time.Second)
+	if res := check(s2); res.Reserved != 50_000 || res.Expired != 3*50_000 {
+		t.Fatalf("after the expiry: %+v, want the three lost holds expired and only this check's held", res)
+	}
+
+	// Version 1: the same counters, no holds.
+	v1 := encodeV1(t, sn.Encode())
+	if err := os.WriteFile(path, v1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s3 := New(Options{Now: clk.Now})
+	defer s3.Close()
+	if st, err := (&Snapshotter{Path: path, Store: s3}).Restore(); err != nil || st.Counters != 1 {
+		t.Fatalf("version 1: %+v, %v", st, err)
+	}
+}
+
+// encodeV1 rewrites a version-2 snapshot without holds as version 1.
+func encodeV1(t *testing.T, v2 []byte) []byte {
+	t.Helper()
+	cs, hs, err := decodeSnapshot(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.WriteString(snapshotMagicV1)
+	var tmp [binary.MaxVarintLen64]byte
+	uv := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
+	uv(uint64(len(cs)))
+	for _, c := range cs {
+		uv(uint64(len(c.key)))
+		b.WriteString(c.key)
+		uv(c.value)
+		uv(uint64(c.expireAt))
+	}
+	uv(uint64(len(hs)))
+	if len(hs) != 0 {
+		t.Fatal("encodeV1 writes no hashes")
+	}
+	b.Write(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(b.Bytes())))
+	return b.Bytes()
 }
