@@ -38,6 +38,9 @@ type Index struct {
 	SelectorErrors []SelectorError
 
 	selectors map[*yaml.Node]labels.Selector // compiled selectors (nil: invalid)
+	xroutes   []*XRoute                      // XRoutes, computed once
+	units     []RouteUnit                    // Units, computed once
+	attach    map[string]*Attachments        // Attach, per policy kind
 }
 
 // RuleKind says what a global rate-limit rule is for.
@@ -163,7 +166,7 @@ type ruleBudget struct {
 
 // NewIndex sorts objs into an Index and classifies every BTP's rules.
 func NewIndex(objs []*manifest.Object) *Index {
-	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}, selectors: map[*yaml.Node]labels.Selector{}}
+	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}, selectors: map[*yaml.Node]labels.Selector{}, attach: map[string]*Attachments{}}
 	for _, o := range objs {
 		switch {
 		case o.Group() == GroupEG && o.Kind == "BackendTrafficPolicy":
