@@ -79,6 +79,9 @@ func identitySetters(ix *Index) map[GatewayKey]map[string]bool {
 func checkIdentityHeader(p *Pass, pol *Policy, hm HeaderMatch, targets []Target, setters map[GatewayKey]map[string]bool) {
 	at := manifest.Get(hm.Node, "name")
 	if len(targets) == 0 {
+		if manifest.Get(pol.Obj.Node, "spec", "targetSelectors") != nil {
+			return // selectors that select nothing: BG015
+		}
 		p.Report(pol.Obj, at, hm.Path+".name", "identity header %s: the policy targets no Gateway found in the input, so nothing shows it is set from a verified credential; include the Gateway, SecurityPolicy and ClientTrafficPolicy", hm.Name)
 		return
 	}
