@@ -214,8 +214,8 @@ func contains(list []string, s string) bool {
 // input a targetSelector selects (selectors carry no sectionName).
 type policyRef struct {
 	kind, ns, name, section string
-	node                *yaml.Node
-	path                string
+	node                    *yaml.Node
+	path                    string
 }
 
 // policyRefs lists the Gateway and route targets of an Envoy Gateway policy

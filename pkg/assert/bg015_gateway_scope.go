@@ -34,65 +34,65 @@ var ruleGatewayScope = &Rule{
 // checkRouteScope reports budget policies attached to some routes of a
 // Gateway while other routes of that Gateway are in the input.
 func checkRouteScope(p *Pass) {
-		for _, pol := range p.Index.BudgetPolicies() {
-			targets := p.Index.Targets(pol.Obj)
-			direct := map[GatewayKey]bool{}
-			for _, t := range targets {
-				if t.Via == "" {
-					direct[GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}] = true
-				}
-			}
-			covered := map[string]bool{}
-			first := map[GatewayKey]Target{}
-			var order []GatewayKey
-			for _, t := range targets {
-				if t.Via == "" {
-					continue
-				}
-				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
-				covered[t.Via] = true
-				if _, ok := first[gk]; !ok {
-					first[gk] = t
-					order = append(order, gk)
-				}
-			}
-			for _, gk := range order {
-				if direct[gk] {
-					continue
-				}
-				var other []string
-				for _, rt := range p.Index.Routes {
-					name := rt.Namespace + "/" + rt.Name
-					if covered[name] {
-						continue
-					}
-					for _, parent := range routeParents(rt) {
-						if parent.Namespace == gk.Namespace && parent.Name == gk.Name {
-							other = append(other, name)
-							break
-						}
-					}
-				}
-				for _, ar := range p.Index.AIGatewayRoutes {
-					name := ar.Obj.Namespace + "/" + ar.Obj.Name
-					if covered[name] {
-						continue
-					}
-					for _, parent := range ar.Parents {
-						if parent.Namespace == gk.Namespace && parent.Name == gk.Name {
-							other = append(other, name)
-							break
-						}
-					}
-				}
-				if len(other) == 0 {
-					continue
-				}
-				t := first[gk]
-				p.Report(pol.Obj, t.Node, t.Path, "%s attaches to routes of %s, which also serves %s: principals reach those routes unbudgeted; target the Gateway (kind: Gateway) so one bucket covers every route",
-					pol.Obj, gk, strings.Join(dedupe(other), ", "))
+	for _, pol := range p.Index.BudgetPolicies() {
+		targets := p.Index.Targets(pol.Obj)
+		direct := map[GatewayKey]bool{}
+		for _, t := range targets {
+			if t.Via == "" {
+				direct[GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}] = true
 			}
 		}
+		covered := map[string]bool{}
+		first := map[GatewayKey]Target{}
+		var order []GatewayKey
+		for _, t := range targets {
+			if t.Via == "" {
+				continue
+			}
+			gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
+			covered[t.Via] = true
+			if _, ok := first[gk]; !ok {
+				first[gk] = t
+				order = append(order, gk)
+			}
+		}
+		for _, gk := range order {
+			if direct[gk] {
+				continue
+			}
+			var other []string
+			for _, rt := range p.Index.Routes {
+				name := rt.Namespace + "/" + rt.Name
+				if covered[name] {
+					continue
+				}
+				for _, parent := range routeParents(rt) {
+					if parent.Namespace == gk.Namespace && parent.Name == gk.Name {
+						other = append(other, name)
+						break
+					}
+				}
+			}
+			for _, ar := range p.Index.AIGatewayRoutes {
+				name := ar.Obj.Namespace + "/" + ar.Obj.Name
+				if covered[name] {
+					continue
+				}
+				for _, parent := range ar.Parents {
+					if parent.Namespace == gk.Namespace && parent.Name == gk.Name {
+						other = append(other, name)
+						break
+					}
+				}
+			}
+			if len(other) == 0 {
+				continue
+			}
+			t := first[gk]
+			p.Report(pol.Obj, t.Node, t.Path, "%s attaches to routes of %s, which also serves %s: principals reach those routes unbudgeted; target the Gateway (kind: Gateway) so one bucket covers every route",
+				pol.Obj, gk, strings.Join(dedupe(other), ", "))
+		}
+	}
 }
 
 // checkTargetsResolve reports invalid selectors, sectionNames that bind
