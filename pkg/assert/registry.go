@@ -20,6 +20,7 @@ var rules = []*Rule{
 	ruleAICost,
 	ruleOptionalCredential,
 	ruleGatewayScope,
+	ruleEffectiveBudget,
 }
 
 // Rules returns every registered rule in ID order.
