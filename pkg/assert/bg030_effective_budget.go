@@ -93,15 +93,29 @@ func sortedAttachments(m map[*Attachment][]RouteUnit) []*Attachment {
 	return out
 }
 
-// routeList names the routes (and rules) of units, sorted, without repeats.
+// routeList names the routes of units, sorted, without repeats: a route
+// whose every rule is among the units by its name, else each rule.
 func routeList(units []RouteUnit) string {
-	var out []string
+	rules := map[*XRoute]map[int]bool{}
 	for _, u := range units {
-		s := u.Route.String()
-		if n := u.RuleName(); n != "" && len(u.Route.Rules) > 1 {
-			s += " rule " + n
+		if rules[u.Route] == nil {
+			rules[u.Route] = map[int]bool{}
 		}
-		out = append(out, s)
+		rules[u.Route][u.Rule] = true
+	}
+	var out []string
+	for rt, idx := range rules {
+		if len(idx) == len(rt.Rules) {
+			out = append(out, rt.String())
+			continue
+		}
+		for i := range idx {
+			name := rt.Rules[i]
+			if name == "" {
+				name = fmt.Sprintf("%d", i)
+			}
+			out = append(out, rt.String()+" rule "+name)
+		}
 	}
 	return strings.Join(dedupe(out), ", ")
 }

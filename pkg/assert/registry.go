@@ -21,6 +21,7 @@ var rules = []*Rule{
 	ruleOptionalCredential,
 	ruleGatewayScope,
 	ruleEffectiveBudget,
+	ruleRouteIdentity,
 }
 
 // Rules returns every registered rule in ID order.
