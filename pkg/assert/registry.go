@@ -22,6 +22,7 @@ var rules = []*Rule{
 	ruleGatewayScope,
 	ruleEffectiveBudget,
 	ruleRouteIdentity,
+	ruleTranslatorValid,
 }
 
 // Rules returns every registered rule in ID order.
