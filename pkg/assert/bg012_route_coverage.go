@@ -111,7 +111,7 @@ func authenticatedRoutes(ix *Index) map[string]bool {
 		if eff == nil || out[u.Route.ID()] {
 			continue
 		}
-		if spec, owner, err := effectiveSecurity(eff, parent); err == nil && len(credentials(spec, owner)) > 0 {
+		if spec, owner, err := ix.effectiveSecurity(eff, parent); err == nil && len(credentials(spec, owner)) > 0 {
 			out[u.Route.ID()] = true
 		}
 	}

@@ -91,7 +91,7 @@ func checkRouteIdentity(p *Pass, pol *manifest.Object, hs map[string]bool, g *se
 	if g.eff == nil {
 		return // no SecurityPolicy at all: BG012 warns about such routes
 	}
-	spec, owner, err := effectiveSecurity(g.eff, g.parent)
+	spec, owner, err := p.Index.effectiveSecurity(g.eff, g.parent)
 	if err != nil {
 		p.Report(g.eff.Policy, g.eff.Node, g.eff.Path, "cannot compute the SecurityPolicy EG applies on %s: %v", routeList(g.units), err)
 		return
@@ -164,7 +164,7 @@ func replacedSetter(ix *Index, g *securityGroup, hs map[string]bool) *Attachment
 		if lower == nil || lower == g.eff {
 			continue
 		}
-		spec, owner, err := effectiveSecurity(lower, nil)
+		spec, owner, err := ix.effectiveSecurity(lower, nil)
 		if err != nil {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	"github.com/envoyproxy/gateway/api/v1alpha1/validation"
+	"gopkg.in/yaml.v3"
 
 	"github.com/budgetgen/budgetgen/internal/manifest"
 )
@@ -58,29 +59,21 @@ func decodeTyped(o *manifest.Object, into any) bool {
 }
 
 func checkRateLimitTranslates(p *Pass, o *manifest.Object) {
-	var btp egv1a1.BackendTrafficPolicy
-	if !decodeTyped(o, &btp) || btp.Spec.RateLimit == nil {
+	rl := manifest.Get(o.Node, "spec", "rateLimit")
+	if rl == nil {
 		return
 	}
 	what := "its routes answer 500 (EG sets a direct response when a policy does not translate) instead of being limited"
 	if pol := policyOf(p.Index, o); pol != nil && pol.Budget {
 		what = "every route it applies to answers 500 (EG sets a direct response when a policy does not translate), and none of its budgets runs"
 	}
-	if g := btp.Spec.RateLimit.Global; g != nil {
-		for i := range g.Rules {
-			base := fmt.Sprintf("spec.rateLimit.global.rules[%d]", i)
-			for _, fe := range rateLimitRuleErrors(&g.Rules[i]) {
-				p.Report(o, NodeAt(o.Node, base+fe.Path), base+fe.Path, "%s: Envoy Gateway's translator refuses it (backendtrafficpolicy.go buildRateLimitRule): %s", fe.Message, what)
-			}
-		}
-	}
-	if l := btp.Spec.RateLimit.Local; l != nil {
-		for i := range l.Rules {
-			if len(l.Rules[i].ClientSelectors) == 0 {
+	for _, scope := range []string{"global", "local"} {
+		for i, rule := range manifest.Items(manifest.Get(rl, scope, "rules")) {
+			if scope == "local" && manifest.Get(rule, "clientSelectors") == nil {
 				continue // the default limit; buildLocalRateLimit checks the rest
 			}
-			base := fmt.Sprintf("spec.rateLimit.local.rules[%d]", i)
-			for _, fe := range rateLimitRuleErrors(&l.Rules[i]) {
+			base := fmt.Sprintf("spec.rateLimit.%s.rules[%d]", scope, i)
+			for _, fe := range rateLimitRuleErrors(rule) {
 				p.Report(o, NodeAt(o.Node, base+fe.Path), base+fe.Path, "%s: Envoy Gateway's translator refuses it (backendtrafficpolicy.go buildRateLimitRule): %s", fe.Message, what)
 			}
 		}
@@ -97,101 +90,87 @@ func policyOf(ix *Index, o *manifest.Object) *Policy {
 }
 
 // rateLimitRuleErrors mirrors the checks of buildRateLimitRule (EG v1.9.1,
-// internal/gatewayapi/backendtrafficpolicy.go), with paths relative to the rule.
-func rateLimitRuleErrors(rule *egv1a1.RateLimitRule) []FieldError {
+// internal/gatewayapi/backendtrafficpolicy.go) over the rule's YAML (read
+// without decoding: the gate stays fast on large policies), with paths
+// relative to the rule. Absent types are the CRD's defaults (Exact,
+// PathPrefix).
+func rateLimitRuleErrors(rule *yaml.Node) []FieldError {
 	var out []FieldError
 	add := func(path, format string, args ...any) {
 		out = append(out, FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
 	}
-	for s, sel := range rule.ClientSelectors {
+	for s, sel := range manifest.Items(manifest.Get(rule, "clientSelectors")) {
 		sp := fmt.Sprintf(".clientSelectors[%d]", s)
-		if len(sel.Headers) == 0 && len(sel.Methods) == 0 && sel.Path == nil && sel.SourceCIDR == nil && len(sel.QueryParams) == 0 {
+		if len(manifest.Items(manifest.Get(sel, "headers"))) == 0 && len(manifest.Items(manifest.Get(sel, "methods"))) == 0 &&
+			manifest.Get(sel, "path") == nil && manifest.Get(sel, "sourceCIDR") == nil && len(manifest.Items(manifest.Get(sel, "queryParams"))) == 0 {
 			add(sp, "a client selector matches nothing (at least one of headers, methods, path, sourceCIDR or queryParams)")
 		}
-		for h, hm := range sel.Headers {
-			if msg := headerMatchError(hm); msg != "" {
-				add(fmt.Sprintf("%s.headers[%d]", sp, h), "header match %s: %s", hm.Name, msg)
+		for h, hm := range manifest.Items(manifest.Get(sel, "headers")) {
+			if msg := matchError(hm, false); msg != "" {
+				add(fmt.Sprintf("%s.headers[%d]", sp, h), "header match %s: %s", manifest.Str(manifest.Get(hm, "name")), msg)
 			}
 		}
-		if sel.Path != nil {
-			if msg := pathMatchError(sel.Path); msg != "" {
-				add(sp+".path", "%s", msg)
+		if pm := manifest.Get(sel, "path"); manifest.Str(manifest.Get(pm, "type")) == "RegularExpression" {
+			if v := manifest.Str(manifest.Get(pm, "value")); !compiles(v) {
+				add(sp+".path", "path regular expression %q does not compile (RE2 syntax)", v)
 			}
 		}
-		if sel.SourceCIDR != nil {
-			if _, _, err := net.ParseCIDR(sel.SourceCIDR.Value); err != nil {
-				add(sp+".sourceCIDR.value", "source CIDR %q: %v", sel.SourceCIDR.Value, err)
+		if c := manifest.Get(sel, "sourceCIDR", "value"); c != nil {
+			if _, _, err := net.ParseCIDR(manifest.Str(c)); err != nil {
+				add(sp+".sourceCIDR.value", "source CIDR: %v", err)
 			}
 		}
-		for q, qp := range sel.QueryParams {
-			if msg := queryMatchError(qp); msg != "" {
-				add(fmt.Sprintf("%s.queryParams[%d]", sp, q), "query parameter match %q: %s", qp.Name, msg)
+		for q, qm := range manifest.Items(manifest.Get(sel, "queryParams")) {
+			if msg := matchError(qm, true); msg != "" {
+				add(fmt.Sprintf("%s.queryParams[%d]", sp, q), "query parameter match %q: %s", manifest.Str(manifest.Get(qm, "name")), msg)
 			}
 		}
 	}
 	return out
 }
 
-func headerMatchError(hm egv1a1.HeaderMatch) string {
-	typ := egv1a1.HeaderMatchExact
-	if hm.Type != nil {
-		typ = *hm.Type
+// matchError checks a header (or query parameter) match as buildRateLimitRule
+// does: Exact and RegularExpression need a value (a query parameter's must
+// not be empty), the expression must compile, Distinct takes neither a value
+// nor invert.
+func matchError(m *yaml.Node, query bool) string {
+	typ := manifest.Str(manifest.Get(m, "type"))
+	if typ == "" {
+		typ = "Exact"
 	}
+	v := manifest.Get(m, "value")
+	invert, _ := manifest.Bool(manifest.Get(m, "invert"))
 	switch {
-	case typ == egv1a1.HeaderMatchExact && hm.Value != nil:
-	case typ == egv1a1.HeaderMatchRegularExpression && hm.Value != nil:
-		if _, err := regexp.Compile(*hm.Value); err != nil {
-			return fmt.Sprintf("regular expression %q does not compile (RE2 syntax): %v", *hm.Value, err)
-		}
-	case typ == egv1a1.HeaderMatchDistinct && hm.Value == nil:
-		if hm.Invert != nil && *hm.Invert {
-			return "invert is not applicable to a Distinct match"
-		}
-	case typ == egv1a1.HeaderMatchDistinct:
-		return "a Distinct match takes no value (one bucket per value of the header)"
-	default:
-		return fmt.Sprintf("type %s needs a value", typ)
-	}
-	return ""
-}
-
-func pathMatchError(pm *egv1a1.PathMatch) string {
-	if pm.Type != nil && *pm.Type == "RegularExpression" {
-		if _, err := regexp.Compile(pm.Value); err != nil {
-			return fmt.Sprintf("path regular expression %q does not compile (RE2 syntax): %v", pm.Value, err)
-		}
-	}
-	return ""
-}
-
-func queryMatchError(qp egv1a1.QueryParamMatch) string {
-	typ := egv1a1.QueryParamMatchExact
-	if qp.Type != nil {
-		typ = *qp.Type
-	}
-	empty := qp.Value == nil || *qp.Value == ""
-	switch {
-	case qp.Name == "":
+	case query && manifest.Str(manifest.Get(m, "name")) == "":
 		return "name is required"
-	case typ == egv1a1.QueryParamMatchExact && empty, typ == egv1a1.QueryParamMatchRegularExpression && empty:
+	case typ == "Distinct" && (v != nil || invert):
+		return "a Distinct match takes no value and cannot be inverted (one bucket per value)"
+	case typ == "Distinct":
+		return ""
+	case typ != "Exact" && typ != "RegularExpression":
+		return fmt.Sprintf("unknown type %s", typ)
+	case v == nil || query && manifest.Str(v) == "":
 		return fmt.Sprintf("type %s needs a value", typ)
-	case typ == egv1a1.QueryParamMatchRegularExpression:
-		if _, err := regexp.Compile(*qp.Value); err != nil {
-			return fmt.Sprintf("regular expression %q does not compile (RE2 syntax): %v", *qp.Value, err)
-		}
-	case typ == egv1a1.QueryParamMatchDistinct && (qp.Invert != nil && *qp.Invert || qp.Value != nil):
-		return "a Distinct match takes no value and cannot be inverted"
+	case typ == "RegularExpression" && !compiles(manifest.Str(v)):
+		_, err := regexp.Compile(manifest.Str(v))
+		return fmt.Sprintf("regular expression %q does not compile (RE2 syntax): %v", manifest.Str(v), err)
 	}
 	return ""
+}
+
+func compiles(expr string) bool {
+	_, err := regexp.Compile(expr)
+	return err == nil
 }
 
 // checkSecurityTranslates mirrors validateAPIKeyAuth and validateJWTProvider
 // (EG v1.9.1, internal/gatewayapi/securitypolicy.go).
 func checkSecurityTranslates(p *Pass, o *manifest.Object) {
-	var sp egv1a1.SecurityPolicy
-	if !decodeTyped(o, &sp) {
+	spec, _, err := p.Index.effectiveSecurity(&Attachment{Policy: o}, nil) // decoded once for every rule
+	if err != nil {
 		return
 	}
+	sp := egv1a1.SecurityPolicy{Spec: *spec}
 	const what = "Envoy Gateway's translator refuses it (securitypolicy.go %s): every route the policy applies to answers 500 and no identity header is set"
 	if a := sp.Spec.APIKeyAuth; a != nil {
 		for i, src := range a.ExtractFrom {

@@ -43,7 +43,33 @@ func (c Credential) Sets(hs map[string]bool) bool {
 // parent merged with eff as internal/utils/merge.go (Merge) does it - a
 // strategic merge patch over the typed SecurityPolicy, or an RFC 7386 JSON
 // merge patch - in mergeSecurityPolicy (internal/gatewayapi/securitypolicy.go).
-// owner tells which policy a top-level spec field came from.
+// owner tells which policy a top-level spec field came from. Computed once
+// per pair of policies.
+func (ix *Index) effectiveSecurity(eff, parent *Attachment) (*egv1a1.SecurityPolicySpec, func(field string) *manifest.Object, error) {
+	if eff.Merge == "" {
+		parent = nil
+	}
+	key := [2]*manifest.Object{eff.Policy, nil}
+	if parent != nil {
+		key[1] = parent.Policy
+	}
+	if r, ok := ix.security[key]; ok {
+		return r.spec, r.owner, r.err
+	}
+	spec, owner, err := effectiveSecurity(eff, parent)
+	if ix.security == nil {
+		ix.security = map[[2]*manifest.Object]securityResult{}
+	}
+	ix.security[key] = securityResult{spec, owner, err}
+	return spec, owner, err
+}
+
+type securityResult struct {
+	spec  *egv1a1.SecurityPolicySpec
+	owner func(field string) *manifest.Object
+	err   error
+}
+
 func effectiveSecurity(eff, parent *Attachment) (spec *egv1a1.SecurityPolicySpec, owner func(field string) *manifest.Object, err error) {
 	own := func(string) *manifest.Object { return eff.Policy }
 	route, err := objectJSON(eff.Policy)

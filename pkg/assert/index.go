@@ -41,6 +41,7 @@ type Index struct {
 	xroutes   []*XRoute                      // XRoutes, computed once
 	units     []RouteUnit                    // Units, computed once
 	attach    map[string]*Attachments        // Attach, per policy kind
+	security  map[[2]*manifest.Object]securityResult
 }
 
 // RuleKind says what a global rate-limit rule is for.
