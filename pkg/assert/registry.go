@@ -23,6 +23,7 @@ var rules = []*Rule{
 	ruleEffectiveBudget,
 	ruleRouteIdentity,
 	ruleTranslatorValid,
+	ruleTokenCount,
 }
 
 // Rules returns every registered rule in ID order.
