@@ -172,7 +172,7 @@ spec:
         descriptors:
           - entries:
               - {name: budget, expression: '"per-run"'}
-              - {name: principal, expression: 'string(jwt["run_id"])'}
+              - {name: principal, expression: 'coalesce(string(jwt["run_id"]), "budgetgen/no-claim")'}
             unit: Tokens
         domain: agents/ai-budgets-agent-gw
         failureMode: FailOpen

@@ -24,6 +24,7 @@ var rules = []*Rule{
 	ruleRouteIdentity,
 	ruleTranslatorValid,
 	ruleTokenCount,
+	ruleAgentgatewayJWT,
 }
 
 // Rules returns every registered rule in ID order.
