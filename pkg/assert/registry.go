@@ -25,6 +25,7 @@ var rules = []*Rule{
 	ruleTranslatorValid,
 	ruleTokenCount,
 	ruleAgentgatewayJWT,
+	ruleFilterOrder,
 }
 
 // Rules returns every registered rule in ID order.
