@@ -124,6 +124,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(err)
 	}
 	noteCostEntries(e, res)
+	warnAgentgatewayBinding(e.stderr, bs, o)
 	if o.check {
 		return checkRender(e.stdout, renderOutputs(o, res, rlsFiles, mapFile))
 	}
@@ -170,6 +171,12 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	// the rules it names already rendered.
 	if err := bm.Commit(); err != nil {
 		return failure(err)
+	}
+	if o.outDir == "" {
+		return nil // stdout holds the YAML stream
+	}
+	if err := writeRenderSummary(e.stdout, bs, res, o, rlsFiles); err != nil {
+		return failure(fmt.Errorf("render: written, but: %w", err))
 	}
 	return nil
 }
