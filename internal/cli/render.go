@@ -53,7 +53,11 @@ func newRenderCmd(e *env) *cobra.Command {
 BackendTrafficPolicy per target Gateway holding every budget as a global rate
 limit rule, plus a ClientTrafficPolicy per Gateway that strips client-sent
 identity headers. Output is a YAML stream on stdout, or with -o one file per
-object and a kustomization.yaml, written atomically: on any error nothing is written.
+object and a kustomization.yaml, written atomically: on any error nothing is
+written; then render prints what it wrote (per Gateway its objects, rules and
+budgets). agentgateway budgets bind only with their caps in the rate limit
+service (--ratelimit-config) and, shared with another Gateway, the budget map
+(--budget-map): render warns when one is missing.
 
 With --check nothing is written: render prints a diff of every file it would
 create, change or remove and fails if there is one (a CI or pre-commit drift
