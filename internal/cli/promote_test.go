@@ -57,7 +57,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 
 	// Day 8 without --evidence: no measurements were looked at, so it is
 	// refused (exit 1, nothing written) unless forced.
-	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
+	code, _, stderr = runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
 	if code != ExitFailure || !strings.Contains(stderr, "no measurements were looked at") || !strings.Contains(stderr, "--evidence") || !strings.Contains(stderr, "--force") {
 		t.Fatalf("day 8 without evidence: code %d stderr %s", code, stderr)
 	}
@@ -66,7 +66,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 	}
 	// Forced: accepted, with the note on stderr and the reason recorded; only
 	// per-run's line changes (mode, the date and the reason, in place).
-	code, stdout, stderr = runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "no ledger yet")
+	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "no ledger yet")
 	if code != ExitOK {
 		t.Fatalf("day 8: code %d %s", code, stderr)
 	}

@@ -17,8 +17,8 @@ import (
 
 // Why this file exists: kubectl-validate's openapiclient.NewLocalCRDFiles
 // (pkg/openapiclient/local_crds.go) turns CRDs into the OpenAPI documents its
-// validator reads, but importing package openapiclient links its
-// go:embed of the built-in Kubernetes schemas of every release
+// validator reads, but importing package openapiclient links the embedded
+// built-in Kubernetes schemas of every release
 // (pkg/openapiclient/builtins, 79 MB), which budgetgen never reads: BG007
 // checks Envoy Gateway and Gateway API kinds only, all defined by the CRDs
 // we hold. This client does what NewLocalCRDFiles does for those CRDs, and
