@@ -35,25 +35,25 @@ import (
 //   - ClientTrafficPolicies attach to Gateways and listeners only; a
 //     listener's policy replaces the Gateway's on that listener.
 
-// Level is how specific an attachment is, most specific first.
-type Level int
+// level is how specific an attachment is, most specific first.
+type level int
 
-// Attachment levels.
+// attachment levels.
 const (
-	LevelRule Level = iota
-	LevelRoute
-	LevelListener
-	LevelGateway
+	levelRule level = iota
+	levelRoute
+	levelListener
+	levelGateway
 )
 
-func (l Level) String() string {
+func (l level) String() string {
 	return [...]string{"route rule", "route", "listener", "Gateway"}[l]
 }
 
-// Attachment is one target of one policy.
-type Attachment struct {
+// attachment is one target of one policy.
+type attachment struct {
 	Policy *manifest.Object
-	Level  Level
+	level  level
 	// Key names the target: "Gateway ns/name", "Gateway ns/name section s",
 	// "HTTPRoute ns/name", "HTTPRoute ns/name rule r".
 	Key string
@@ -65,58 +65,58 @@ type Attachment struct {
 	created time.Time
 }
 
-// Conflict is an attachment Envoy Gateway refuses (reason Conflicted)
+// conflict is an attachment Envoy Gateway refuses (reason Conflicted)
 // because Winner, earlier in its order, already holds the target.
-type Conflict struct{ Loser, Winner *Attachment }
+type conflict struct{ Loser, Winner *attachment }
 
-// Attachments are the resolved targets of the policies of one kind.
-type Attachments struct {
+// attachments are the resolved targets of the policies of one kind.
+type attachments struct {
 	Kind      string
-	winners   map[string]*Attachment
-	Conflicts []Conflict
-	// Unbound are targets whose sectionName names no listener of the
+	winners   map[string]*attachment
+	conflicts []conflict
+	// unbound are targets whose sectionName names no listener of the
 	// Gateway (or no rule of the route) in the input: they bind nothing.
-	Unbound []*Attachment
-	byObj   map[*manifest.Object][]*Attachment // each policy's winning attachments
+	unbound []*attachment
+	byObj   map[*manifest.Object][]*attachment // each policy's winning attachments
 }
 
 // Kinds of Envoy Gateway policies the gate resolves.
 const (
-	KindSecurityPolicy       = "SecurityPolicy"
-	KindBackendTrafficPolicy = "BackendTrafficPolicy"
-	KindClientTrafficPolicy  = "ClientTrafficPolicy"
+	kindSecurityPolicy       = "SecurityPolicy"
+	kindBackendTrafficPolicy = "BackendTrafficPolicy"
+	kindClientTrafficPolicy  = "ClientTrafficPolicy"
 )
 
-// Attach resolves the targets of every policy of kind (one of the Kind*
+// attachOf resolves the targets of every policy of kind (one of the kind*
 // constants) the way Envoy Gateway does (see the comment above). Cached.
-func (ix *Index) Attach(kind string) *Attachments {
+func (ix *Index) attachOf(kind string) *attachments {
 	if a, ok := ix.attach[kind]; ok {
 		return a
 	}
 	var objs []*manifest.Object
 	switch kind {
-	case KindSecurityPolicy:
+	case kindSecurityPolicy:
 		objs = append(objs, ix.SecurityPolicies...)
-	case KindClientTrafficPolicy:
+	case kindClientTrafficPolicy:
 		objs = append(objs, ix.ClientPolicies...)
-	case KindBackendTrafficPolicy:
+	case kindBackendTrafficPolicy:
 		for _, p := range ix.Policies {
 			objs = append(objs, p.Obj)
 		}
 	}
 	egSort(objs)
-	a := &Attachments{Kind: kind, winners: map[string]*Attachment{}, byObj: map[*manifest.Object][]*Attachment{}}
-	var all []*Attachment
+	a := &attachments{Kind: kind, winners: map[string]*attachment{}, byObj: map[*manifest.Object][]*attachment{}}
+	var all []*attachment
 	for _, o := range objs {
 		all = append(all, ix.resolve(o, kind, a)...)
 	}
-	for level := LevelRule; level <= LevelGateway; level++ {
+	for level := levelRule; level <= levelGateway; level++ {
 		for _, at := range all {
-			if at.Level != level {
+			if at.level != level {
 				continue
 			}
 			if w, taken := a.winners[at.Key]; taken {
-				a.Conflicts = append(a.Conflicts, Conflict{Loser: at, Winner: w})
+				a.conflicts = append(a.conflicts, conflict{Loser: at, Winner: w})
 				continue
 			}
 			a.winners[at.Key] = at
@@ -148,32 +148,32 @@ func created(o *manifest.Object) time.Time {
 }
 
 // resolve lists the attachments of one policy; those whose sectionName
-// binds nothing go to a.Unbound instead.
-func (ix *Index) resolve(o *manifest.Object, kind string, a *Attachments) []*Attachment {
-	var out []*Attachment
+// binds nothing go to a.unbound instead.
+func (ix *Index) resolve(o *manifest.Object, kind string, a *attachments) []*attachment {
+	var out []*attachment
 	merge := manifest.Str(manifest.Get(o.Node, "spec", "mergeType"))
 	for _, r := range ix.policyRefs(o) {
-		at := &Attachment{Policy: o, Node: r.node, Path: r.path, Merge: merge, created: created(o)}
+		at := &attachment{Policy: o, Node: r.node, Path: r.path, Merge: merge, created: created(o)}
 		switch r.kind {
 		case "Gateway":
 			gk := GatewayKey{Namespace: r.ns, Name: r.name}
-			at.Level, at.Key = LevelGateway, gatewayAttachKey(gk)
+			at.level, at.Key = levelGateway, gatewayAttachKey(gk)
 			if r.section != "" {
-				at.Level, at.Key = LevelListener, gatewayAttachKey(GatewayKey{r.ns, r.name, r.section})
-				if !ix.HasListener(gk, r.section) {
-					a.Unbound = append(a.Unbound, at)
+				at.level, at.Key = levelListener, gatewayAttachKey(GatewayKey{r.ns, r.name, r.section})
+				if !ix.hasListener(gk, r.section) {
+					a.unbound = append(a.unbound, at)
 					continue
 				}
 			}
 		case "HTTPRoute", "GRPCRoute":
-			if kind == KindClientTrafficPolicy {
+			if kind == kindClientTrafficPolicy {
 				continue // not a target of ClientTrafficPolicies
 			}
-			at.Level, at.Key = LevelRoute, r.kind+" "+r.ns+"/"+r.name
+			at.level, at.Key = levelRoute, r.kind+" "+r.ns+"/"+r.name
 			if r.section != "" {
-				at.Level, at.Key = LevelRule, at.Key+" rule "+r.section
+				at.level, at.Key = levelRule, at.Key+" rule "+r.section
 				if rt := ix.xroute(r.kind, r.ns, r.name); rt != nil && !contains(rt.Rules, r.section) {
-					a.Unbound = append(a.Unbound, at)
+					a.unbound = append(a.unbound, at)
 					continue
 				}
 			}
@@ -192,8 +192,8 @@ func gatewayAttachKey(gk GatewayKey) string {
 	return "Gateway " + gk.Namespace + "/" + gk.Name
 }
 
-func (ix *Index) xroute(kind, ns, name string) *XRoute {
-	for _, r := range ix.XRoutes() {
+func (ix *Index) xroute(kind, ns, name string) *xRoute {
+	for _, r := range ix.allRoutes() {
 		if r.Kind == kind && r.Obj.Namespace == ns && r.Obj.Name == name {
 			return r
 		}
@@ -274,14 +274,14 @@ func (ix *Index) selectedRefs(o *manifest.Object, spec *yaml.Node) []policyRef {
 	return out
 }
 
-// Winners returns the attachments of policy o that Envoy Gateway keeps.
-func (a *Attachments) Winners(o *manifest.Object) []*Attachment { return a.byObj[o] }
+// winnersOf returns the attachments of policy o that Envoy Gateway keeps.
+func (a *attachments) winnersOf(o *manifest.Object) []*attachment { return a.byObj[o] }
 
-// Effective returns the attachment whose policy Envoy Gateway applies to
+// effective returns the attachment whose policy Envoy Gateway applies to
 // unit u (nil: none), and, when that policy is a route or route-rule policy
 // with spec.mergeType, the parent it is merged with (the listener's policy,
 // else the Gateway's; nil when there is none).
-func (a *Attachments) Effective(u RouteUnit) (eff, parent *Attachment) {
+func (a *attachments) effective(u routeUnit) (eff, parent *attachment) {
 	rk := u.Route.Kind + " " + u.Route.ID()
 	if n := u.RuleName(); n != "" {
 		eff = a.winners[rk+" rule "+n]
@@ -290,18 +290,18 @@ func (a *Attachments) Effective(u RouteUnit) (eff, parent *Attachment) {
 		eff = a.winners[rk]
 	}
 	if eff == nil {
-		return a.OnListener(u.Listener), nil
+		return a.onListener(u.Listener), nil
 	}
 	if eff.Merge != "" {
-		parent = a.OnListener(u.Listener)
+		parent = a.onListener(u.Listener)
 	}
 	return eff, parent
 }
 
-// OnListener returns the listener-level attachment for l (when l names a
+// onListener returns the listener-level attachment for l (when l names a
 // listener and one exists), else the Gateway-level one, else nil: what
 // applies to a listener's traffic without a route-level policy.
-func (a *Attachments) OnListener(l GatewayKey) *Attachment {
+func (a *attachments) onListener(l GatewayKey) *attachment {
 	if l.Section != "" {
 		if w := a.winners[gatewayAttachKey(l)]; w != nil {
 			return w
@@ -310,26 +310,26 @@ func (a *Attachments) OnListener(l GatewayKey) *Attachment {
 	return a.winners[gatewayAttachKey(GatewayKey{Namespace: l.Namespace, Name: l.Name})]
 }
 
-// Units lists the route units attachment at reaches (where it would apply
+// unitsOf lists the route units attachment at reaches (where it would apply
 // if nothing more specific did).
-func (ix *Index) UnitsOf(at *Attachment) []RouteUnit {
-	var out []RouteUnit
-	for _, u := range ix.Units() {
+func (ix *Index) unitsOf(at *attachment) []routeUnit {
+	var out []routeUnit
+	for _, u := range ix.allUnits() {
 		rk := u.Route.Kind + " " + u.Route.ID()
-		switch at.Level {
-		case LevelRule:
+		switch at.level {
+		case levelRule:
 			if at.Key == rk+" rule "+u.RuleName() && u.RuleName() != "" {
 				out = append(out, u)
 			}
-		case LevelRoute:
+		case levelRoute:
 			if at.Key == rk {
 				out = append(out, u)
 			}
-		case LevelListener:
+		case levelListener:
 			if at.Key == gatewayAttachKey(u.Listener) {
 				out = append(out, u)
 			}
-		case LevelGateway:
+		case levelGateway:
 			if at.Key == gatewayAttachKey(u.Gateway()) {
 				out = append(out, u)
 			}

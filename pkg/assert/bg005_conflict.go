@@ -12,15 +12,15 @@ package assert
 // BackendTrafficPolicy's budgets do nothing; a Conflicted SecurityPolicy sets
 // no identity and a Conflicted ClientTrafficPolicy strips no header, whatever
 // the rules that read them assume. The other rules use the policy EG keeps
-// (Index.Attach).
+// (Index.attachOf).
 var ruleConflict = &Rule{
 	ID:       "BG005",
 	Name:     "one-policy-per-gateway",
 	Doc:      "at most one BackendTrafficPolicy, SecurityPolicy and ClientTrafficPolicy targets each Gateway, listener, route and route rule (EG keeps the first and marks the others Conflicted)",
 	Severity: Error,
 	Check: func(p *Pass) error {
-		for _, kind := range []string{KindBackendTrafficPolicy, KindSecurityPolicy, KindClientTrafficPolicy} {
-			for _, c := range p.Index.Attach(kind).Conflicts {
+		for _, kind := range []string{kindBackendTrafficPolicy, kindSecurityPolicy, kindClientTrafficPolicy} {
+			for _, c := range p.Index.attachOf(kind).conflicts {
 				reportConflict(p, c)
 			}
 		}
@@ -30,12 +30,12 @@ var ruleConflict = &Rule{
 
 // conflictFix says how to resolve a conflict, per kind.
 var conflictFix = map[string]string{
-	KindBackendTrafficPolicy: "merge them into one policy: give budgetgen the other policy as spec.gateways[].basePolicy and it renders one policy with both",
-	KindSecurityPolicy:       "merge them into one SecurityPolicy (every credential and claimToHeaders in one), or attach one of them to a more specific target",
-	KindClientTrafficPolicy:  "merge them into one ClientTrafficPolicy (headers.earlyRequestHeaders.remove with every identity header), or attach one to a listener (sectionName)",
+	kindBackendTrafficPolicy: "merge them into one policy: give budgetgen the other policy as spec.gateways[].basePolicy and it renders one policy with both",
+	kindSecurityPolicy:       "merge them into one SecurityPolicy (every credential and claimToHeaders in one), or attach one of them to a more specific target",
+	kindClientTrafficPolicy:  "merge them into one ClientTrafficPolicy (headers.earlyRequestHeaders.remove with every identity header), or attach one to a listener (sectionName)",
 }
 
-func reportConflict(p *Pass, c Conflict) {
+func reportConflict(p *Pass, c conflict) {
 	w, l := c.Winner, c.Loser
 	if w.Policy == l.Policy {
 		p.Report(l.Policy, l.Node, l.Path, "%s targets %s twice: EG marks the policy Conflicted", l.Policy, targetName(l))
@@ -53,4 +53,4 @@ func reportConflict(p *Pass, c Conflict) {
 }
 
 // targetName is the attachment's target as a reader names it.
-func targetName(a *Attachment) string { return a.Key }
+func targetName(a *attachment) string { return a.Key }

@@ -16,7 +16,7 @@ import (
 // header exempt is the model header, which Envoy AI Gateway sets from the
 // request body itself.
 //
-// Only the policies Envoy Gateway keeps count (Index.Attach: a Conflicted
+// Only the policies Envoy Gateway keeps count (Index.attachOf: a Conflicted
 // SecurityPolicy or ClientTrafficPolicy does nothing). Header removal is
 // checked per listener: a ClientTrafficPolicy on a listener replaces the
 // Gateway's on that listener (internal/gatewayapi/clienttrafficpolicy.go,
@@ -56,9 +56,9 @@ var ruleIdentity = &Rule{
 // limit here; BG031 checks every route).
 func identitySetters(ix *Index) map[GatewayKey]map[string]bool {
 	setters := map[GatewayKey]map[string]bool{}
-	sps := ix.Attach(KindSecurityPolicy)
+	sps := ix.attachOf(kindSecurityPolicy)
 	for _, sp := range ix.SecurityPolicies {
-		if len(sps.Winners(sp)) == 0 {
+		if len(sps.winnersOf(sp)) == 0 {
 			continue // Conflicted or unbound everywhere (BG005, BG015)
 		}
 		hs := credentialHeaders(sp)
@@ -110,12 +110,12 @@ func checkIdentityHeader(p *Pass, pol *Policy, hm HeaderMatch, targets []Target,
 // applies does not remove header h. A target through a route, or on the whole
 // Gateway, covers every listener of the Gateway.
 func hygieneGaps(ix *Index, gk GatewayKey, viaRoute bool, h string) []string {
-	ctps := ix.Attach(KindClientTrafficPolicy)
+	ctps := ix.attachOf(kindClientTrafficPolicy)
 	gw := GatewayKey{Namespace: gk.Namespace, Name: gk.Name}
 	listeners := []GatewayKey{gk}
 	if gk.Section == "" || viaRoute {
 		listeners = []GatewayKey{gw}
-		if ls, known := ix.Listeners(gw); known && len(ls) > 0 {
+		if ls, known := ix.listeners(gw); known && len(ls) > 0 {
 			listeners = listeners[:0]
 			for _, l := range ls {
 				listeners = append(listeners, GatewayKey{gw.Namespace, gw.Name, l})
@@ -124,7 +124,7 @@ func hygieneGaps(ix *Index, gk GatewayKey, viaRoute bool, h string) []string {
 	}
 	var out []string
 	for _, l := range listeners {
-		eff := ctps.OnListener(l)
+		eff := ctps.onListener(l)
 		if eff != nil && removesHeader(eff.Policy, h) {
 			continue
 		}

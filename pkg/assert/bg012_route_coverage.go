@@ -105,9 +105,9 @@ var ruleRouteCoverage = &Rule{
 // SecurityPolicy EG applies authenticates requests.
 func authenticatedRoutes(ix *Index) map[string]bool {
 	out := map[string]bool{}
-	sps := ix.Attach(KindSecurityPolicy)
-	for _, u := range ix.Units() {
-		eff, parent := sps.Effective(u)
+	sps := ix.attachOf(kindSecurityPolicy)
+	for _, u := range ix.allUnits() {
+		eff, parent := sps.effective(u)
 		if eff == nil || out[u.Route.ID()] {
 			continue
 		}

@@ -111,8 +111,8 @@ func checkTargetsResolve(p *Pass) {
 	for _, e := range p.Index.SelectorErrors {
 		p.Report(e.Obj, e.Node, e.Path, "%s: not a valid label selector (%v): it selects nothing, so the objects it was meant to reach are not covered", e.Path, e.Err)
 	}
-	for _, kind := range []string{KindBackendTrafficPolicy, KindSecurityPolicy, KindClientTrafficPolicy} {
-		for _, at := range p.Index.Attach(kind).Unbound {
+	for _, kind := range []string{kindBackendTrafficPolicy, kindSecurityPolicy, kindClientTrafficPolicy} {
+		for _, at := range p.Index.attachOf(kind).unbound {
 			reportUnbound(p, at)
 		}
 	}
@@ -121,11 +121,11 @@ func checkTargetsResolve(p *Pass) {
 	}
 }
 
-func reportUnbound(p *Pass, at *Attachment) {
+func reportUnbound(p *Pass, at *attachment) {
 	section := manifest.Str(manifest.Get(at.Node, "sectionName"))
 	kind, name := manifest.Str(manifest.Get(at.Node, "kind")), manifest.Str(manifest.Get(at.Node, "name"))
-	if at.Level == LevelListener {
-		ls, _ := p.Index.Listeners(GatewayKey{Namespace: at.Policy.Namespace, Name: name})
+	if at.level == levelListener {
+		ls, _ := p.Index.listeners(GatewayKey{Namespace: at.Policy.Namespace, Name: name})
 		p.Report(at.Policy, at.Node, at.Path+".sectionName", "sectionName %q names no listener of Gateway %s/%s (listeners: %s): EG resolves this target to nothing, so %s binds nothing there; name one of the listeners, or drop sectionName for the whole Gateway",
 			section, at.Policy.Namespace, name, strings.Join(ls, ", "), at.Policy)
 		return

@@ -159,8 +159,8 @@ func agwRefs(p *Pass, o *manifest.Object, pol *agentgateway.Policy) []agwRef {
 	var out []agwRef
 	for i, r := range pol.Spec.TargetRefs {
 		path := fmt.Sprintf("spec.targetRefs[%d]", i)
-		if r.Kind == "Gateway" && r.SectionName != "" && !p.Index.HasListener(GatewayKey{Namespace: o.Namespace, Name: r.Name}, r.SectionName) {
-			ls, _ := p.Index.Listeners(GatewayKey{Namespace: o.Namespace, Name: r.Name})
+		if r.Kind == "Gateway" && r.SectionName != "" && !p.Index.hasListener(GatewayKey{Namespace: o.Namespace, Name: r.Name}, r.SectionName) {
+			ls, _ := p.Index.listeners(GatewayKey{Namespace: o.Namespace, Name: r.Name})
 			p.Report(o, NodeAt(o.Node, path+".sectionName"), path+".sectionName", "sectionName %q names no listener of Gateway %s/%s (listeners: %v): the policy binds nothing there; name one of the listeners, or drop sectionName for the whole Gateway", r.SectionName, o.Namespace, r.Name, ls)
 			continue
 		}

@@ -48,17 +48,17 @@ var ruleEffectiveBudget = &Rule{
 // budgetReach splits the route units a budget policy targets into those
 // Envoy Gateway applies its rules to and those another policy takes, by the
 // attachment that takes them.
-func budgetReach(ix *Index, pol *manifest.Object) (applied []RouteUnit, lost map[*Attachment][]RouteUnit) {
-	btp := ix.Attach(KindBackendTrafficPolicy)
-	lost = map[*Attachment][]RouteUnit{}
-	seen := map[RouteUnit]bool{}
-	for _, at := range btp.Winners(pol) {
-		for _, u := range ix.UnitsOf(at) {
+func budgetReach(ix *Index, pol *manifest.Object) (applied []routeUnit, lost map[*attachment][]routeUnit) {
+	btp := ix.attachOf(kindBackendTrafficPolicy)
+	lost = map[*attachment][]routeUnit{}
+	seen := map[routeUnit]bool{}
+	for _, at := range btp.winnersOf(pol) {
+		for _, u := range ix.unitsOf(at) {
 			if seen[u] {
 				continue
 			}
 			seen[u] = true
-			eff, parent := btp.Effective(u)
+			eff, parent := btp.effective(u)
 			if eff == nil || eff.Policy == pol || keepsParentRules(eff, parent, pol) {
 				applied = append(applied, u)
 				continue
@@ -72,15 +72,15 @@ func budgetReach(ix *Index, pol *manifest.Object) (applied []RouteUnit, lost map
 // keepsParentRules reports whether route policy eff, merged with parent,
 // keeps the rate limit rules of pol: eff sets mergeType, pol is the parent,
 // and the merge is strategic or eff has no rate limit of its own.
-func keepsParentRules(eff, parent *Attachment, pol *manifest.Object) bool {
+func keepsParentRules(eff, parent *attachment, pol *manifest.Object) bool {
 	if eff.Merge == "" || parent == nil || parent.Policy != pol {
 		return false
 	}
 	return eff.Merge != "JSONMerge" || manifest.Get(eff.Policy.Node, "spec", "rateLimit") == nil
 }
 
-func sortedAttachments(m map[*Attachment][]RouteUnit) []*Attachment {
-	out := make([]*Attachment, 0, len(m))
+func sortedAttachments(m map[*attachment][]routeUnit) []*attachment {
+	out := make([]*attachment, 0, len(m))
 	for at := range m {
 		out = append(out, at)
 	}
@@ -95,8 +95,8 @@ func sortedAttachments(m map[*Attachment][]RouteUnit) []*Attachment {
 
 // routeList names the routes of units, sorted, without repeats: a route
 // whose every rule is among the units by its name, else each rule.
-func routeList(units []RouteUnit) string {
-	rules := map[*XRoute]map[int]bool{}
+func routeList(units []routeUnit) string {
+	rules := map[*xRoute]map[int]bool{}
 	for _, u := range units {
 		if rules[u.Route] == nil {
 			rules[u.Route] = map[int]bool{}
@@ -122,10 +122,10 @@ func routeList(units []RouteUnit) string {
 
 // reportReplaced reports, at the replacing policy's target, the routes it
 // takes from budget policy pol.
-func reportReplaced(p *Pass, pol *manifest.Object, at *Attachment, units []RouteUnit) {
+func reportReplaced(p *Pass, pol *manifest.Object, at *attachment, units []routeUnit) {
 	var why, fix string
 	switch {
-	case at.Level == LevelListener:
+	case at.level == levelListener:
 		why = "EG applies a listener's BackendTrafficPolicy instead of the Gateway's"
 		fix = fmt.Sprintf("put %s's settings and the budgets in one policy (give it to budgetgen as spec.gateways[].basePolicy)", at.Policy.Name)
 	case at.Merge == "JSONMerge":
@@ -142,8 +142,8 @@ func reportReplaced(p *Pass, pol *manifest.Object, at *Attachment, units []Route
 		at.Policy, at.Key, pol, routeList(units), why, pol.Name, fix)
 }
 
-func parentScopeName(at *Attachment) string {
-	if at.Level == LevelRule || at.Level == LevelRoute {
+func parentScopeName(at *attachment) string {
+	if at.level == levelRule || at.level == levelRoute {
 		return "listener (or Gateway)"
 	}
 	return "Gateway"
@@ -216,7 +216,7 @@ func labelsHold(o *manifest.Object, want *yaml.Node) bool {
 }
 
 type agwRouteTarget struct {
-	route *XRoute
+	route *xRoute
 	node  *yaml.Node
 	path  string
 }
@@ -239,7 +239,7 @@ func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 
 // agwRoutesOn names rt when it attaches to one of the Gateways (listeners)
 // gws, else "".
-func agwRoutesOn(rt *XRoute, gws []GatewayKey) string {
+func agwRoutesOn(rt *xRoute, gws []GatewayKey) string {
 	for _, parent := range rt.Parents {
 		for _, g := range gws {
 			if parent.Namespace != g.Namespace || parent.Name != g.Name {

@@ -58,16 +58,16 @@ func identityHeaders(pol *Policy, model string) map[string]bool {
 
 // securityGroup is the route units that get the same effective SecurityPolicy.
 type securityGroup struct {
-	eff, parent *Attachment
-	units       []RouteUnit
+	eff, parent *attachment
+	units       []routeUnit
 }
 
-func groupBySecurity(ix *Index, units []RouteUnit) []*securityGroup {
-	sps := ix.Attach(KindSecurityPolicy)
+func groupBySecurity(ix *Index, units []routeUnit) []*securityGroup {
+	sps := ix.attachOf(kindSecurityPolicy)
 	var out []*securityGroup
 	byKey := map[[2]*manifest.Object]*securityGroup{}
 	for _, u := range units {
-		eff, parent := sps.Effective(u)
+		eff, parent := sps.effective(u)
 		var k [2]*manifest.Object
 		if eff != nil {
 			k[0] = eff.Policy
@@ -124,7 +124,7 @@ func checkRouteIdentity(p *Pass, pol *manifest.Object, hs map[string]bool, g *se
 		report(g.eff.Policy, g.eff.Path, "%s authenticates requests on %s (%s) but sets none of %s%s: its principals run on no per-principal budget of %s; map a claim to one of them (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend)",
 			g.eff.Policy, routeList(g.units), credNames(creds), names, what, pol.Name)
 	case setting < len(creds):
-		checkEachCredential(creds, hs, func(c Credential) {
+		checkEachCredential(creds, hs, func(c credential) {
 			report(c.Owner, c.Path, "%s of %s admits requests on %s without setting any of %s (a request passes with any one JWT provider): its principals run on no per-principal budget of %s; add claimToHeaders for one of them to this provider",
 				c.What, c.Owner, routeList(g.units), names, pol.Name)
 		})
@@ -133,7 +133,7 @@ func checkRouteIdentity(p *Pass, pol *manifest.Object, hs map[string]bool, g *se
 
 // checkEachCredential calls bad for each JWT provider that sets none of hs,
 // unless a method every request must also pass (API key, ext auth) sets one.
-func checkEachCredential(creds []Credential, hs map[string]bool, bad func(Credential)) {
+func checkEachCredential(creds []credential, hs map[string]bool, bad func(credential)) {
 	for _, c := range creds {
 		if !c.JWT && c.Sets(hs) {
 			return // every request carries that method's header
@@ -148,18 +148,18 @@ func checkEachCredential(creds []Credential, hs map[string]bool, bad func(Creden
 
 // replacedSetter returns the less specific SecurityPolicy that would apply to
 // the group's routes without g.eff and sets one of hs, or nil.
-func replacedSetter(ix *Index, g *securityGroup, hs map[string]bool) *Attachment {
+func replacedSetter(ix *Index, g *securityGroup, hs map[string]bool) *attachment {
 	if g.eff.Merge != "" && g.parent != nil {
 		return nil // merged, not replaced
 	}
-	sps := ix.Attach(KindSecurityPolicy)
+	sps := ix.attachOf(kindSecurityPolicy)
 	for _, u := range g.units {
-		var lower *Attachment
-		switch g.eff.Level {
-		case LevelRule, LevelRoute:
-			lower = sps.OnListener(u.Listener)
-		case LevelListener:
-			lower = sps.OnListener(u.Gateway())
+		var lower *attachment
+		switch g.eff.level {
+		case levelRule, levelRoute:
+			lower = sps.onListener(u.Listener)
+		case levelListener:
+			lower = sps.onListener(u.Gateway())
 		}
 		if lower == nil || lower == g.eff {
 			continue
@@ -186,7 +186,7 @@ func headerNames(hs map[string]bool) string {
 	return strings.Join(out, ", ")
 }
 
-func credNames(cs []Credential) string {
+func credNames(cs []credential) string {
 	out := make([]string, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.What)

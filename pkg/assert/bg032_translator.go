@@ -166,7 +166,7 @@ func compiles(expr string) bool {
 // checkSecurityTranslates mirrors validateAPIKeyAuth and validateJWTProvider
 // (EG v1.9.1, internal/gatewayapi/securitypolicy.go).
 func checkSecurityTranslates(p *Pass, o *manifest.Object) {
-	spec, _, err := p.Index.effectiveSecurity(&Attachment{Policy: o}, nil) // decoded once for every rule
+	spec, _, err := p.Index.effectiveSecurity(&attachment{Policy: o}, nil) // decoded once for every rule
 	if err != nil {
 		return
 	}

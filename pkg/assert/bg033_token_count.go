@@ -118,7 +118,7 @@ func sortedKeys(keys map[string]string) [][2]string {
 // gatewayConfigOf is the GatewayConfig of the input a Gateway of the input
 // references (annotation aigateway.envoyproxy.io/gateway-config), or nil.
 func gatewayConfigOf(ix *Index, gk GatewayKey) *aigateway.GatewayConfig {
-	gw := ix.GatewayObject(gk)
+	gw := ix.gatewayObject(gk)
 	if gw == nil {
 		return nil
 	}

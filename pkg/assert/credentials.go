@@ -11,9 +11,9 @@ import (
 	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
-// Credential is one way a SecurityPolicy authenticates a request, with the
+// credential is one way a SecurityPolicy authenticates a request, with the
 // headers it sets from the verified credential (lowercased).
-type Credential struct {
+type credential struct {
 	// What names it: "JWT provider idp", "apiKeyAuth", "extAuth", "basicAuth", "oidc".
 	What string
 	// Headers it sets: claimToHeaders, forwardClientIDHeader, extAuth.http.headersToBackend.
@@ -29,7 +29,7 @@ type Credential struct {
 }
 
 // Sets reports whether the credential sets one of hs.
-func (c Credential) Sets(hs map[string]bool) bool {
+func (c credential) Sets(hs map[string]bool) bool {
 	for _, h := range c.Headers {
 		if hs[h] {
 			return true
@@ -45,7 +45,7 @@ func (c Credential) Sets(hs map[string]bool) bool {
 // merge patch - in mergeSecurityPolicy (internal/gatewayapi/securitypolicy.go).
 // owner tells which policy a top-level spec field came from. Computed once
 // per pair of policies.
-func (ix *Index) effectiveSecurity(eff, parent *Attachment) (*egv1a1.SecurityPolicySpec, func(field string) *manifest.Object, error) {
+func (ix *Index) effectiveSecurity(eff, parent *attachment) (*egv1a1.SecurityPolicySpec, func(field string) *manifest.Object, error) {
 	if eff.Merge == "" {
 		parent = nil
 	}
@@ -70,7 +70,7 @@ type securityResult struct {
 	err   error
 }
 
-func effectiveSecurity(eff, parent *Attachment) (spec *egv1a1.SecurityPolicySpec, owner func(field string) *manifest.Object, err error) {
+func effectiveSecurity(eff, parent *attachment) (spec *egv1a1.SecurityPolicySpec, owner func(field string) *manifest.Object, err error) {
 	own := func(string) *manifest.Object { return eff.Policy }
 	route, err := objectJSON(eff.Policy)
 	if err != nil || eff.Merge == "" || parent == nil {
@@ -153,11 +153,11 @@ func mergeValue(doc, patch any) any {
 }
 
 // credentials lists the ways spec authenticates a request.
-func credentials(spec *egv1a1.SecurityPolicySpec, owner func(string) *manifest.Object) []Credential {
-	var out []Credential
+func credentials(spec *egv1a1.SecurityPolicySpec, owner func(string) *manifest.Object) []credential {
+	var out []credential
 	if spec.JWT != nil {
 		for i, pr := range spec.JWT.Providers {
-			c := Credential{What: "JWT provider " + pr.Name, Owner: owner("jwt"), Path: fmt.Sprintf("spec.jwt.providers[%d]", i), JWT: true}
+			c := credential{What: "JWT provider " + pr.Name, Owner: owner("jwt"), Path: fmt.Sprintf("spec.jwt.providers[%d]", i), JWT: true}
 			for _, h := range pr.ClaimToHeaders {
 				c.Headers = append(c.Headers, strings.ToLower(h.Header))
 			}
@@ -165,14 +165,14 @@ func credentials(spec *egv1a1.SecurityPolicySpec, owner func(string) *manifest.O
 		}
 	}
 	if a := spec.APIKeyAuth; a != nil {
-		c := Credential{What: "apiKeyAuth", Owner: owner("apiKeyAuth"), Path: "spec.apiKeyAuth"}
+		c := credential{What: "apiKeyAuth", Owner: owner("apiKeyAuth"), Path: "spec.apiKeyAuth"}
 		if a.ForwardClientIDHeader != nil {
 			c.Headers = []string{strings.ToLower(*a.ForwardClientIDHeader)}
 		}
 		out = append(out, c)
 	}
 	if e := spec.ExtAuth; e != nil {
-		c := Credential{What: "extAuth", Owner: owner("extAuth"), Path: "spec.extAuth"}
+		c := credential{What: "extAuth", Owner: owner("extAuth"), Path: "spec.extAuth"}
 		if e.HTTP != nil {
 			for _, h := range e.HTTP.HeadersToBackend {
 				c.Headers = append(c.Headers, strings.ToLower(h))
@@ -181,10 +181,10 @@ func credentials(spec *egv1a1.SecurityPolicySpec, owner func(string) *manifest.O
 		out = append(out, c)
 	}
 	if spec.BasicAuth != nil {
-		out = append(out, Credential{What: "basicAuth", Owner: owner("basicAuth"), Path: "spec.basicAuth"})
+		out = append(out, credential{What: "basicAuth", Owner: owner("basicAuth"), Path: "spec.basicAuth"})
 	}
 	if spec.OIDC != nil {
-		out = append(out, Credential{What: "oidc", Owner: owner("oidc"), Path: "spec.oidc"})
+		out = append(out, credential{What: "oidc", Owner: owner("oidc"), Path: "spec.oidc"})
 	}
 	return out
 }

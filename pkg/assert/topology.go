@@ -6,13 +6,13 @@ import (
 	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
-// XRoute is a route Envoy Gateway attaches policies to: an HTTPRoute or
+// xRoute is a route Envoy Gateway attaches policies to: an HTTPRoute or
 // GRPCRoute of the input, or the HTTPRoute Envoy AI Gateway generates from an
 // AIGatewayRoute (same namespace, name and parentRefs; one rule per
 // AIGatewayRoute rule, with its name, plus a last rule "route-not-found":
 // internal/controller/ai_gateway_route.go, newHTTPRoute, in
 // github.com/envoyproxy/ai-gateway v1.1.0).
-type XRoute struct {
+type xRoute struct {
 	Obj *manifest.Object
 	// Kind is HTTPRoute or GRPCRoute (HTTPRoute for a generated route).
 	Kind string
@@ -26,16 +26,16 @@ type XRoute struct {
 }
 
 // ID is namespace/name.
-func (r *XRoute) ID() string { return r.Obj.Namespace + "/" + r.Obj.Name }
+func (r *xRoute) ID() string { return r.Obj.Namespace + "/" + r.Obj.Name }
 
 // String is "Kind namespace/name".
-func (r *XRoute) String() string { return r.Kind + " " + r.ID() }
+func (r *xRoute) String() string { return r.Kind + " " + r.ID() }
 
-// RouteUnit is one rule of one route on one listener of one Gateway: the
+// routeUnit is one rule of one route on one listener of one Gateway: the
 // smallest thing Envoy Gateway gives its own SecurityPolicy and
 // BackendTrafficPolicy (an IR route per rule and listener).
-type RouteUnit struct {
-	Route *XRoute
+type routeUnit struct {
+	Route *xRoute
 	// Rule is the index into Route.Rules.
 	Rule int
 	// Listener names the Gateway and the listener (Section; "" when the
@@ -44,16 +44,16 @@ type RouteUnit struct {
 }
 
 // RuleName is the name of the unit's rule ("" when unnamed).
-func (u RouteUnit) RuleName() string { return u.Route.Rules[u.Rule] }
+func (u routeUnit) RuleName() string { return u.Route.Rules[u.Rule] }
 
 // Gateway is the unit's Gateway without the listener.
-func (u RouteUnit) Gateway() GatewayKey {
+func (u routeUnit) Gateway() GatewayKey {
 	return GatewayKey{Namespace: u.Listener.Namespace, Name: u.Listener.Name}
 }
 
-// GatewayObject returns the Gateway of the input named by gk (its Section is
+// gatewayObject returns the Gateway of the input named by gk (its Section is
 // ignored), or nil.
-func (ix *Index) GatewayObject(gk GatewayKey) *manifest.Object {
+func (ix *Index) gatewayObject(gk GatewayKey) *manifest.Object {
 	for _, gw := range ix.Gateways {
 		if gw.Namespace == gk.Namespace && gw.Name == gk.Name {
 			return gw
@@ -62,10 +62,10 @@ func (ix *Index) GatewayObject(gk GatewayKey) *manifest.Object {
 	return nil
 }
 
-// Listeners returns the listener names of the Gateway gk names, and whether
+// listeners returns the listener names of the Gateway gk names, and whether
 // that Gateway is in the input (without it, no listener is known).
-func (ix *Index) Listeners(gk GatewayKey) ([]string, bool) {
-	gw := ix.GatewayObject(gk)
+func (ix *Index) listeners(gk GatewayKey) ([]string, bool) {
+	gw := ix.gatewayObject(gk)
 	if gw == nil {
 		return nil, false
 	}
@@ -76,10 +76,10 @@ func (ix *Index) Listeners(gk GatewayKey) ([]string, bool) {
 	return out, true
 }
 
-// HasListener reports whether section names a listener of the Gateway gk, or
+// hasListener reports whether section names a listener of the Gateway gk, or
 // the Gateway is not in the input (then nothing can be said).
-func (ix *Index) HasListener(gk GatewayKey, section string) bool {
-	ls, known := ix.Listeners(gk)
+func (ix *Index) hasListener(gk GatewayKey, section string) bool {
+	ls, known := ix.listeners(gk)
 	if !known {
 		return true
 	}
@@ -91,17 +91,17 @@ func (ix *Index) HasListener(gk GatewayKey, section string) bool {
 	return false
 }
 
-// XRoutes lists the routes of the input, generated ones included, sorted by
+// allRoutes lists the routes of the input, generated ones included, sorted by
 // kind and namespace/name. An HTTPRoute of the input shadows the one an
 // AIGatewayRoute of the same name would generate.
-func (ix *Index) XRoutes() []*XRoute {
+func (ix *Index) allRoutes() []*xRoute {
 	if ix.xroutes != nil {
 		return ix.xroutes
 	}
 	seen := map[string]bool{}
-	out := []*XRoute{}
+	out := []*xRoute{}
 	for _, rt := range ix.Routes {
-		r := &XRoute{Obj: rt, Kind: rt.Kind, Parents: routeSections(rt)}
+		r := &xRoute{Obj: rt, Kind: rt.Kind, Parents: routeSections(rt)}
 		for _, rule := range manifest.Items(manifest.Get(rt.Node, "spec", "rules")) {
 			r.Rules = append(r.Rules, manifest.Str(manifest.Get(rule, "name")))
 		}
@@ -112,7 +112,7 @@ func (ix *Index) XRoutes() []*XRoute {
 		out = append(out, r)
 	}
 	for _, ar := range ix.AIGatewayRoutes {
-		r := &XRoute{Obj: ar.Obj, Kind: "HTTPRoute", Generated: true}
+		r := &xRoute{Obj: ar.Obj, Kind: "HTTPRoute", Generated: true}
 		if seen[r.String()] {
 			continue
 		}
@@ -146,16 +146,16 @@ func routeSections(rt *manifest.Object) []GatewayKey {
 	return out
 }
 
-// Units lists every route unit of the input: each rule of each route on each
+// allUnits lists every route unit of the input: each rule of each route on each
 // listener its parentRefs attach it to (every listener of the Gateway when
 // the parentRef names none; one unknown listener when the Gateway is not in
 // the input). Listeners' allowedRoutes are not modelled.
-func (ix *Index) Units() []RouteUnit {
+func (ix *Index) allUnits() []routeUnit {
 	if ix.units != nil {
 		return ix.units
 	}
-	out := []RouteUnit{}
-	for _, r := range ix.XRoutes() {
+	out := []routeUnit{}
+	for _, r := range ix.allRoutes() {
 		seen := map[GatewayKey]bool{}
 		for _, p := range r.Parents {
 			for _, l := range ix.parentListeners(p) {
@@ -164,7 +164,7 @@ func (ix *Index) Units() []RouteUnit {
 				}
 				seen[l] = true
 				for i := range r.Rules {
-					out = append(out, RouteUnit{Route: r, Rule: i, Listener: l})
+					out = append(out, routeUnit{Route: r, Rule: i, Listener: l})
 				}
 			}
 		}
@@ -176,12 +176,12 @@ func (ix *Index) Units() []RouteUnit {
 // parentListeners expands a parentRef to the listeners it attaches to.
 func (ix *Index) parentListeners(p GatewayKey) []GatewayKey {
 	gk := GatewayKey{Namespace: p.Namespace, Name: p.Name}
-	ls, known := ix.Listeners(gk)
+	ls, known := ix.listeners(gk)
 	switch {
 	case !known:
 		return []GatewayKey{p}
 	case p.Section != "":
-		if ix.HasListener(gk, p.Section) {
+		if ix.hasListener(gk, p.Section) {
 			return []GatewayKey{p}
 		}
 		return nil
@@ -193,11 +193,11 @@ func (ix *Index) parentListeners(p GatewayKey) []GatewayKey {
 	return out
 }
 
-// UnitsOn lists the route units on Gateway gk (on its listener gk.Section
+// unitsOn lists the route units on Gateway gk (on its listener gk.Section
 // only, when set).
-func (ix *Index) UnitsOn(gk GatewayKey) []RouteUnit {
-	var out []RouteUnit
-	for _, u := range ix.Units() {
+func (ix *Index) unitsOn(gk GatewayKey) []routeUnit {
+	var out []routeUnit
+	for _, u := range ix.allUnits() {
 		if u.Listener.Namespace != gk.Namespace || u.Listener.Name != gk.Name {
 			continue
 		}
