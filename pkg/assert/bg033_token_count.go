@@ -154,7 +154,7 @@ func costEntryError(c *aigateway.Cost, measure string) string {
 		return ""
 	case c.Type != aigateway.CostCEL:
 		return fmt.Sprintf("type %s writes only part of each response's tokens", c.Type)
-	case !total && !(has(aigateway.CELInputTokens) && has(aigateway.CELOutputTokens)):
+	case !total && (!has(aigateway.CELInputTokens) || !has(aigateway.CELOutputTokens)):
 		return fmt.Sprintf("the CEL expression reads %v, not total_tokens nor both input_tokens and output_tokens: it counts part of each response's tokens", vars)
 	}
 	return ""

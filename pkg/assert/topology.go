@@ -192,19 +192,3 @@ func (ix *Index) parentListeners(p GatewayKey) []GatewayKey {
 	}
 	return out
 }
-
-// unitsOn lists the route units on Gateway gk (on its listener gk.Section
-// only, when set).
-func (ix *Index) unitsOn(gk GatewayKey) []routeUnit {
-	var out []routeUnit
-	for _, u := range ix.allUnits() {
-		if u.Listener.Namespace != gk.Namespace || u.Listener.Name != gk.Name {
-			continue
-		}
-		if gk.Section != "" && u.Listener.Section != gk.Section {
-			continue
-		}
-		out = append(out, u)
-	}
-	return out
-}
