@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel),
-# Chromium (the HTML report's screenshot test), prlimit, h2spec and @grpc/grpc-js (the
+# Chromium (the HTML report's screenshot test), prlimit, curl, h2spec and @grpc/grpc-js (the
 # gRPC server's conformance and foreign-client tests). Works on Debian and Ubuntu:
 # - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
 #   machine's own apt sources, so no host name is written here); later Debian: main.
@@ -41,6 +41,13 @@ apt_update() {
 if ! command -v prlimit >/dev/null 2>&1; then
   apt_update
   $SUDO apt-get install -y -qq util-linux >/dev/null
+fi
+
+# curl (action.yml's release download, run by internal/cli's TestActionDownloadsPinnedRelease
+# against a loopback server).
+if ! command -v curl >/dev/null 2>&1; then
+  apt_update
+  $SUDO apt-get install -y -qq curl >/dev/null
 fi
 
 # h2spec (HTTP/2 conformance, internal/ratelimit/server's TestH2Spec), built into the repository's
