@@ -127,7 +127,9 @@ var foreignPaths = map[string]string{
 	"internal/extproc/":                     "envoyproxy/ai-gateway",
 	"internal/llmcostcel/":                  "envoyproxy/ai-gateway",
 	"internal/translator/":                  "envoyproxy/ai-gateway",
-	"internal/gatewayapi/":                  "envoyproxy/gateway",
+	"internal/gatewayapi":                   "envoyproxy/gateway",
+	"internal/xds/translator/":              "envoyproxy/gateway",
+	"pkg/openapiclient/":                    "kubernetes-sigs/kubectl-validate",
 	"internal/infrastructure/":              "envoyproxy/gateway",
 	"examples/traffic-ratelimiting-global/": "agentgateway/agentgateway",
 }

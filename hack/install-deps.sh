@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for the test suite: Valkey 8 (server, cli, sentinel), helm,
 # Chromium (the HTML report's screenshot test), PostgreSQL (the durable ledger's tests:
-# internal/pgtest runs initdb and postgres), prlimit, h2spec and @grpc/grpc-js (the gRPC
+# internal/pgtest runs initdb and postgres), prlimit, curl, h2spec and @grpc/grpc-js (the gRPC
 # server's conformance and foreign-client tests), Prometheus and promtool (the alert rules'
 # tests in deploy/monitoring). Works on Debian and Ubuntu:
 # - Debian bookworm: Valkey from bookworm-backports (the archive URI is read from the
@@ -43,6 +43,13 @@ apt_update() {
 if ! command -v prlimit >/dev/null 2>&1; then
   apt_update
   $SUDO apt-get install -y -qq util-linux >/dev/null
+fi
+
+# curl (action.yml's release download, run by internal/cli's TestActionDownloadsPinnedRelease
+# against a loopback server).
+if ! command -v curl >/dev/null 2>&1; then
+  apt_update
+  $SUDO apt-get install -y -qq curl >/dev/null
 fi
 
 # h2spec (HTTP/2 conformance, internal/ratelimit/server's TestH2Spec), built into the repository's

@@ -15,6 +15,14 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
+// gateways holds, per template, the platform objects (Gateway, AI Gateway
+// route, SecurityPolicies) its budgets are checked against: budgetgen init
+// writes them next to the spec, so the README's lifecycle (init, render,
+// assert) passes before anything is edited.
+//
+//go:embed gateway/*.yaml
+var gateways embed.FS
+
 // Default is the template `budgetgen init` writes when none is named.
 const Default = "minimal"
 
@@ -35,6 +43,14 @@ func Get(name string) ([]byte, error) {
 		return nil, fmt.Errorf("unknown template %q (available: %s)", name, strings.Join(Names(), ", "))
 	}
 	return files.ReadFile(name + ".yaml")
+}
+
+// Gateway returns the platform objects of a template (a YAML stream).
+func Gateway(name string) ([]byte, error) {
+	if !slices.Contains(Names(), name) {
+		return nil, fmt.Errorf("unknown template %q (available: %s)", name, strings.Join(Names(), ", "))
+	}
+	return gateways.ReadFile("gateway/" + name + ".yaml")
 }
 
 // WithShadowSince returns a template with `shadowSince: day` added to every

@@ -49,7 +49,7 @@ func TestSIGTERMWhileBlockedOnInput(t *testing.T) {
 		{"render from stdin", []string{"render", "-", "-o", out}, true},
 		{"assert from stdin", []string{"assert", "-"}, true},
 		{"assert a FIFO", []string{"assert", fifo}, false},
-		{"promote a FIFO", []string{"promote", "x", "--spec", fifo}, false},
+		{"promote a FIFO", []string{"promote", "x", "--spec", fifo, "--force", "--reason", "r"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")

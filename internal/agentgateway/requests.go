@@ -5,7 +5,6 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/google/cel-go/cel"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -29,15 +28,10 @@ type LLMRequest struct {
 // call is nil (not made). Request-level hits_addend is 0; every descriptor
 // carries its own. Descriptors with a cost expression are not simulated.
 func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRequest, err error) {
-	env, err := cel.NewEnv(cel.Variable("jwt", cel.MapType(cel.StringType, cel.DynType)))
+	ev, err := NewEvaluator()
 	if err != nil {
 		return nil, nil, err
 	}
-	var claims any = r.Claims
-	if r.Claims == nil {
-		claims = nil
-	}
-	vars := map[string]any{"jwt": claims}
 	check = &rlsv3.RateLimitRequest{Domain: g.Domain}
 	amend = &rlsv3.RateLimitRequest{Domain: g.Domain}
 	// "(response input - request input) + output"; negative amends are skipped.
@@ -49,7 +43,7 @@ func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRe
 		if d.Cost != "" {
 			return nil, nil, fmt.Errorf("descriptor cost expressions are not simulated")
 		}
-		entries, ok := evalEntries(env, d.Entries, vars)
+		entries, ok := evalEntries(ev, d.Entries, r.Claims)
 		if !ok {
 			continue
 		}
@@ -71,26 +65,16 @@ func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRe
 	return check, amend, nil
 }
 
-func evalEntries(env *cel.Env, es []Entry, vars map[string]any) ([]*rlcommon.RateLimitDescriptor_Entry, bool) {
+// evalEntries evaluates a descriptor's entries (EvalEntry); false when one
+// fails, which drops the descriptor.
+func evalEntries(ev *Evaluator, es []Entry, claims map[string]any) ([]*rlcommon.RateLimitDescriptor_Entry, bool) {
 	out := make([]*rlcommon.RateLimitDescriptor_Entry, 0, len(es))
 	for _, e := range es {
-		ast, iss := env.Compile(e.Expression)
-		if iss != nil && iss.Err() != nil {
-			return nil, false
-		}
-		prg, err := env.Program(ast)
+		v, err := ev.Eval(e.Expression, claims)
 		if err != nil {
 			return nil, false
 		}
-		v, _, err := prg.Eval(vars)
-		if err != nil {
-			return nil, false
-		}
-		s, ok := v.Value().(string)
-		if !ok {
-			return nil, false
-		}
-		out = append(out, &rlcommon.RateLimitDescriptor_Entry{Key: e.Name, Value: s})
+		out = append(out, &rlcommon.RateLimitDescriptor_Entry{Key: e.Name, Value: v})
 	}
 	return out, true
 }

@@ -68,3 +68,16 @@ func TestVariables(t *testing.T) {
 		t.Error("a broken expression parsed")
 	}
 }
+
+// The descriptors budgetgen renders cannot fail: a request without the claim
+// (or without a verified JWT) is charged to the NoClaim bucket, not skipped.
+func TestRequestsWithoutClaimUseNoClaimBucket(t *testing.T) {
+	g := budgetLimit()
+	g.Descriptors[0].Entries[1].Expression = `coalesce(string(jwt["run_id"]), "` + NoClaim + `")`
+	for _, claims := range []map[string]any{nil, {"sub": "x"}} {
+		check, _, err := Requests(g, LLMRequest{Claims: claims, InputTokens: 1})
+		if err != nil || check == nil || check.Descriptors[0].Entries[1].Value != NoClaim {
+			t.Errorf("claims %v: check %v err %v, want principal %s", claims, check, err, NoClaim)
+		}
+	}
+}

@@ -57,6 +57,8 @@ type LLMRequestCost struct {
 type Cost struct {
 	Key  string
 	Type string
+	// CEL is the expression of a CEL cost ("" otherwise).
+	CEL  string
 	Node *yaml.Node
 }
 
@@ -91,6 +93,9 @@ type ModelOverride struct {
 // Writes reports whether the route lists key in spec.llmRequestCosts.
 func (r *Route) Writes(key string) bool { return writes(r.Costs, key) }
 
+// Cost returns the route's own entry for key (nil when it has none).
+func (r *Route) Cost(key string) *Cost { return find(r.Costs, key) }
+
 // GatewayConfig is a GatewayConfig as the gate sees it.
 type GatewayConfig struct {
 	Obj   *manifest.Object
@@ -99,6 +104,18 @@ type GatewayConfig struct {
 
 // Writes reports whether the GatewayConfig lists key in spec.globalLLMRequestCosts.
 func (g *GatewayConfig) Writes(key string) bool { return writes(g.Costs, key) }
+
+// Cost returns the GatewayConfig's entry for key (nil when it has none).
+func (g *GatewayConfig) Cost(key string) *Cost { return find(g.Costs, key) }
+
+func find(cs []Cost, key string) *Cost {
+	for i := range cs {
+		if cs[i].Key == key {
+			return &cs[i]
+		}
+	}
+	return nil
+}
 
 func writes(cs []Cost, key string) bool {
 	for _, c := range cs {
@@ -146,7 +163,7 @@ func ReadGatewayConfig(o *manifest.Object) *GatewayConfig {
 func readCosts(list *yaml.Node) []Cost {
 	var out []Cost
 	for _, c := range manifest.Items(list) {
-		out = append(out, Cost{Key: manifest.Str(manifest.Get(c, "metadataKey")), Type: manifest.Str(manifest.Get(c, "type")), Node: c})
+		out = append(out, Cost{Key: manifest.Str(manifest.Get(c, "metadataKey")), Type: manifest.Str(manifest.Get(c, "type")), CEL: manifest.Str(manifest.Get(c, "cel")), Node: c})
 	}
 	return out
 }

@@ -68,7 +68,7 @@ func TestAssertDriftShowsDiff(t *testing.T) {
 // passes, and a base policy changed since the last render is drift.
 func TestAssertBasePolicyDrift(t *testing.T) {
 	ex := "../../examples/base-policy"
-	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", ex+"/budgets.yaml", ex+"/rendered", "../../examples/gitops/deploy/gateway")
+	code, out, errOut := runAssertCLI(t, "", "assert", "--spec", ex+"/budgets.yaml", ex+"/rendered", ex+"/gateway")
 	if code != 0 || !strings.Contains(out, "ok: 0 errors") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -88,7 +88,7 @@ func TestAssertBasePolicyDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out, _ = runAssertCLI(t, "", "assert", "--skip", "BG007", "--spec", filepath.Join(dir, "budgets.yaml"), ex+"/rendered", "../../examples/gitops/deploy/gateway")
+	code, out, _ = runAssertCLI(t, "", "assert", "--skip", "BG007", "--spec", filepath.Join(dir, "budgets.yaml"), ex+"/rendered", ex+"/gateway")
 	if code != 1 || !strings.Contains(out, "BG008") || !strings.Contains(out, "requestTimeout: 90s") {
 		t.Errorf("changed base not reported as drift: exit %d\n%s", code, out)
 	}

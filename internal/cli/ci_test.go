@@ -28,7 +28,7 @@ func TestConcurrentPromotionsLoseNothing(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				codes[i], _, stderrs[i] = runCLI(t, "promote", budget, "--spec", p, "--now", "2026-10-24T08:00:00Z")
+				codes[i], _, stderrs[i] = runCLI(t, "promote", budget, "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "ci")
 			}()
 		}
 		close(start)
@@ -41,8 +41,8 @@ func TestConcurrentPromotionsLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, want := range []string{
-			"{name: per-run,     perPrincipal: x-ar-run,                    tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24",
-			"{name: per-human,   perPrincipal: x-ar-human,                  tokensPerDay: 2000000,   mode: enforce, enforcedSince: 2026-10-24",
+			"{name: per-run,     perPrincipal: x-ar-run,                    tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, promotionReason: \"ci\"",
+			"{name: per-human,   perPrincipal: x-ar-human,                  tokensPerDay: 2000000,   mode: enforce, enforcedSince: 2026-10-24, promotionReason: \"ci\"",
 		} {
 			if !strings.Contains(string(b), want) {
 				t.Fatalf("trial %d: a promotion was lost: %q missing from\n%s", trial, want, b)
@@ -182,7 +182,7 @@ func TestPromoteWaitsForTheLockUntilCancelled(t *testing.T) {
 	done := make(chan int, 1)
 	var errb strings.Builder
 	go func() {
-		done <- Run(ctx, []string{"promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z"}, strings.NewReader(""), &strings.Builder{}, &errb)
+		done <- Run(ctx, []string{"promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "ci"}, strings.NewReader(""), &strings.Builder{}, &errb)
 	}()
 	select {
 	case code := <-done:

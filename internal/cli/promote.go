@@ -41,16 +41,18 @@ func (o *promoteOptions) clock() (time.Time, error) {
 func newPromoteCmd(e *env) *cobra.Command {
 	o := &promoteOptions{}
 	cmd := &cobra.Command{
-		Use:   "promote BUDGET --spec FILE [--evidence report.json]",
+		Use:   "promote BUDGET --spec FILE --evidence report.json | --force --reason TEXT",
 		Short: "Switch a budget from shadow to enforce in the spec file",
 		Long: `promote flips one budget to mode: enforce in the spec file and records the date
 (enforcedSince), editing the file in place: comments, order and formatting are kept.
 
 It refuses unless the budget has been in shadow for 7 full UTC days: with
 shadowSince D, the days D+1..D+7 must be over, so promotion opens at D+8 00:00 UTC.
-With --evidence (the JSON of budgetgen report), the report must cover those days
-and show a share of principal-days over the cap under --max-limited-share.
---force --reason "..." overrides every refusal and records the reason.`,
+It needs --evidence (the JSON of budgetgen report): the report must cover those
+days and show a share of principal-days over the cap under --max-limited-share.
+Without --evidence no measurements were looked at, and promote refuses unless
+--force is given. --force --reason "..." overrides every refusal and records
+the reason.`,
 		Example: `  budgetgen report --valkey valkey:6379 --spec budgets.yaml --format json > week.json
   budgetgen promote per-run --spec budgets.yaml --evidence week.json
   budgetgen promote per-run --spec budgets.yaml --force --reason "incident 42: runaway agent"`,
@@ -61,7 +63,7 @@ and show a share of principal-days over the cap under --max-limited-share.
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.specFile, "spec", "", "BudgetSet spec file to edit (required)")
-	f.StringVar(&o.evidence, "evidence", "", "JSON report (budgetgen report --format json) to check before promoting")
+	f.StringVar(&o.evidence, "evidence", "", "JSON report (budgetgen report --format json) to check before promoting (required unless --force)")
 	f.Float64Var(&o.maxLimitedShare, "max-limited-share", promote.DefaultMaxLimitedShare, "largest share of principal-days over the cap the evidence may show (strictly under)")
 	f.BoolVar(&o.force, "force", false, "promote despite refusals (needs --reason)")
 	f.StringVar(&o.reason, "reason", "", "why the promotion is forced; recorded as promotionReason")
@@ -139,6 +141,10 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		// Refusals, unknown budgets and invalid edits alike: nothing was written.
 		return failure(err)
 	}
+	// Checked after the shadow days, whose refusal says more.
+	if err := requireEvidence(e, o, budget, up); err != nil {
+		return err
+	}
 	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
 		return failure(err)
 	}
@@ -162,6 +168,22 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		// The spec is written; only the message was lost.
 		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
 	}
+	return nil
+}
+
+// requireEvidence refuses a promotion that looked at no measurements: without
+// --evidence nothing shows the budget's cap would have been right during its
+// shadow week, so only --force (with its recorded --reason) may enforce it,
+// and then the note says so.
+func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
+	if !up || o.evidence != "" {
+		return nil
+	}
+	if !o.force {
+		return failure(fmt.Errorf("promote %s: refused: no measurements were looked at (no --evidence); give the shadow week's report (budgetgen report --spec %s --format json > week.json, then --evidence week.json), or promote without it with --force --reason \"...\"",
+			safetext.Inline(budget), safetext.Inline(o.specFile)))
+	}
+	_, _ = fmt.Fprintf(e.stderr, "budgetgen promote: warning: no measurements were looked at (no --evidence): %s is promoted on --force alone\n", safetext.Inline(budget)) // a note; the promotion goes on
 	return nil
 }
 

@@ -55,18 +55,28 @@ func TestPromoteDemoteCLI(t *testing.T) {
 		t.Errorf("missing evidence: code %d %s", code, stderr)
 	}
 
-	// Day 8: accepted; only per-run's line changes (mode and the date, in place).
-	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
+	// Day 8 without --evidence: no measurements were looked at, so it is
+	// refused (exit 1, nothing written) unless forced.
+	code, _, stderr = runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z")
+	if code != ExitFailure || !strings.Contains(stderr, "no measurements were looked at") || !strings.Contains(stderr, "--evidence") || !strings.Contains(stderr, "--force") {
+		t.Fatalf("day 8 without evidence: code %d stderr %s", code, stderr)
+	}
+	if now, _ := os.ReadFile(p); !bytes.Equal(now, before) {
+		t.Fatal("a promotion without evidence changed the file")
+	}
+	// Forced: accepted, with the note on stderr and the reason recorded; only
+	// per-run's line changes (mode, the date and the reason, in place).
+	code, stdout, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "no ledger yet")
 	if code != ExitOK {
 		t.Fatalf("day 8: code %d %s", code, stderr)
 	}
-	if !strings.Contains(stdout, "promoted to enforce on 2026-10-24 after 7 full days") {
-		t.Errorf("stdout %s", stdout)
+	if !strings.Contains(stdout, "promoted to enforce on 2026-10-24 after 7 full days") || !strings.Contains(stderr, "no measurements were looked at") {
+		t.Errorf("stdout %s stderr %s", stdout, stderr)
 	}
 	after, _ := os.ReadFile(p)
 	want := strings.Replace(string(before),
 		"tokensPerDay: 5000000,   mode: shadow, shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto",
-		"tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto", 1)
+		`tokensPerDay: 5000000,   mode: enforce, enforcedSince: 2026-10-24, promotionReason: "no ledger yet", shadowSince: 2026-10-16, gateways: [agents/agent-gateway], reserve: auto`, 1)
 	if string(after) != want {
 		t.Fatalf("promoted spec:\n%s", after)
 	}
@@ -102,7 +112,7 @@ func TestPromoteDemoteCLI(t *testing.T) {
 func TestPromoteThenRenderAndAssert(t *testing.T) {
 	p := copyExample(t)
 	for _, b := range []string{"per-human", "per-run"} {
-		if code, _, stderr := runCLI(t, "promote", b, "--spec", p, "--now", "2026-10-24T08:00:00Z"); code != ExitOK {
+		if code, _, stderr := runCLI(t, "promote", b, "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "test"); code != ExitOK {
 			t.Fatalf("promote %s: %s", b, stderr)
 		}
 	}

@@ -53,7 +53,11 @@ func newRenderCmd(e *env) *cobra.Command {
 BackendTrafficPolicy per target Gateway holding every budget as a global rate
 limit rule, plus a ClientTrafficPolicy per Gateway that strips client-sent
 identity headers. Output is a YAML stream on stdout, or with -o one file per
-object and a kustomization.yaml, written atomically: on any error nothing is written.
+object and a kustomization.yaml, written atomically: on any error nothing is
+written; then render prints what it wrote (per Gateway its objects, rules and
+budgets). agentgateway budgets bind only with their caps in the rate limit
+service (--ratelimit-config) and, shared with another Gateway, the budget map
+(--budget-map): render warns when one is missing.
 
 With --check nothing is written: render prints a diff of every file it would
 create, change or remove and fails if there is one (a CI or pre-commit drift
@@ -120,6 +124,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(err)
 	}
 	noteCostEntries(e, res)
+	warnAgentgatewayBinding(e.stderr, bs, o)
 	if o.check {
 		return checkRender(e.stdout, renderOutputs(o, res, rlsFiles, mapFile))
 	}
@@ -166,6 +171,12 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	// the rules it names already rendered.
 	if err := bm.Commit(); err != nil {
 		return failure(err)
+	}
+	if o.outDir == "" {
+		return nil // stdout holds the YAML stream
+	}
+	if err := writeRenderSummary(e.stdout, bs, res, o, rlsFiles); err != nil {
+		return failure(fmt.Errorf("render: written, but: %w", err))
 	}
 	return nil
 }

@@ -13,14 +13,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"testing/fstest"
 
 	envoygateway "github.com/envoyproxy/gateway"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/kubectl-validate/pkg/cmd"
-	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
 	"sigs.k8s.io/kubectl-validate/pkg/validator"
 	"sigs.k8s.io/yaml"
 )
@@ -43,12 +40,15 @@ func New() (*Validator, error) {
 
 // NewFromCRDs builds a validator over a YAML stream of CustomResourceDefinitions.
 func NewFromCRDs(crds []byte) (*Validator, error) {
-	fsys := fstest.MapFS{"crds.yaml": &fstest.MapFile{Data: crds, Mode: 0o444}}
-	v, err := validator.New(openapiclient.NewLocalCRDFiles(fsys))
+	idx, err := parseCRDs(crds)
 	if err != nil {
 		return nil, fmt.Errorf("load CRDs: %w", err)
 	}
-	idx, err := parseCRDs(crds)
+	client, err := newCRDClient(idx) // see openapi.go
+	if err != nil {
+		return nil, fmt.Errorf("load CRDs: %w", err)
+	}
+	v, err := validator.New(client)
 	if err != nil {
 		return nil, fmt.Errorf("load CRDs: %w", err)
 	}
@@ -151,9 +151,6 @@ func newError(apiVersion, kind, namespace, name string, err error) *Error {
 // strategy.go). Callers hold v.mu: kubectl-validate caches in plain maps.
 func (v *Validator) validate(doc []byte) error {
 	gvk, parsed, err := v.v.Parse(doc)
-	if gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition" {
-		return cmd.ValidateDocument(doc, v.v)
-	}
 	if err != nil {
 		return err
 	}

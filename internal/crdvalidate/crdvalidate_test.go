@@ -4,8 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/fstest"
 
+	envoygateway "github.com/envoyproxy/gateway"
 	"sigs.k8s.io/kubectl-validate/pkg/cmd"
+	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
+	"sigs.k8s.io/kubectl-validate/pkg/validator"
 	"sigs.k8s.io/yaml"
 )
 
@@ -90,10 +94,16 @@ func TestValidateObject(t *testing.T) {
 }
 
 // TestCachedStrategyAgreesWithKubectlValidate checks the cached per-kind
-// validation against kubectl-validate's own per-document path, on valid and
-// invalid documents: same verdict, same field causes.
+// validation, over the OpenAPI documents openapi.go builds, against
+// kubectl-validate's own per-document path over its own CRD client
+// (openapiclient.NewLocalCRDFiles), on valid and invalid documents: same
+// verdict, same field causes.
 func TestCachedStrategyAgreesWithKubectlValidate(t *testing.T) {
 	v, err := Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := validator.New(openapiclient.NewLocalCRDFiles(fstest.MapFS{"crds.yaml": &fstest.MapFile{Data: envoygateway.GatewayCRDs, Mode: 0o444}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +119,7 @@ func TestCachedStrategyAgreesWithKubectlValidate(t *testing.T) {
 		"apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: ClientTrafficPolicy\nmetadata: {name: c, namespace: n}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: g}]\n",
 	}
 	for i, doc := range docs {
-		v.mu.Lock()
-		want := cmd.ValidateDocument([]byte(doc), v.v)
-		v.mu.Unlock()
+		want := cmd.ValidateDocument([]byte(doc), ref)
 		var obj map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatal(err)

@@ -16,52 +16,23 @@ import (
 // header exempt is the model header, which Envoy AI Gateway sets from the
 // request body itself.
 //
-// Sections: a policy with a sectionName covers that listener only. A header
-// counts as removed (or set) for a budget policy only when a policy on the
-// whole Gateway, or on the budget policy's own section, removes (or sets) it;
-// a ClientTrafficPolicy on one listener does not protect the others.
+// Only the policies Envoy Gateway keeps count (Index.attachOf: a Conflicted
+// SecurityPolicy or ClientTrafficPolicy does nothing). Header removal is
+// checked per listener: a ClientTrafficPolicy on a listener replaces the
+// Gateway's on that listener (internal/gatewayapi/clienttrafficpolicy.go,
+// ProcessClientTrafficPolicies translates sectionName policies first and the
+// Gateway's only on listeners not yet claimed), so a listener policy that
+// does not remove a header leaves it spoofable there. A header counts as set
+// for a Gateway when a SecurityPolicy on it, on the budget policy's listener,
+// or on one of its routes sets it (BG030-BG031 check each route).
 var ruleIdentity = &Rule{
 	ID:       "BG006",
 	Name:     "verified-identity",
-	Doc:      "headers that select a budget (all but the model header) are set by a SecurityPolicy and removed early by a ClientTrafficPolicy on the same Gateway or listener",
+	Doc:      "headers that select a budget (all but the model header) are set by a SecurityPolicy and removed early by the ClientTrafficPolicy that applies on each listener",
 	Severity: Error,
 	Check: func(p *Pass) error {
-		setters := map[GatewayKey]map[string]bool{}  // gateway -> headers set from a credential
-		removers := map[GatewayKey]map[string]bool{} // gateway -> headers removed early
-		for _, sp := range p.Index.SecurityPolicies {
-			hs := credentialHeaders(sp)
-			for _, t := range p.Index.Targets(sp) {
-				// Route-level policies count for their Gateway as a whole (a
-				// documented limit: routes without one carry no header, so
-				// their traffic is not charged, but nothing is spoofed).
-				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, t.Gateway.Section}
-				if t.Via != "" {
-					gk.Section = ""
-				}
-				addAll(setters, gk, hs)
-			}
-		}
-		for _, ctp := range p.Index.ClientPolicies {
-			var hs []string
-			for _, h := range manifest.Items(manifest.Get(ctp.Node, "spec", "headers", "earlyRequestHeaders", "remove")) {
-				hs = append(hs, strings.ToLower(manifest.Str(h)))
-			}
-			for _, t := range p.Index.Targets(ctp) {
-				if t.Via == "" {
-					addAll(removers, GatewayKey{t.Gateway.Namespace, t.Gateway.Name, t.Gateway.Section}, hs)
-				}
-			}
-		}
+		setters := identitySetters(p.Index)
 		model := strings.ToLower(p.Options.modelHeader())
-		// covered reports whether m holds header h for a budget policy
-		// targeting gk: through a policy on the whole Gateway, or on gk's
-		// own section when gk names one.
-		covered := func(m map[GatewayKey]map[string]bool, gk GatewayKey, h string) bool {
-			if m[GatewayKey{gk.Namespace, gk.Name, ""}][h] {
-				return true
-			}
-			return gk.Section != "" && m[gk][h]
-		}
 		for _, pol := range p.Index.BudgetPolicies() {
 			targets := p.Index.Targets(pol.Obj)
 			seen := map[string]bool{}
@@ -71,36 +42,108 @@ var ruleIdentity = &Rule{
 						continue
 					}
 					seen[hm.Name] = true // one finding per header and policy, at its first use
-					at := manifest.Get(hm.Node, "name")
-					if len(targets) == 0 {
-						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s: the policy targets no Gateway found in the input, so nothing shows it is set from a verified credential; include the Gateway, SecurityPolicy and ClientTrafficPolicy", hm.Name)
-						continue
-					}
-					var unset, kept []string
-					for _, t := range targets {
-						gk := t.Gateway
-						where := gk.Namespace + "/" + gk.Name
-						if gk.Section != "" {
-							where += " listener " + gk.Section
-						}
-						if !covered(setters, gk, hm.Name) {
-							unset = append(unset, where)
-						}
-						if !covered(removers, gk, hm.Name) {
-							kept = append(kept, where)
-						}
-					}
-					if len(unset) > 0 {
-						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not set from a verified credential on Gateway %s: no SecurityPolicy on it or its routes sets it (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend), so a client picks its own bucket", hm.Name, strings.Join(dedupe(unset), ", "))
-					}
-					if len(kept) > 0 {
-						p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not removed from client requests on Gateway %s: add it to a ClientTrafficPolicy's headers.earlyRequestHeaders.remove, or a client sends its own value where no credential overwrites it", hm.Name, strings.Join(dedupe(kept), ", "))
-					}
+					checkIdentityHeader(p, pol, hm, targets, setters)
 				}
 			}
 		}
 		return nil
 	},
+}
+
+// identitySetters maps each Gateway (and listener, as Section) to the
+// headers the SecurityPolicies EG keeps set there from a credential.
+// Route-level policies count for their Gateway as a whole (a documented
+// limit here; BG031 checks every route).
+func identitySetters(ix *Index) map[GatewayKey]map[string]bool {
+	setters := map[GatewayKey]map[string]bool{}
+	sps := ix.attachOf(kindSecurityPolicy)
+	for _, sp := range ix.SecurityPolicies {
+		if len(sps.winnersOf(sp)) == 0 {
+			continue // Conflicted or unbound everywhere (BG005, BG015)
+		}
+		hs := credentialHeaders(sp)
+		for _, t := range ix.Targets(sp) {
+			gk := t.Gateway
+			if t.Via != "" {
+				gk.Section = ""
+			}
+			addAll(setters, gk, hs)
+		}
+	}
+	return setters
+}
+
+// checkIdentityHeader reports header hm of budget policy pol when, on a
+// Gateway the policy targets, no SecurityPolicy sets it, or a listener's
+// ClientTrafficPolicy does not remove it.
+func checkIdentityHeader(p *Pass, pol *Policy, hm HeaderMatch, targets []Target, setters map[GatewayKey]map[string]bool) {
+	at := manifest.Get(hm.Node, "name")
+	if len(targets) == 0 {
+		if manifest.Get(pol.Obj.Node, "spec", "targetSelectors") != nil {
+			return // selectors that select nothing: BG015
+		}
+		p.Report(pol.Obj, at, hm.Path+".name", "identity header %s: the policy targets no Gateway found in the input, so nothing shows it is set from a verified credential; include the Gateway, SecurityPolicy and ClientTrafficPolicy", hm.Name)
+		return
+	}
+	var unset, kept []string
+	for _, t := range targets {
+		gk := t.Gateway
+		where := gk.Namespace + "/" + gk.Name
+		if gk.Section != "" {
+			where += " listener " + gk.Section
+		}
+		if !setters[GatewayKey{gk.Namespace, gk.Name, ""}][hm.Name] && (gk.Section == "" || !setters[gk][hm.Name]) {
+			unset = append(unset, where)
+		}
+		kept = append(kept, hygieneGaps(p.Index, gk, t.Via != "", hm.Name)...)
+	}
+	if len(unset) > 0 {
+		p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not set from a verified credential on Gateway %s: no SecurityPolicy on it or its routes sets it (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend), so a client picks its own bucket", hm.Name, strings.Join(dedupe(unset), ", "))
+	}
+	if len(kept) > 0 {
+		p.Report(pol.Obj, at, hm.Path+".name", "identity header %s is not removed from client requests on Gateway %s: the ClientTrafficPolicy that applies there (a listener's replaces the Gateway's) must list it in headers.earlyRequestHeaders.remove, or a client sends its own value where no credential overwrites it", hm.Name, strings.Join(dedupe(kept), ", "))
+	}
+}
+
+// hygieneGaps lists the places ("ns/name listener l", or "ns/name" when the
+// listeners are unknown) of target gk where the ClientTrafficPolicy EG
+// applies does not remove header h. A target through a route, or on the whole
+// Gateway, covers every listener of the Gateway.
+func hygieneGaps(ix *Index, gk GatewayKey, viaRoute bool, h string) []string {
+	ctps := ix.attachOf(kindClientTrafficPolicy)
+	gw := GatewayKey{Namespace: gk.Namespace, Name: gk.Name}
+	listeners := []GatewayKey{gk}
+	if gk.Section == "" || viaRoute {
+		listeners = []GatewayKey{gw}
+		if ls, known := ix.listeners(gw); known && len(ls) > 0 {
+			listeners = listeners[:0]
+			for _, l := range ls {
+				listeners = append(listeners, GatewayKey{gw.Namespace, gw.Name, l})
+			}
+		}
+	}
+	var out []string
+	for _, l := range listeners {
+		eff := ctps.onListener(l)
+		if eff != nil && removesHeader(eff.Policy, h) {
+			continue
+		}
+		where := l.Namespace + "/" + l.Name
+		if l.Section != "" {
+			where += " listener " + l.Section
+		}
+		out = append(out, where)
+	}
+	return out
+}
+
+func removesHeader(ctp *manifest.Object, h string) bool {
+	for _, n := range manifest.Items(manifest.Get(ctp.Node, "spec", "headers", "earlyRequestHeaders", "remove")) {
+		if strings.EqualFold(manifest.Str(n), h) {
+			return true
+		}
+	}
+	return false
 }
 
 // credentialHeaders lists the headers a SecurityPolicy sets from a verified

@@ -5,10 +5,13 @@ import (
 	"strconv"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/budgetgen/budgetgen/internal/manifest"
 )
 
-// ruleVersion: fields the target Envoy Gateway version ignores or mishandles.
+// ruleVersion: fields the target Envoy Gateway version ignores or
+// mishandles, from a table of hazards by version range.
 var ruleVersion = &Rule{
 	ID:       "BG010",
 	Name:     "version-hazards",
@@ -24,29 +27,77 @@ var ruleVersion = &Rule{
 		}
 		for _, pol := range p.Index.Policies {
 			for _, r := range pol.Rules {
-				shared, _ := manifest.Bool(manifest.Get(r.Node, "shared"))
-				if shared && manifest.Get(r.Node, "cost") != nil && v.AtLeast(Version{1, 8, 0}) && !v.AtLeast(Version{1, 8, 2}) {
-					p.Report(pol.Obj, manifest.Get(r.Node, "shared"), r.Path()+".shared", "Envoy Gateway %s drops hits_addend on shared rules with a cost (fixed in 1.8.2): every request is charged 1, not its tokens", v)
-				}
-				if n := manifest.Get(r.Node, "shadowMode"); n != nil && !v.AtLeast(Version{1, 7, 0}) {
-					p.Report(pol.Obj, n, r.Path()+".shadowMode", "Envoy Gateway %s has no shadowMode (added in 1.7): the field is dropped and the rule enforces", v)
-				}
-				if n := manifest.Get(r.Node, "limit", "requests"); n != nil && !v.AtLeast(Version{1, 9, 0}) {
-					if req, ok := manifest.Int(n); ok && req == 0 {
-						what := "a rule with limit.requests: 0"
-						if r.Kind == KillSwitchRule {
-							what = "an engaged kill switch (limit.requests: 0)"
-						}
-						// Not a hazard but a rejection: an error whatever the rule's severity.
-						p.ReportSeverity(Error, pol.Obj, n, r.Path()+".limit.requests", "Envoy Gateway %s's CRD requires limit.requests >= 1 (0 is allowed from 1.9): the API server rejects this policy for %s, and every budget of the Gateway goes with it; upgrade to v1.9.0 or later, or leave the kill switch off", v, what)
+				for _, h := range versionHazards {
+					if !v.AtLeast(h.from) || v.AtLeast(h.fixed) {
+						continue
 					}
-				}
-				if n := manifest.Get(r.Node, "limit", "fromMetadata"); n != nil && !v.AtLeast(Version{1, 9, 0}) {
-					p.Report(pol.Obj, n, r.Path()+".limit.fromMetadata", "Envoy Gateway %s has no limit.fromMetadata (added in 1.9): the static limit applies", v)
+					if n, path, what := h.match(r); n != nil {
+						p.ReportSeverity(h.severity, pol.Obj, n, r.Path()+path, h.message, v, what)
+					}
 				}
 			}
 		}
 		return nil
+	},
+}
+
+// versionHazard is a feature broken or missing in Envoy Gateway versions
+// [from, fixed).
+type versionHazard struct {
+	from, fixed Version
+	severity    Severity
+	// match returns the node at fault in rule r (nil: the rule is not
+	// affected), its path relative to the rule, and a word for the message.
+	match func(r *RateRule) (n *yaml.Node, path, what string)
+	// message has two verbs: the version and match's word.
+	message string
+}
+
+// versionHazards is BG010's table.
+var versionHazards = []versionHazard{
+	{
+		// https://github.com/envoyproxy/gateway/issues/9244 (fixed by
+		// https://github.com/envoyproxy/gateway/pull/9245): since 1.8.0 a
+		// shared rule is emitted on the route's rate_limits, where the cost's
+		// hits_addend does not reach the rate limit service.
+		from: Version{1, 8, 0}, fixed: Version{1, 8, 2}, severity: Warning,
+		match: func(r *RateRule) (*yaml.Node, string, string) {
+			shared, _ := manifest.Bool(manifest.Get(r.Node, "shared"))
+			if !shared || manifest.Get(r.Node, "cost") == nil {
+				return nil, "", ""
+			}
+			return manifest.Get(r.Node, "shared"), ".shared", ""
+		},
+		message: "Envoy Gateway %s drops hits_addend on shared rules with a cost (https://github.com/envoyproxy/gateway/issues/9244, fixed in 1.8.2)%s: every request is charged 1, not its tokens; upgrade to v1.8.2 or later",
+	},
+	{
+		from: Version{0, 0, 0}, fixed: Version{1, 7, 0}, severity: Warning,
+		match: func(r *RateRule) (*yaml.Node, string, string) {
+			return manifest.Get(r.Node, "shadowMode"), ".shadowMode", ""
+		},
+		message: "Envoy Gateway %s has no shadowMode (added in 1.7)%s: the field is dropped and the rule enforces",
+	},
+	{
+		// Not a hazard but a rejection: an error whatever the rule's severity.
+		from: Version{0, 0, 0}, fixed: Version{1, 9, 0}, severity: Error,
+		match: func(r *RateRule) (*yaml.Node, string, string) {
+			n := manifest.Get(r.Node, "limit", "requests")
+			if req, ok := manifest.Int(n); !ok || req != 0 {
+				return nil, "", ""
+			}
+			if r.Kind == KillSwitchRule {
+				return n, ".limit.requests", " for an engaged kill switch (limit.requests: 0)"
+			}
+			return n, ".limit.requests", " for a rule with limit.requests: 0"
+		},
+		message: "Envoy Gateway %s's CRD requires limit.requests >= 1 (0 is allowed from 1.9): the API server rejects this policy%s, and every budget of the Gateway goes with it; upgrade to v1.9.0 or later, or leave the kill switch off",
+	},
+	{
+		from: Version{0, 0, 0}, fixed: Version{1, 9, 0}, severity: Warning,
+		match: func(r *RateRule) (*yaml.Node, string, string) {
+			return manifest.Get(r.Node, "limit", "fromMetadata"), ".limit.fromMetadata", ""
+		},
+		message: "Envoy Gateway %s has no limit.fromMetadata (added in 1.9)%s: the static limit applies",
 	},
 }
 

@@ -52,6 +52,9 @@ var ruleRouteCoverage = &Rule{
 				attached[gk] = append(attached[gk], ar.Obj.Namespace+"/"+ar.Obj.Name)
 			}
 		}
+		// Routes whose SecurityPolicy authenticates are BG031's: it reports
+		// a credential that sets none of the headers as an error.
+		authenticated := authenticatedRoutes(p.Index)
 		model := strings.ToLower(p.Options.modelHeader())
 		for _, pol := range p.Index.BudgetPolicies() {
 			var headers []string
@@ -82,7 +85,7 @@ var ruleRouteCoverage = &Rule{
 					continue // every route gets a header from the Gateway's policy
 				}
 				for _, rt := range attached[gk] {
-					if !any(byRoute[GatewayKey{Name: rt}]) {
+					if !any(byRoute[GatewayKey{Name: rt}]) && !authenticated[rt] {
 						missing = append(missing, rt)
 					}
 				}
@@ -96,4 +99,21 @@ var ruleRouteCoverage = &Rule{
 		}
 		return nil
 	},
+}
+
+// authenticatedRoutes names (namespace/name) the routes on which the
+// SecurityPolicy EG applies authenticates requests.
+func authenticatedRoutes(ix *Index) map[string]bool {
+	out := map[string]bool{}
+	sps := ix.attachOf(kindSecurityPolicy)
+	for _, u := range ix.allUnits() {
+		eff, parent := sps.effective(u)
+		if eff == nil || out[u.Route.ID()] {
+			continue
+		}
+		if spec, owner, err := ix.effectiveSecurity(eff, parent); err == nil && len(credentials(spec, owner)) > 0 {
+			out[u.Route.ID()] = true
+		}
+	}
+	return out
 }

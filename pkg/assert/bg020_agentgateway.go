@@ -153,11 +153,18 @@ type agwRef struct {
 // agwRefs lists the objects pol attaches to. A targetSelector selects the
 // objects of its group and kind in the policy's namespace whose labels hold
 // its matchLabels, among the objects of the input only; one that selects
-// none is reported as a warning (its budgets bind nowhere the gate can see).
+// none is an error (its budgets bind nowhere the gate can see), and so is a
+// targetRef whose sectionName names no listener of a Gateway of the input.
 func agwRefs(p *Pass, o *manifest.Object, pol *agentgateway.Policy) []agwRef {
 	var out []agwRef
 	for i, r := range pol.Spec.TargetRefs {
-		out = append(out, agwRef{path: fmt.Sprintf("spec.targetRefs[%d]", i), group: r.Group, kind: r.Kind, name: r.Name, section: r.SectionName})
+		path := fmt.Sprintf("spec.targetRefs[%d]", i)
+		if r.Kind == "Gateway" && r.SectionName != "" && !p.Index.hasListener(GatewayKey{Namespace: o.Namespace, Name: r.Name}, r.SectionName) {
+			ls, _ := p.Index.listeners(GatewayKey{Namespace: o.Namespace, Name: r.Name})
+			p.Report(o, NodeAt(o.Node, path+".sectionName"), path+".sectionName", "sectionName %q names no listener of Gateway %s/%s (listeners: %v): the policy binds nothing there; name one of the listeners, or drop sectionName for the whole Gateway", r.SectionName, o.Namespace, r.Name, ls)
+			continue
+		}
+		out = append(out, agwRef{path: path, group: r.Group, kind: r.Kind, name: r.Name, section: r.SectionName})
 	}
 	for i, ts := range pol.Spec.TargetSelectors {
 		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
@@ -175,7 +182,8 @@ func agwRefs(p *Pass, o *manifest.Object, pol *agentgateway.Policy) []agwRef {
 			}
 		}
 		if n == 0 {
-			p.ReportSeverity(Warning, o, node, path, "selects no %s of namespace %s in the input (matchLabels %v): its budgets bind nowhere the gate can see; pass the Gateways, or use targetRefs", ts.Kind, o.Namespace, sel)
+			// A gate fails closed: budgets that bind nowhere in sight are an error.
+			p.Report(o, node, path, "selects no %s of namespace %s in the input (matchLabels %v): its budgets bind nowhere the gate can see; pass the Gateways, or use targetRefs", ts.Kind, o.Namespace, sel)
 		}
 	}
 	return out

@@ -38,6 +38,10 @@ type Index struct {
 	SelectorErrors []SelectorError
 
 	selectors map[*yaml.Node]labels.Selector // compiled selectors (nil: invalid)
+	xroutes   []*xRoute                      // allRoutes, computed once
+	units     []routeUnit                    // allUnits, computed once
+	attach    map[string]*attachments        // Attach, per policy kind
+	security  map[[2]*manifest.Object]securityResult
 }
 
 // RuleKind says what a global rate-limit rule is for.
@@ -163,7 +167,7 @@ type ruleBudget struct {
 
 // NewIndex sorts objs into an Index and classifies every BTP's rules.
 func NewIndex(objs []*manifest.Object) *Index {
-	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}, selectors: map[*yaml.Node]labels.Selector{}}
+	ix := &Index{Objects: objs, Namespaces: map[string]*manifest.Object{}, selectors: map[*yaml.Node]labels.Selector{}, attach: map[string]*attachments{}}
 	for _, o := range objs {
 		switch {
 		case o.Group() == GroupEG && o.Kind == "BackendTrafficPolicy":

@@ -20,6 +20,12 @@ var rules = []*Rule{
 	ruleAICost,
 	ruleOptionalCredential,
 	ruleGatewayScope,
+	ruleEffectiveBudget,
+	ruleRouteIdentity,
+	ruleTranslatorValid,
+	ruleTokenCount,
+	ruleAgentgatewayJWT,
+	ruleFilterOrder,
 	ruleRateLimitReach,
 	rulePricedModel,
 }

@@ -36,8 +36,16 @@ func celString(s string) string { return strconv.Quote(s) }
 
 // ClaimExpression is the CEL expression reading a verified JWT claim:
 // agentgateway's jwt variable holds the claims of the token its
-// jwtAuthentication verified (null without one, so the descriptor is dropped).
-func ClaimExpression(claim string) string { return "string(jwt[" + celString(claim) + "])" }
+// jwtAuthentication verified. It cannot fail: a request without the claim,
+// or without a verified JWT (jwtAuthentication mode Optional or Permissive),
+// gets the value agentgateway.NoClaim through agentgateway's coalesce
+// (crates/celx/src/general.rs), so it is charged to that one shared, capped
+// bucket. A failing entry would drop its descriptor, and with every
+// descriptor dropped agentgateway makes no rate limit call at all
+// (crates/agentgateway/src/http/remoteratelimit.rs, build_request).
+func ClaimExpression(claim string) string {
+	return "coalesce(string(jwt[" + celString(claim) + "]), " + celString(agentgateway.NoClaim) + ")"
+}
 
 // agentgatewayBudgets lists the budgets placed on gw, in spec order.
 func agentgatewayBudgets(bs *spec.BudgetSet, gw spec.GatewayRef) []*spec.Budget {

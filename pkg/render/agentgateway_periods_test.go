@@ -43,12 +43,12 @@ func TestAgentgatewayWindows(t *testing.T) {
 		paths = append(paths, names)
 	}
 	want := [][]string{
-		{`budget="per-run"`, `principal=string(jwt["run_id"])`},
-		{`budget="per-run-daily"`, `window="day"`, `principal=string(jwt["run_id"])`},
-		{`budget="per-run-daily"`, `window="week"`, `principal=string(jwt["run_id"])`},
-		{`budget="per-run-daily"`, `window="month"`, `principal=string(jwt["run_id"])`},
-		{`budget="agent-fleet"`, `window="day"`, `group=string(jwt["kind"])`},
-		{`budget="agent-fleet"`, `window="month"`, `group=string(jwt["kind"])`},
+		{`budget="per-run"`, `principal=coalesce(string(jwt["run_id"]), "budgetgen/no-claim")`},
+		{`budget="per-run-daily"`, `window="day"`, `principal=coalesce(string(jwt["run_id"]), "budgetgen/no-claim")`},
+		{`budget="per-run-daily"`, `window="week"`, `principal=coalesce(string(jwt["run_id"]), "budgetgen/no-claim")`},
+		{`budget="per-run-daily"`, `window="month"`, `principal=coalesce(string(jwt["run_id"]), "budgetgen/no-claim")`},
+		{`budget="agent-fleet"`, `window="day"`, `group=coalesce(string(jwt["kind"]), "budgetgen/no-claim")`},
+		{`budget="agent-fleet"`, `window="month"`, `group=coalesce(string(jwt["kind"]), "budgetgen/no-claim")`},
 	}
 	if !slices.EqualFunc(paths, want, slices.Equal[[]string]) {
 		t.Errorf("descriptors:\n%q\nwant\n%q", paths, want)

@@ -207,7 +207,7 @@ func TestRenderRules(t *testing.T) {
 		g.FailureMode != agentgateway.FailOpen || g.Domain != "agents/ai-budgets-agent-gateway" || len(g.Descriptors) != 2 {
 		t.Fatalf("AgentgatewayPolicy %+v", agw)
 	}
-	for i, want := range [][2]string{{`"per-run"`, `string(jwt["run_id"])`}, {`"agent-fleet"`, `string(jwt["kind"])`}} {
+	for i, want := range [][2]string{{`"per-run"`, `coalesce(string(jwt["run_id"]), "budgetgen/no-claim")`}, {`"agent-fleet"`, `coalesce(string(jwt["kind"]), "budgetgen/no-claim")`}} {
 		d := g.Descriptors[i]
 		if d.Unit != agentgateway.UnitTokens || len(d.Entries) != 2 || d.Entries[0].Expression != want[0] || d.Entries[1].Expression != want[1] {
 			t.Errorf("descriptor %d = %+v, want budget %s, principal %s", i, d, want[0], want[1])

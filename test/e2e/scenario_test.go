@@ -84,10 +84,16 @@ var day = []step{
 	{"frontier", viaEnvoy, frontierOnly("claude-opus-4"), 3, 30_000_000, "++-"},
 	// Two budgets on one call: dave is far under his own cap, the frontier binds.
 	{"human dave on frontier", viaEnvoy, map[string]string{"x-ar-human": "dave@example.com", "x-ai-eg-model": "gpt-5"}, 1, 1_000, "-"},
-	// agent fleet (200M shared, agentgateway), at 6.2M now: two 120M calls,
-	// then denied, and a new run of the fleet is denied too (its per-run
-	// bucket is empty: the fleet binds).
-	{"fleet", viaAgentgateway, fleetOnly(), 3, 120_000_000, "++-"},
+	// A fleet token without a run_id: its per-run descriptor is charged to
+	// the one shared no-claim bucket (render's coalesce), capped at 5M like a
+	// run, instead of being dropped (which made no per-run call at all).
+	{"fleet token without run_id", viaAgentgateway, fleetOnly(), 3, 3_000_000, "++-"},
+	// agent fleet (200M shared, agentgateway), at 12.2M now: two runs' 120M
+	// calls pass, a third run's is denied, and a new run of the fleet is
+	// denied too (its per-run bucket is empty: the fleet binds).
+	{"fleet run f1", viaAgentgateway, agentRun("f1"), 1, 120_000_000, "+"},
+	{"fleet run f2", viaAgentgateway, agentRun("f2"), 1, 120_000_000, "+"},
+	{"fleet run f3", viaAgentgateway, agentRun("f3"), 1, 120_000_000, "-"},
 	{"run r3", viaAgentgateway, agentRun("r3"), 1, 1_000, "-"},
 	{"human dave", viaEnvoy, human("dave@example.com"), 1, 1_000, "+"},
 }

@@ -24,7 +24,7 @@ import (
 // missing Service fails too: the gate cannot show the budget binds. An
 // input of policies alone is not checked for the Service (docs/assert.md).
 var ruleRateLimitReach = &Rule{
-	ID:       "BG030",
+	ID:       "BG036",
 	Name:     "ratelimit-reach",
 	Doc:      "the rate limit Service of each AgentgatewayPolicy is in the input with its port, admits agentgateway's proxy pods through the input's NetworkPolicies, and speaks the TLS the backend TLS policy on it sends",
 	Severity: Error,
@@ -84,7 +84,7 @@ func checkReach(p *Pass, o *manifest.Object) {
 	}
 	svcObj := findObject(p.Index, "Service", ns, ref.Name)
 	if svcObj == nil && deploysIn(p.Index, ns) {
-		p.Report(o, node, reachRefPath, "rate limit Service %s/%s is not in the input: the gate cannot show agentgateway reaches it (with failureMode FailOpen an unreachable service counts nothing); add its manifests (kustomize build, helm template) to the input or --skip BG030", ns, ref.Name)
+		p.Report(o, node, reachRefPath, "rate limit Service %s/%s is not in the input: the gate cannot show agentgateway reaches it (with failureMode FailOpen an unreachable service counts nothing); add its manifests (kustomize build, helm template) to the input or --skip BG036", ns, ref.Name)
 		return
 	}
 	if svcObj == nil {

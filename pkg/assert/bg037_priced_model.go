@@ -21,7 +21,7 @@ const llmRequestCostsAnnotation = "budgetgen.dev/llm-request-costs"
 // whatever model the client asked for: this rule names each such backendRef
 // of an AIGatewayRoute attached to a Gateway with money caps.
 var rulePricedModel = &Rule{
-	ID:       "BG031",
+	ID:       "BG037",
 	Name:     "priced-model-override",
 	Doc:      "every modelNameOverride of an AIGatewayRoute on a Gateway with money caps is matched by a spec.pricing.models entry (AI Gateway prices the overridden name)",
 	Severity: Warning,

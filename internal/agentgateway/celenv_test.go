@@ -1,0 +1,30 @@
+package agentgateway
+
+import "testing"
+
+// A claim read fails when the claim (or every verified JWT) is missing;
+// coalesce and default, as agentgateway's, turn that into a fallback value.
+func TestEvalEntry(t *testing.T) {
+	for _, tc := range []struct {
+		expr   string
+		claims map[string]any
+		want   string
+		fails  bool
+	}{
+		{`string(jwt["run_id"])`, map[string]any{"run_id": "r1"}, "r1", false},
+		{`string(jwt["run_id"])`, map[string]any{}, "", true},
+		{`string(jwt["run_id"])`, nil, "", true},
+		{`jwt.sub`, map[string]any{"sub": 7}, "", true}, // not a string
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, nil, NoClaim, false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{}, NoClaim, false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": "r1"}, "r1", false},
+		{`coalesce(jwt.a, jwt.b, "x")`, map[string]any{"b": "y"}, "y", false},
+		{`default(jwt.sub, "anon")`, nil, "anon", false},
+		{`"per-run"`, nil, "per-run", false},
+	} {
+		got, err := EvalEntry(tc.expr, tc.claims)
+		if (err != nil) != tc.fails || got != tc.want {
+			t.Errorf("EvalEntry(%s, %v) = %q, %v; want %q, fails %v", tc.expr, tc.claims, got, err, tc.want, tc.fails)
+		}
+	}
+}
