@@ -501,7 +501,7 @@ func TestDebugIndexListsOnlyWhatAnswers(t *testing.T) {
 			}
 			listed++
 		}
-		if withLedger != strings.Contains(index, "/ledger/rules") || listed < 5 {
+		if withLedger != strings.Contains(index, "/ledger/keys") || listed < 5 {
 			t.Fatalf("ledger %t: index %q", withLedger, index)
 		}
 	}

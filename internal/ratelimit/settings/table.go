@@ -50,7 +50,7 @@ func serverSettings(s *Settings) []setting {
 		{vars("GRPC_PORT"), "grpc-port", "gRPC port", integer(&s.GRPCPort)},
 		{vars("DEBUG_HOST"), "debug-host", "debug listen host (pprof, ledger; loopback unless exposed on purpose)", str(&s.DebugHost)},
 		{vars("HTTP_JSON"), "http-json", "serve /json on the HTTP port: auto (unless gRPC requires client certificates), true or false", str(&s.HTTPJSON)},
-		{vars("DEBUG_PORT"), "debug-port", "debug port: an index, /rlconfig, pprof, /metrics and, with the embedded store, /ledger/rules", integer(&s.DebugPort)},
+		{vars("DEBUG_PORT"), "debug-port", "debug port: an index, /rlconfig, pprof, /metrics and, with the embedded store, /ledger/keys", integer(&s.DebugPort)},
 		{vars("GRPC_MAX_CONNECTION_AGE"), "", "gRPC connections are closed after this age", duration(&s.GRPCMaxConnectionAge)},
 		{vars("GRPC_MAX_CONNECTION_AGE_GRACE"), "", "grace period for calls on a connection past its age", duration(&s.GRPCMaxConnectionAgeGrace)},
 		{vars("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
