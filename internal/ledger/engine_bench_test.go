@@ -15,6 +15,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/thresholds"
 )
@@ -45,7 +46,7 @@ func BenchmarkEngineCharge(b *testing.B) {
 			if withLedger {
 				rec, _ := ledger.NewRecorder(ledger.Options{}, lm, nil)
 				det, _ := thresholds.New(thresholds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-				o.Ledger, o.Thresholds = rec, det
+				o.Observers = []observe.Observer{&observe.Ledger{Recorder: rec, Thresholds: det}}
 			}
 			eng, err := engine.New(o)
 			if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/promote"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -260,7 +261,7 @@ func (w *week) startEngine(cfg *config.Config) {
 	if w.det, err = thresholds.New(thresholds.Options{Logger: slog.New(slog.NewJSONHandler(lw, nil)), Registerer: prometheus.NewRegistry()}); err != nil {
 		t.Fatal(err)
 	}
-	if w.eng, err = engine.New(engine.Options{Store: st, Now: w.clock.Now, Ledger: w.rec, Thresholds: w.det, StoreTimeout: 2 * time.Second}); err != nil {
+	if w.eng, err = engine.New(engine.Options{Store: st, Now: w.clock.Now, Observers: []observe.Observer{&observe.Ledger{Recorder: w.rec, Thresholds: w.det}}, StoreTimeout: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.eng.Close() })

@@ -31,8 +31,10 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
@@ -144,10 +146,10 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	eng, err := engine.New(engine.Options{
-		Store: st, Now: c.Now, Metrics: metrics.New(reg), Logger: quiet,
+		Store: st, Now: c.Now, Observers: []observe.Observer{observe.NewMetrics(metrics.New(reg))}, Logger: quiet,
 		// Generous deadline and no silent fail-open: a slow CI machine must
 		// not turn a store timeout into an "admitted".
-		StoreTimeout: 5 * time.Second, FailurePolicy: engine.FailError,
+		StoreTimeout: 5 * time.Second, FailurePolicy: decide.FailError,
 	})
 	if err != nil {
 		t.Fatal(err)

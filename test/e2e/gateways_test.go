@@ -19,7 +19,9 @@ import (
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -127,8 +129,8 @@ func newMesh(t *testing.T, vk *valkeytest.Server, doc string, withMap bool) *mes
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m.eng, err = engine.New(engine.Options{
-		Store: st, Now: m.clock.Now, Logger: quiet, Ledger: rec,
-		StoreTimeout: 5 * time.Second, FailurePolicy: engine.FailError,
+		Store: st, Now: m.clock.Now, Logger: quiet, Observers: []observe.Observer{&observe.Ledger{Recorder: rec}},
+		StoreTimeout: 5 * time.Second, FailurePolicy: decide.FailError,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
@@ -113,7 +114,7 @@ func newReplicas(t *testing.T, doc string, clk *clock, stores ...store.Store) *r
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, st := range stores {
-		eng, err := engine.New(engine.Options{Store: st, Now: clk.Now, Logger: quiet, StoreTimeout: 5 * time.Second, FailurePolicy: engine.FailError})
+		eng, err := engine.New(engine.Options{Store: st, Now: clk.Now, Logger: quiet, StoreTimeout: 5 * time.Second, FailurePolicy: decide.FailError})
 		if err != nil {
 			t.Fatal(err)
 		}

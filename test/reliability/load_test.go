@@ -21,7 +21,7 @@ import (
 // scheduling, plus the scheduling delay a probe goroutine measured in the
 // same run at the same percentile (the machine is a shared 2-core box).
 const (
-	// storeTimeout is the service's default STORE_TIMEOUT (engine.DefaultStoreTimeout),
+	// storeTimeout is the service's default STORE_TIMEOUT (charge.DefaultStoreTimeout),
 	// below Envoy Gateway's 20 ms rate limit timeout. The tests do not set it.
 	storeTimeout = 15 * time.Millisecond
 	// p99Slack: p99 <= storeTimeout + p99Slack (+ probe p99). An idle

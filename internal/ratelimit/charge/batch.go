@@ -90,99 +90,126 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 	}
 }
 
+// flushBuf is one flusher's buffers, reused batch after batch.
+type flushBuf struct {
+	batch    []*pending
+	counters []store.Counter
+	results  []store.Result
+	// orphans are the charged counters of requests whose deadline passed
+	// while they waited in the queue: their callers were already answered
+	// by the failure policy, but their hits were certainly never sent, so
+	// they still go to the store (after the live ones) instead of being
+	// lost. A store that cannot take them buffers them as unsent.
+	orphans []store.Counter
+}
+
 func (b *batcher) flusher() {
 	defer b.workers.Done()
-	var batch []*pending
-	var counters []store.Counter
-	var results []store.Result
-	var orphans []store.Counter
-	for {
-		b.mu.Lock()
-		for len(b.queue) == 0 && !b.closed {
-			b.cond.Wait()
-		}
-		if len(b.queue) == 0 && b.closed {
-			b.mu.Unlock()
-			return
-		}
-		batch, b.queue = b.queue, batch[:0]
-		b.mu.Unlock()
-
+	var f flushBuf
+	for b.take(&f) {
 		now := time.Now()
-		var earliest time.Time
-		counters = counters[:0]
-		live := batch[:0]
-		// orphans are the charged counters of requests whose deadline passed
-		// while they waited in the queue: their callers were already answered
-		// by the failure policy, but their hits were certainly never sent, so
-		// they still go to the store (after the live ones) instead of being
-		// lost. A store that cannot take them buffers them as unsent.
-		orphans = orphans[:0]
-		for _, p := range batch {
-			if !now.Before(p.deadline) {
-				for _, c := range p.counters {
-					if c.Hits > 0 || c.Hold.Release > 0 {
-						// Answered by the failure policy: its hits still
-						// count, but it holds nothing.
-						c.Hold.Reserve, c.Start = 0, true
-						orphans = append(orphans, c)
-					}
-				}
-				p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
-				continue
-			}
-			if earliest.IsZero() || p.deadline.Before(earliest) {
-				earliest = p.deadline
-			}
-			counters = append(counters, p.counters...)
-			live = append(live, p)
+		live, earliest := b.triage(&f, now)
+		if len(f.counters) > 0 {
+			b.sendBatch(b.deadlines.after(now, earliest.Sub(now)), &f, live)
 		}
-		if len(live) == 0 && len(orphans) > 0 {
-			earliest = now.Add(b.timeout)
+		clear(f.counters) // drop key strings
+		clear(f.orphans)
+		clear(f.batch)
+		f.batch = f.batch[:0]
+	}
+}
+
+// take waits for queued requests and moves them to f.batch; false when the
+// batcher is closed and nothing is queued.
+func (b *batcher) take(f *flushBuf) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.queue) == 0 && !b.closed {
+		b.cond.Wait()
+	}
+	if len(b.queue) == 0 {
+		return false
+	}
+	f.batch, b.queue = b.queue, f.batch[:0]
+	return true
+}
+
+// triage answers the requests of f.batch whose deadline passed, keeping
+// their charged counters as orphans, and puts the live requests' counters
+// then the orphans in f.counters. It returns the live requests (in
+// f.batch's array) and the batch's deadline: its earliest live request's,
+// or a full store timeout for orphans alone.
+func (b *batcher) triage(f *flushBuf, now time.Time) (live []*pending, earliest time.Time) {
+	f.counters, f.orphans = f.counters[:0], f.orphans[:0]
+	live = f.batch[:0]
+	for _, p := range f.batch {
+		if !now.Before(p.deadline) {
+			for _, c := range p.counters {
+				if c.Hits > 0 || c.Hold.Release > 0 {
+					// Answered by the failure policy: its hits still
+					// count, but it holds nothing.
+					c.Hold.Reserve, c.Start = 0, true
+					f.orphans = append(f.orphans, c)
+				}
+			}
+			p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+			continue
 		}
-		counters = append(counters, orphans...)
-		if len(counters) > 0 {
-			if cap(results) < len(counters) {
-				results = make([]store.Result, len(counters))
-			}
-			results = results[:len(counters)]
-			ctx := b.deadlines.after(now, earliest.Sub(now))
-			err := b.c.send(ctx, counters, results)
-			if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, store.ErrRefused) {
-				// The store refused the call whole, untouched (the memory
-				// store does when it needs a new counter at its bound); one
-				// new principal in a batch must not refuse the others (a
-				// cardinality flood would otherwise fail existing principals
-				// open). Charge each request on its own.
-				for _, p := range live {
-					err := b.c.send(ctx, p.counters, p.results)
-					b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
-					p.done <- err
-				}
-				live = live[:0]
-				for i := range orphans {
-					// Answered by the failure policy long ago: a refusal is
-					// reported, not silent.
-					b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], results[:1]), false)
-				}
-			} else {
-				b.c.refused(counters[:len(counters)-len(orphans)], err, true)
-				b.c.refused(counters[len(counters)-len(orphans):], err, false)
-			}
-			off := 0
-			for _, p := range live {
-				n := len(p.counters)
-				if err == nil {
-					copy(p.results, results[off:off+n])
-				}
-				off += n
-				p.done <- err
-			}
+		if earliest.IsZero() || p.deadline.Before(earliest) {
+			earliest = p.deadline
 		}
-		clear(counters) // drop key strings
-		clear(orphans)
-		clear(batch)
-		batch = batch[:0]
+		f.counters = append(f.counters, p.counters...)
+		live = append(live, p)
+	}
+	if len(live) == 0 && len(f.orphans) > 0 {
+		earliest = now.Add(b.timeout)
+	}
+	f.counters = append(f.counters, f.orphans...)
+	return live, earliest
+}
+
+// sendBatch charges f.counters in one store call and answers the live
+// requests with their totals.
+func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
+	counters, orphans := f.counters, f.orphans
+	if cap(f.results) < len(counters) {
+		f.results = make([]store.Result, len(counters))
+	}
+	results := f.results[:len(counters)]
+	f.results = results
+	err := b.c.send(ctx, counters, results)
+	if err != nil && len(live)+len(orphans) > 1 && errors.Is(err, store.ErrRefused) {
+		b.sendEach(ctx, live, orphans, results)
+		return
+	}
+	b.c.refused(counters[:len(counters)-len(orphans)], err, true)
+	b.c.refused(counters[len(counters)-len(orphans):], err, false)
+	off := 0
+	for _, p := range live {
+		n := len(p.counters)
+		if err == nil {
+			copy(p.results, results[off:off+n])
+		}
+		off += n
+		p.done <- err
+	}
+}
+
+// sendEach charges each request of a batch the store refused whole,
+// untouched, on its own (the memory store refuses a call needing a new
+// counter at its bound): one new principal in a batch must not refuse the
+// others (a cardinality flood would otherwise fail existing principals
+// open).
+func (b *batcher) sendEach(ctx context.Context, live []*pending, orphans []store.Counter, results []store.Result) {
+	for _, p := range live {
+		err := b.c.send(ctx, p.counters, p.results)
+		b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
+		p.done <- err
+	}
+	for i := range orphans {
+		// Answered by the failure policy long ago: a refusal is
+		// reported, not silent.
+		b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], results[:1]), false)
 	}
 }
 

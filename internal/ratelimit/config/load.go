@@ -434,39 +434,9 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 		n := &node{children: map[string]*node{}, shareThreshold: d.ShareThreshold}
 		here := append(cfgPath[:len(cfgPath):len(cfgPath)], PathEntry{Key: d.Key, Value: d.Value})
 		if d.RateLimit != nil {
-			rl := d.RateLimit
-			v, ok := rlpb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(rl.Unit)]
-			valid := ok && v != int32(rlpb.RateLimitResponse_RateLimit_UNKNOWN)
-			if rl.Unlimited {
-				if valid {
-					return errAt("rate_limit.unit", "should not specify rate limit unit when unlimited")
-				}
-			} else if !valid {
-				return errAt("rate_limit.unit", fmt.Sprintf("invalid rate limit unit '%s'", rl.Unit))
-			}
-			for _, r := range rl.Replaces {
-				if r == "" {
-					return errAt("rate_limit.replaces", "should not have an empty replaces entry")
-				}
-				if r == rl.Name {
-					return errAt("rate_limit.replaces", "replaces should not contain name of same descriptor")
-				}
-			}
-			u := Unit(v)
-			if !valid {
-				u = rlpb.RateLimitResponse_RateLimit_UNKNOWN
-			}
-			lim := &RateLimit{
-				Index: len(c.limits), Domain: domain, Rule: fullKey, Unit: u, Divider: Divider(u),
-				RequestsPerUnit: rl.RequestsPerUnit, Unlimited: rl.Unlimited, ShadowMode: d.ShadowMode,
-				QuotaMode: d.QuotaMode, DetailedMetric: d.DetailedMetric, Name: rl.Name,
-				Replaces: append([]string(nil), rl.Replaces...),
-				Proto:    &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: u, Name: rl.Name},
-				Path:     here,
-			}
-			if c.scope != nil {
-				r := c.scope(domain, here)
-				lim.Scope, lim.Budget = r.Scope, r.Budget
+			lim, err := c.newLimit(domain, fullKey, &d, here, errAt)
+			if err != nil {
+				return err
 			}
 			c.limits = append(c.limits, lim)
 			n.limit = lim
@@ -486,6 +456,46 @@ func (c *Config) load(file, domain string, parent *node, parentKey, path string,
 		parent.children[finalKey] = n
 	}
 	return nil
+}
+
+// newLimit builds the limit of descriptor d (whose rate_limit is set), at
+// composite key fullKey and config path here, with its budget scope.
+func (c *Config) newLimit(domain, fullKey string, d *Descriptor, here []PathEntry, errAt func(sub, msg string) error) (*RateLimit, error) {
+	rl := d.RateLimit
+	v, ok := rlpb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(rl.Unit)]
+	valid := ok && v != int32(rlpb.RateLimitResponse_RateLimit_UNKNOWN)
+	if rl.Unlimited {
+		if valid {
+			return nil, errAt("rate_limit.unit", "should not specify rate limit unit when unlimited")
+		}
+	} else if !valid {
+		return nil, errAt("rate_limit.unit", fmt.Sprintf("invalid rate limit unit '%s'", rl.Unit))
+	}
+	for _, r := range rl.Replaces {
+		if r == "" {
+			return nil, errAt("rate_limit.replaces", "should not have an empty replaces entry")
+		}
+		if r == rl.Name {
+			return nil, errAt("rate_limit.replaces", "replaces should not contain name of same descriptor")
+		}
+	}
+	u := Unit(v)
+	if !valid {
+		u = rlpb.RateLimitResponse_RateLimit_UNKNOWN
+	}
+	lim := &RateLimit{
+		Index: len(c.limits), Domain: domain, Rule: fullKey, Unit: u, Divider: Divider(u),
+		RequestsPerUnit: rl.RequestsPerUnit, Unlimited: rl.Unlimited, ShadowMode: d.ShadowMode,
+		QuotaMode: d.QuotaMode, DetailedMetric: d.DetailedMetric, Name: rl.Name,
+		Replaces: append([]string(nil), rl.Replaces...),
+		Proto:    &rlpb.RateLimitResponse_RateLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: u, Name: rl.Name},
+		Path:     here,
+	}
+	if c.scope != nil {
+		r := c.scope(domain, here)
+		lim.Scope, lim.Budget = r.Scope, r.Budget
+	}
+	return lim, nil
 }
 
 // Load parses and builds a config from files, in the given order.

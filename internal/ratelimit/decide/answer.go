@@ -144,30 +144,7 @@ func Answer(items []Item, storeErr error, now int64, p Policy) (*rlpb.RateLimitR
 		durs[i].Seconds = it.WindowEnd - now
 		st.DurationUntilReset = &durs[i]
 		st.CurrentLimit = l.Proto
-		limit := uint64(l.RequestsPerUnit)
-		switch {
-		case it.Cached:
-			it.Total = 0
-			it.Over = true
-		case storeErr != nil:
-			it.Total, it.Reserved, it.Held = 0, 0, false
-			it.Over = p.Failure == FailDeny || denied
-			if !it.Over {
-				st.LimitRemaining = l.RequestsPerUnit
-			}
-		default:
-			used := satAdd(it.Total, it.Reserved)
-			if it.Reserve > 0 {
-				it.Over = !it.Held && used >= limit
-				it.ReserveDenied = it.Over && it.Total <= limit
-			} else {
-				it.Over = it.Total > limit
-			}
-			if !it.Over {
-				st.LimitRemaining = uint32(limit - min(limit, used))
-				it.Near = used > uint64(math.Floor(float64(float32(limit)*nearF)))
-			}
-		}
+		st.LimitRemaining = judge(it, storeErr, denied, p.Failure, nearF)
 		if it.Over && !l.ShadowMode {
 			st.Code = rlpb.RateLimitResponse_OVER_LIMIT
 			if l.QuotaMode {
@@ -191,4 +168,36 @@ func Answer(items []Item, storeErr error, now int64, p Policy) (*rlpb.RateLimitR
 		}
 	}
 	return resp, v, nil
+}
+
+// judge sets a limited item's Over, Near and ReserveDenied from its totals
+// (or from the store's failure: denied when the store asked to deny) and
+// returns what is left of its limit (0 when over).
+func judge(it *Item, storeErr error, denied bool, failure FailurePolicy, nearF float32) (remaining uint32) {
+	l := it.Limit
+	limit := uint64(l.RequestsPerUnit)
+	switch {
+	case it.Cached:
+		it.Total = 0
+		it.Over = true
+	case storeErr != nil:
+		it.Total, it.Reserved, it.Held = 0, 0, false
+		it.Over = failure == FailDeny || denied
+		if !it.Over {
+			return l.RequestsPerUnit
+		}
+	default:
+		used := satAdd(it.Total, it.Reserved)
+		if it.Reserve > 0 {
+			it.Over = !it.Held && used >= limit
+			it.ReserveDenied = it.Over && it.Total <= limit
+		} else {
+			it.Over = it.Total > limit
+		}
+		if !it.Over {
+			it.Near = used > uint64(math.Floor(float64(float32(limit)*nearF)))
+			return uint32(limit - min(limit, used))
+		}
+	}
+	return 0
 }

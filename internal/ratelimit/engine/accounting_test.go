@@ -17,6 +17,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
 	"github.com/budgetgen/budgetgen/internal/store"
 	valkeystore "github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -39,7 +40,8 @@ func accountingEngine(t *testing.T, opts valkeystore.Options, wrap func(*valkeys
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	storemetrics.Register(reg, vs)
-	eopts.Store, eopts.OverLimitCacheSize, eopts.Metrics = store.Store(vs), -1, m
+	eopts.Store, eopts.OverLimitCacheSize = store.Store(vs), -1
+	eopts.Observers = append(eopts.Observers, observe.NewMetrics(m))
 	if wrap != nil {
 		eopts.Store = wrap(vs)
 	}

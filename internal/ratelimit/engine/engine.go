@@ -17,46 +17,14 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
-	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/reserve"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
-	"github.com/budgetgen/budgetgen/internal/thresholds"
-)
-
-// FailurePolicy is decide.FailurePolicy (settings name it here).
-type FailurePolicy = decide.FailurePolicy
-
-// The failure policies.
-const (
-	FailAllow = decide.FailAllow
-	FailDeny  = decide.FailDeny
-	FailError = decide.FailError
-)
-
-// FailurePolicyNames are the names of the failure policies.
-var FailurePolicyNames = decide.FailurePolicyNames
-
-// ParseFailurePolicy parses allow, deny or error; "" is allow.
-func ParseFailurePolicy(s string) (FailurePolicy, error) { return decide.ParseFailurePolicy(s) }
-
-// Defaults for Options (see decide and charge).
-const (
-	DefaultStoreTimeout       = charge.DefaultStoreTimeout
-	DefaultNearLimitRatio     = decide.DefaultNearLimitRatio
-	DefaultGrace              = charge.DefaultGrace
-	DefaultOverLimitCacheSize = charge.DefaultOverLimitCacheSize
-	DefaultFlushInterval      = charge.DefaultFlushInterval
-	DefaultBatchWorkers       = charge.DefaultBatchWorkers
-	DefaultMaxDescriptors     = decide.DefaultMaxDescriptors
-	DefaultMaxEntries         = decide.DefaultMaxEntries
-	DefaultMaxStringBytes     = decide.DefaultMaxStringBytes
 )
 
 // Options configure an Engine. Zero values mean the defaults.
@@ -70,40 +38,41 @@ type Options struct {
 	// Windows places counters in time (WINDOW_MODE, RESET_TIME_ZONE). The
 	// zero value is calendar windows in UTC; window.Epoch is the reference's.
 	Windows window.Windows
-	// NearLimitRatio, default DefaultNearLimitRatio.
+	// NearLimitRatio, default decide.DefaultNearLimitRatio.
 	NearLimitRatio float32
 	// ShadowMode is the global SHADOW_MODE: an OVER_LIMIT overall code becomes OK.
 	ShadowMode bool
-	// StoreTimeout is the per-call store deadline, default DefaultStoreTimeout.
+	// StoreTimeout is the per-call store deadline, default
+	// charge.DefaultStoreTimeout.
 	StoreTimeout time.Duration
-	// FailurePolicy applies after a store error; default FailAllow.
-	FailurePolicy FailurePolicy
-	// Grace is added to the window end for counter expiry, default DefaultGrace.
+	// FailurePolicy applies after a store error; default decide.FailAllow.
+	FailurePolicy decide.FailurePolicy
+	// Grace is added to the window end for counter expiry, default
+	// charge.DefaultGrace.
 	Grace time.Duration
 	// OverLimitCacheSize bounds the local over-limit cache; default
-	// DefaultOverLimitCacheSize, negative disables it.
+	// charge.DefaultOverLimitCacheSize, negative disables it.
 	OverLimitCacheSize int
-	// FlushInterval for deferred over-limit charges, default DefaultFlushInterval.
+	// FlushInterval for deferred over-limit charges, default
+	// charge.DefaultFlushInterval.
 	FlushInterval time.Duration
 	// BatchWorkers: see charge.Options.BatchWorkers.
 	BatchWorkers int
 	// HoldExpiry: see charge.Options.HoldExpiry (RESERVATION_EXPIRY).
 	HoldExpiry time.Duration
-	// MaxDescriptors, MaxEntries, MaxStringBytes bound requests (defaults above).
+	// MaxDescriptors, MaxEntries, MaxStringBytes bound requests (defaults
+	// decide.DefaultMaxDescriptors, DefaultMaxEntries, DefaultMaxStringBytes).
 	MaxDescriptors, MaxEntries, MaxStringBytes int
-	// Metrics, optional.
-	Metrics *metrics.Metrics
 	// Logger, default slog.Default().
 	Logger *slog.Logger
-	// Ledger, optional, records the shadow-week measurements of day-window
-	// rules (internal/ledger): each charge's usage rides in the charge's round
-	// trip (store.Counter.Ledger); denials are batched by the Recorder.
-	Ledger *ledger.Recorder
-	// Thresholds, optional, emits the first crossings of 80/90/100% of a
-	// day-window rule's cap (internal/thresholds).
-	Thresholds *thresholds.Detector
-	// Observers, optional, are told every outcome after the built-in ones
-	// (metrics, ledger, thresholds).
+	// Observers, optional, are told every outcome, in order: metrics
+	// (observe.Metrics), the ledger and threshold events (observe.Ledger)
+	// and the store outage log (observe.StoreWatch) are observers like any
+	// other. An observer may also implement observe.Annotator, to add to
+	// each counter before it is sent (the ledger's usage rides in the
+	// charge's round trip), and charge.Events, to receive the charger's
+	// bookkeeping (store latency and errors, cache hits, unsent hits). An
+	// observe.Multi is taken apart into its observers.
 	Observers []observe.Observer
 }
 
@@ -116,9 +85,11 @@ type Engine struct {
 	limits    decide.Limits
 	charger   *charge.Charger
 	reserves  reserve.Learner
-	ledger    *observe.Ledger // nil when neither ledger nor thresholds
 	observers observe.Multi
-	pool      sync.Pool
+	// annotators are the observers that add to counters; nil when none
+	// does, and then no request prepares for them.
+	annotators []observe.Annotator
+	pool       sync.Pool
 }
 
 // New validates options and returns an engine with no config loaded (requests
@@ -131,12 +102,12 @@ func New(o Options) (*Engine, error) {
 		o.Now = time.Now
 	}
 	if o.NearLimitRatio == 0 {
-		o.NearLimitRatio = DefaultNearLimitRatio
+		o.NearLimitRatio = decide.DefaultNearLimitRatio
 	}
 	if o.NearLimitRatio < 0 || o.NearLimitRatio > 1 {
 		return nil, fmt.Errorf("engine: near limit ratio %v not in [0,1]", o.NearLimitRatio)
 	}
-	if o.FailurePolicy > FailError {
+	if o.FailurePolicy > decide.FailError {
 		return nil, fmt.Errorf("engine: unknown failure policy %d", o.FailurePolicy)
 	}
 	if o.Logger == nil {
@@ -145,20 +116,19 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{o: o, planner: decide.Planner{Keys: o.Keys, Windows: o.Windows},
 		policy: decide.Policy{Failure: o.FailurePolicy, ShadowMode: o.ShadowMode, NearLimitRatio: o.NearLimitRatio},
 		limits: decide.Limits{MaxDescriptors: o.MaxDescriptors, MaxEntries: o.MaxEntries, MaxStringBytes: o.MaxStringBytes}}
-	var events charge.Events
-	if o.Metrics != nil {
-		mo := observe.NewMetrics(o.Metrics)
-		e.observers = append(e.observers, mo)
-		events = mo
+	var events chargeEvents
+	e.observers = flatten(nil, o.Observers)
+	for _, ob := range e.observers {
+		if a, ok := ob.(observe.Annotator); ok {
+			e.annotators = append(e.annotators, a)
+		}
+		if ev, ok := ob.(charge.Events); ok {
+			events = append(events, ev)
+		}
 	}
-	if o.Ledger != nil || o.Thresholds != nil {
-		e.ledger = &observe.Ledger{Recorder: o.Ledger, Thresholds: o.Thresholds}
-		e.observers = append(e.observers, e.ledger)
-	}
-	e.observers = append(e.observers, o.Observers...)
 	c, err := charge.New(charge.Options{Store: o.Store, Now: o.Now, StoreTimeout: o.StoreTimeout, Grace: o.Grace,
 		OverLimitCacheSize: o.OverLimitCacheSize, FlushInterval: o.FlushInterval, BatchWorkers: o.BatchWorkers,
-		HoldExpiry: o.HoldExpiry, ShadowMode: o.ShadowMode, Events: events, Logger: o.Logger})
+		HoldExpiry: o.HoldExpiry, ShadowMode: o.ShadowMode, Events: events.one(), Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -207,7 +177,9 @@ type scratch struct {
 	ann    annotator
 }
 
-// annotator lets the ledger's usage ride in the charge (charge.Annotator).
+// annotator tells the observers that annotate (observe.Annotator) about
+// each item as it is charged (charge.Annotator), so what they record rides
+// in the charge's round trip.
 type annotator struct {
 	e   *Engine
 	sc  *scratch
@@ -223,10 +195,18 @@ func (a *annotator) descriptor(i int, it *decide.Item) *observe.Descriptor {
 }
 
 func (a *annotator) Counter(i int, it *decide.Item, c *store.Counter) {
-	a.e.ledger.Annotate(a.descriptor(i, it), c)
+	d := a.descriptor(i, it)
+	for _, an := range a.e.annotators {
+		an.Annotate(d, c)
+	}
 }
 
-func (a *annotator) Cached(i int, it *decide.Item) { a.e.ledger.Cached(a.descriptor(i, it)) }
+func (a *annotator) Cached(i int, it *decide.Item) {
+	d := a.descriptor(i, it)
+	for _, an := range a.e.annotators {
+		an.Cached(d)
+	}
+}
 
 func (e *Engine) request(ctx context.Context, r *observe.Request) {
 	if len(e.observers) > 0 {
@@ -273,7 +253,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	e.sizeHolds(items)
 
 	var ann charge.Annotator
-	if e.ledger != nil {
+	if e.annotators != nil {
 		if cap(sc.names) < len(items) {
 			sc.names = make([]observe.Names, len(items))
 		}
@@ -291,7 +271,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 	}
 	resp, verdict, err := decide.Answer(items, storeErr, now.Unix(), e.policy)
 	if err != nil {
-		e.request(ctx, &observe.Request{Class: observe.RequestUnavailable, FailurePolicy: FailError.String()})
+		e.request(ctx, &observe.Request{Class: observe.RequestUnavailable, FailurePolicy: decide.FailError.String()})
 		return nil, err
 	}
 	if len(e.observers) > 0 {
@@ -302,7 +282,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 				continue
 			}
 			d.Entries, d.Item = req.Descriptors[i].Entries, &items[i]
-			if e.ledger != nil {
+			if e.annotators != nil {
 				d.Names = &sc.names[i]
 			}
 			e.observers.Descriptor(ctx, d)
@@ -321,4 +301,64 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		e.observers.Request(ctx, r)
 	}
 	return resp, nil
+}
+
+// flatten appends obs to out with every observe.Multi taken apart, so each
+// observer is checked for the optional interfaces on its own.
+func flatten(out observe.Multi, obs []observe.Observer) observe.Multi {
+	for _, ob := range obs {
+		switch o := ob.(type) {
+		case nil:
+		case observe.Multi:
+			out = flatten(out, o)
+		default:
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// chargeEvents tells every observer that keeps the charger's bookkeeping.
+type chargeEvents []charge.Events
+
+// one returns nil for none and the observer itself for one, so the usual
+// case (metrics only) costs no fan-out on the request path.
+func (m chargeEvents) one() charge.Events {
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
+		return m[0]
+	}
+	return m
+}
+
+func (m chargeEvents) CacheHit() {
+	for _, e := range m {
+		e.CacheHit()
+	}
+}
+
+func (m chargeEvents) CacheFull() {
+	for _, e := range m {
+		e.CacheFull()
+	}
+}
+
+func (m chargeEvents) Charged(took time.Duration, err error) {
+	for _, e := range m {
+		e.Charged(took, err)
+	}
+}
+
+func (m chargeEvents) Flushed(hits uint64, took time.Duration, err error) {
+	for _, e := range m {
+		e.Flushed(hits, took, err)
+	}
+}
+
+func (m chargeEvents) Unsent(class string, hits uint64) {
+	for _, e := range m {
+		e.Unsent(class, hits)
+	}
 }

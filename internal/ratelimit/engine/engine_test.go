@@ -22,7 +22,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
@@ -98,6 +100,7 @@ type fixture struct {
 	st    *recStore
 	clk   *clock
 	reg   *prometheus.Registry
+	m     *metrics.Metrics
 	total func(k string) uint64
 }
 
@@ -163,7 +166,8 @@ func newFixture(t *testing.T, kind string, o Options, yaml string) *fixture {
 	}
 	o.Now = clk.Now
 	reg := prometheus.NewRegistry()
-	o.Metrics = metrics.New(reg)
+	m := metrics.New(reg)
+	o.Observers = append([]observe.Observer{observe.NewMetrics(m)}, o.Observers...)
 	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +178,7 @@ func newFixture(t *testing.T, kind string, o Options, yaml string) *fixture {
 		t.Fatal(err)
 	}
 	e.SetConfig(c)
-	return &fixture{e: e, st: rs, clk: clk, reg: reg, total: total}
+	return &fixture{e: e, st: rs, clk: clk, reg: reg, m: m, total: total}
 }
 
 func req(domain string, hits uint32, ds ...*rlcommon.RateLimitDescriptor) *rlpb.RateLimitRequest {
@@ -288,7 +292,7 @@ func TestShadowUnlimitedReplacesKillSwitchUnknown(t *testing.T) {
 		if resp.Statuses[0].CurrentLimit == nil {
 			t.Fatal("shadow status lost current_limit")
 		}
-		if got := testutil.ToFloat64(f.e.o.Metrics.Decision(metrics.RuleKey{Domain: "d", Rule: "shadow", BudgetKey: metrics.BudgetKey{Window: "day", Mode: metrics.ModeShadow}}, "shadow_over_limit")); got != 1 {
+		if got := testutil.ToFloat64(f.m.Decision(metrics.RuleKey{Domain: "d", Rule: "shadow", BudgetKey: metrics.BudgetKey{Window: "day", Mode: metrics.ModeShadow}}, "shadow_over_limit")); got != 1 {
 			t.Fatalf("shadow_over_limit metric = %v, want 1", got)
 		}
 		// unlimited: OK with MaxUint32 remaining, no store call
@@ -364,7 +368,7 @@ func TestAllDescriptorsInOneStoreCall(t *testing.T) {
 			default:
 				div = 60
 			}
-			wantExp := time.Unix(now/div*div+div, 0).Add(DefaultGrace)
+			wantExp := time.Unix(now/div*div+div, 0).Add(charge.DefaultGrace)
 			if !c.ExpireAt.Equal(wantExp) {
 				t.Fatalf("%s expires %v, want window end + grace %v", c.Key, c.ExpireAt, wantExp)
 			}
@@ -440,10 +444,10 @@ func mustConfig(t *testing.T, y string) *config.Config {
 
 func TestStoreFailurePolicies(t *testing.T) {
 	for _, tc := range []struct {
-		policy  FailurePolicy
+		policy  decide.FailurePolicy
 		code    codes.Code
 		overall rlpb.RateLimitResponse_Code
-	}{{FailAllow, codes.OK, OK}, {FailDeny, codes.OK, OVER}, {FailError, codes.Unavailable, OK}} {
+	}{{decide.FailAllow, codes.OK, OK}, {decide.FailDeny, codes.OK, OVER}, {decide.FailError, codes.Unavailable, OK}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			f := newFixture(t, "memory", Options{FailurePolicy: tc.policy, OverLimitCacheSize: -1}, testConfig)
 			f.st.block = true
@@ -453,13 +457,13 @@ func TestStoreFailurePolicies(t *testing.T) {
 			// waits on the blocked store for good.
 			lag := schedtest.Start()
 			control := make(chan time.Duration, 1)
-			go func() { t0 := time.Now(); time.Sleep(DefaultStoreTimeout); control <- time.Since(t0) }()
+			go func() { t0 := time.Now(); time.Sleep(charge.DefaultStoreTimeout); control <- time.Since(t0) }()
 			start := time.Now()
 			resp, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "a"), d("shadow", "s"), d("none", "x")))
 			el := time.Since(start)
 			c := <-control
 			if _, lagMax := lag.Stop(); el > c+85*time.Millisecond+lagMax {
-				t.Fatalf("blocked %v past the %v store deadline (control %v + 85 ms + scheduler lag %v)", el, DefaultStoreTimeout, c, lagMax)
+				t.Fatalf("blocked %v past the %v store deadline (control %v + 85 ms + scheduler lag %v)", el, charge.DefaultStoreTimeout, c, lagMax)
 			}
 			if status.Code(server.Status(err)) != tc.code {
 				t.Fatalf("err = %v, want code %s", err, tc.code)
@@ -473,7 +477,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			if resp.Statuses[1].Code != OK || resp.Statuses[2].Code != OK {
 				t.Fatalf("shadow or unlimited descriptor denied: %v", resp.Statuses)
 			}
-			if got := testutil.ToFloat64(f.e.o.Metrics.StoreErrors.WithLabelValues("charge", "timeout")); got != 1 {
+			if got := testutil.ToFloat64(f.m.StoreErrors.WithLabelValues("charge", "timeout")); got != 1 {
 				t.Fatalf("store error metric = %v", got)
 			}
 		})
@@ -586,7 +590,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 func BenchmarkDecision(b *testing.B) {
 	mem := memory.New(memory.Options{})
 	defer mem.Close()
-	e, err := New(Options{Store: mem, Metrics: metrics.New(prometheus.NewRegistry())})
+	e, err := New(Options{Store: mem, Observers: []observe.Observer{observe.NewMetrics(metrics.New(prometheus.NewRegistry()))}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -617,7 +621,8 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vs.Close()
-	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Metrics: metrics.New(nil)})
+	m := metrics.New(nil)
+	e, err := New(Options{Store: vs, OverLimitCacheSize: -1, Observers: []observe.Observer{observe.NewMetrics(m)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,14 +671,14 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			time.Sleep(DefaultStoreTimeout)
+			time.Sleep(charge.DefaultStoreTimeout)
 			storeMax(&controlSlowest, time.Since(start))
 		}()
 	}
 	wg.Wait()
 	_, lagMax := lag.Stop()
 	s, c, ec := time.Duration(slowest.Load()), time.Duration(controlSlowest.Load()), time.Duration(engineSlowest.Load())
-	t.Logf("slowest call %v; controls: sleep %v slowest %v, engine without the store slowest %v; scheduler lag max %v", s, DefaultStoreTimeout, c, ec, lagMax)
+	t.Logf("slowest call %v; controls: sleep %v slowest %v, engine without the store slowest %v; scheduler lag max %v", s, charge.DefaultStoreTimeout, c, ec, lagMax)
 	// stallSlack is the rest of the engine's work for 3000 calls at once;
 	// the failure guarded against, calls queued behind valkey-go's ring for
 	// the stalled connection, takes seconds.
@@ -684,8 +689,8 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 	if notOK.Load() != 0 {
 		t.Fatalf("%d calls did not fail open", notOK.Load())
 	}
-	timeouts := testutil.ToFloat64(e.o.Metrics.StoreErrors.WithLabelValues("charge", "timeout")) +
-		testutil.ToFloat64(e.o.Metrics.StoreErrors.WithLabelValues("charge", "unavailable"))
+	timeouts := testutil.ToFloat64(m.StoreErrors.WithLabelValues("charge", "timeout")) +
+		testutil.ToFloat64(m.StoreErrors.WithLabelValues("charge", "unavailable"))
 	if timeouts < n/2 {
 		t.Fatalf("only %v store errors counted for %d stalled calls", timeouts, n)
 	}
@@ -741,7 +746,7 @@ func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
 		f := newFixture(t, kind, Options{OverLimitCacheSize: -1, StoreTimeout: 2 * time.Second}, testConfig)
 		day := f.clk.Now().Unix() / 86400 * 86400
 		full := string(key.Encoder{}.Append(nil, "d", d("user", "full").Entries, nil, 86400, day))
-		exp := time.Unix(day+86400, 0).Add(DefaultGrace)
+		exp := time.Unix(day+86400, 0).Add(charge.DefaultGrace)
 		if err := f.st.Store.Charge(context.Background(), []store.Counter{{Key: full, Hits: math.MaxInt64, ExpireAt: exp}}, make([]store.Result, 1)); err != nil {
 			t.Fatal(err)
 		}
@@ -756,7 +761,7 @@ func TestCounterAtMaximumSaturatesAndDenies(t *testing.T) {
 		if got := f.total(other); got != 3 {
 			t.Fatalf("the other descriptor's counter = %d, want 3 (charged once per request)", got)
 		}
-		if got := testutil.ToFloat64(f.e.o.Metrics.FailurePolicy.WithLabelValues("allow")); got != 0 {
+		if got := testutil.ToFloat64(f.m.FailurePolicy.WithLabelValues("allow")); got != 0 {
 			t.Fatalf("%v requests answered by the failure policy, want 0", got)
 		}
 	})
@@ -817,5 +822,76 @@ func storeMax(m *atomic.Int64, d time.Duration) {
 		if int64(d) <= cur || m.CompareAndSwap(cur, int64(d)) {
 			return
 		}
+	}
+}
+
+// annObserver is an observer that also annotates counters
+// (observe.Annotator).
+type annObserver struct {
+	recObserver
+	told []string
+}
+
+func (a *annObserver) Annotate(d *observe.Descriptor, c *store.Counter) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c.Ledger = store.HashIncr{Key: "usage", Field: d.Item.Limit.Rule}
+	a.told = append(a.told, fmt.Sprintf("annotate %s hits=%d names=%t", d.Item.Limit.Rule, d.Item.Hits, d.Names != nil))
+}
+
+func (a *annObserver) Cached(d *observe.Descriptor) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.told = append(a.told, "cached "+d.Item.Limit.Rule)
+}
+
+// evObserver is an observer that also keeps the charger's bookkeeping
+// (charge.Events).
+type evObserver struct {
+	recObserver
+	hits, charged atomic.Int64
+}
+
+func (e *evObserver) CacheHit()                            { e.hits.Add(1) }
+func (e *evObserver) CacheFull()                           {}
+func (e *evObserver) Charged(time.Duration, error)         { e.charged.Add(1) }
+func (e *evObserver) Flushed(uint64, time.Duration, error) {}
+func (e *evObserver) Unsent(string, uint64)                {}
+
+// TestObserverInterfacesFoundByAssertion: the engine takes one observer
+// set; an observer that annotates (even inside an observe.Multi) adds to
+// each counter of the very store call that charges it (one call per
+// request, the annotation in it) and is told of cached items instead, and
+// every observer keeping the charger's bookkeeping gets it.
+func TestObserverInterfacesFoundByAssertion(t *testing.T) {
+	ann := &annObserver{}
+	ev1, ev2 := &evObserver{}, &evObserver{}
+	f := newFixture(t, "memory", Options{Observers: []observe.Observer{observe.Multi{ev1, ann}, ev2}}, testConfig)
+	for range 5 {
+		f.call(t, req("d", 0, d("user", "o")))
+	}
+	want := []string{
+		"annotate d.user hits=1 names=true", "annotate d.user hits=1 names=true", "annotate d.user hits=1 names=true",
+		"annotate d.user hits=1 names=true", "cached d.user",
+	}
+	if fmt.Sprint(ann.told) != fmt.Sprint(want) {
+		t.Fatalf("annotator told:\n got  %q\n want %q", ann.told, want)
+	}
+	if n := f.st.calls.Load(); n != 4 {
+		t.Fatalf("%d store calls for 4 charged requests, want 4 (the annotation rides in the charge)", n)
+	}
+	f.st.mu.Lock()
+	last := f.st.last
+	f.st.mu.Unlock()
+	if len(last) != 1 || last[0].Ledger != (store.HashIncr{Key: "usage", Field: "d.user"}) {
+		t.Fatalf("last store call %+v, want the annotation in its counter", last)
+	}
+	for i, ev := range []*evObserver{ev1, ev2} {
+		if ev.charged.Load() != 4 || ev.hits.Load() != 1 {
+			t.Fatalf("events observer %d: %d charged, %d cache hits; want 4 and 1", i, ev.charged.Load(), ev.hits.Load())
+		}
+	}
+	if len(ann.descs) != 5 || len(ev1.descs) != 5 || len(ev2.descs) != 5 {
+		t.Fatalf("descriptors told: %d, %d, %d; want 5 each", len(ann.descs), len(ev1.descs), len(ev2.descs))
 	}
 }

@@ -6,7 +6,9 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
@@ -18,19 +20,19 @@ import (
 func TestFullStoreDenies(t *testing.T) {
 	for _, tc := range []struct {
 		full   memory.FullPolicy
-		policy FailurePolicy
+		policy decide.FailurePolicy
 		want   rlpb.RateLimitResponse_Code
 	}{
-		{memory.FullDeny, FailAllow, rlpb.RateLimitResponse_OVER_LIMIT},
-		{memory.FullDeny, FailDeny, rlpb.RateLimitResponse_OVER_LIMIT},
-		{memory.FullDeny, FailError, rlpb.RateLimitResponse_OVER_LIMIT},
-		{memory.FullFailurePolicy, FailAllow, rlpb.RateLimitResponse_OK},
-		{memory.FullFailurePolicy, FailDeny, rlpb.RateLimitResponse_OVER_LIMIT},
+		{memory.FullDeny, decide.FailAllow, rlpb.RateLimitResponse_OVER_LIMIT},
+		{memory.FullDeny, decide.FailDeny, rlpb.RateLimitResponse_OVER_LIMIT},
+		{memory.FullDeny, decide.FailError, rlpb.RateLimitResponse_OVER_LIMIT},
+		{memory.FullFailurePolicy, decide.FailAllow, rlpb.RateLimitResponse_OK},
+		{memory.FullFailurePolicy, decide.FailDeny, rlpb.RateLimitResponse_OVER_LIMIT},
 	} {
 		t.Run(tc.full.String()+"/"+tc.policy.String(), func(t *testing.T) {
 			mem := memory.New(memory.Options{MaxCounters: 1, FullPolicy: tc.full})
 			defer mem.Close()
-			e, err := New(Options{Store: mem, FailurePolicy: tc.policy, OverLimitCacheSize: -1, Metrics: metrics.New(nil)})
+			e, err := New(Options{Store: mem, FailurePolicy: tc.policy, OverLimitCacheSize: -1, Observers: []observe.Observer{observe.NewMetrics(metrics.New(nil))}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,8 +24,8 @@ var measuredPeriods = map[config.Unit]ledger.Period{
 
 // Ledger feeds the ledger (internal/ledger) and the 80/90/100% threshold
 // events (internal/thresholds) of hour, day, week and month rules. Either
-// may be nil. A charged descriptor's usage rides in its store call
-// (Annotate); the other measurements are told after the answer.
+// may be nil. It is an Annotator: a charged descriptor's usage rides in its
+// store call (Annotate); the other measurements are told after the answer.
 type Ledger struct {
 	Recorder   *ledger.Recorder
 	Thresholds *thresholds.Detector
@@ -118,3 +118,5 @@ func (o *Ledger) location() *time.Location {
 
 // Request implements Observer.
 func (o *Ledger) Request(context.Context, *Request) {}
+
+var _ Annotator = (*Ledger)(nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
+	"github.com/budgetgen/budgetgen/internal/store"
 )
 
 // Descriptor is one limited descriptor's outcome (Item.Limit is non-nil).
@@ -30,7 +31,9 @@ type Descriptor struct {
 	GlobalShadow bool
 	// Now is the request's instant.
 	Now time.Time
-	// Names caches the ledger names of the descriptor for this request.
+	// Names caches the ledger names of the descriptor for this request
+	// from Annotate to Descriptor; nil (compute on demand) when no observer
+	// annotates.
 	Names *Names
 }
 
@@ -55,9 +58,29 @@ type Request struct {
 
 // Observer receives outcomes. Methods run on the request path after the
 // answer is built: keep them cheap and never block on the network.
+//
+// It is the one interface of the observers the engine is given; an observer
+// may also implement Configurable, Annotator or charge.Events (the
+// charger's bookkeeping: store latency and errors, cache hits, unsent
+// hits), which the engine finds by type assertion.
 type Observer interface {
 	Descriptor(ctx context.Context, d *Descriptor)
 	Request(ctx context.Context, r *Request)
+}
+
+// Annotator is an Observer that adds to a descriptor's counter before it is
+// sent, so what it records rides in the charge's own round trip (the
+// ledger's usage: one hash increment beside the counter's, see
+// store.Counter.Ledger). Both methods run on the request path before the
+// answer: keep them cheap, and change only the counter's side fields, never
+// what decides.
+type Annotator interface {
+	Observer
+	// Annotate may add to the counter c of d before it is sent.
+	Annotate(d *Descriptor, c *store.Counter)
+	// Cached: the over-limit cache answered d; its hits are charged later,
+	// in a background batch, with no round trip to ride on.
+	Cached(d *Descriptor)
 }
 
 // Configurable observers are told about every config change first.

@@ -121,21 +121,7 @@ func New(d Decider, o Options) (*Server, error) {
 	if o.GRPCAddr == "" {
 		return nil, errors.New("server: a gRPC address is required")
 	}
-	if o.MetricsPath == "" {
-		o.MetricsPath = DefaultMetricsPath
-	}
-	if o.Gatherer == nil {
-		o.Gatherer = prometheus.DefaultGatherer
-	}
-	if o.MaxConnectionAge <= 0 {
-		o.MaxConnectionAge = DefaultMaxConnectionAge
-	}
-	if o.MaxConnectionAgeGrace <= 0 {
-		o.MaxConnectionAgeGrace = DefaultMaxConnectionAgeGrace
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o = o.withDefaults()
 	s := &Server{d: d, o: o, log: o.Logger}
 	s.health = newHealth(o.RequireConfigForHealth)
 	// The gRPC port serves two unary methods; unarygrpc does that with
@@ -153,11 +139,36 @@ func New(d Decider, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-
-	httpIdle := o.IdleTimeout
-	if httpIdle <= 0 {
-		httpIdle = DefaultHTTPIdleTimeout
+	if err := s.listen(); err != nil {
+		return nil, err
 	}
+	s.httpServers()
+	return s, nil
+}
+
+// withDefaults fills the zero values of o with the defaults.
+func (o Options) withDefaults() Options {
+	if o.MetricsPath == "" {
+		o.MetricsPath = DefaultMetricsPath
+	}
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.DefaultGatherer
+	}
+	if o.MaxConnectionAge <= 0 {
+		o.MaxConnectionAge = DefaultMaxConnectionAge
+	}
+	if o.MaxConnectionAgeGrace <= 0 {
+		o.MaxConnectionAgeGrace = DefaultMaxConnectionAgeGrace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// listen opens every configured listener, or none: on an error those
+// already open are closed.
+func (s *Server) listen() error {
 	var err error
 	listen := func(addr string) net.Listener {
 		if err != nil || addr == "" {
@@ -170,13 +181,23 @@ func New(d Decider, o Options) (*Server, error) {
 		}
 		return l
 	}
-	s.grpcL = listen(o.GRPCAddr)
-	s.httpL = listen(o.HTTPAddr)
-	s.debugL = listen(o.DebugAddr)
-	s.metricsL = listen(o.MetricsAddr)
+	s.grpcL = listen(s.o.GRPCAddr)
+	s.httpL = listen(s.o.HTTPAddr)
+	s.debugL = listen(s.o.DebugAddr)
+	s.metricsL = listen(s.o.MetricsAddr)
 	if err != nil {
 		s.closeListeners()
-		return nil, err
+	}
+	return err
+}
+
+// httpServers builds the HTTP servers of the open HTTP listeners: the HTTP
+// port (/healthcheck, /json), the debug port and the metrics port.
+func (s *Server) httpServers() {
+	o := s.o
+	httpIdle := o.IdleTimeout
+	if httpIdle <= 0 {
+		httpIdle = DefaultHTTPIdleTimeout
 	}
 	metricsH := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
 	if s.httpL != nil {
@@ -198,7 +219,6 @@ func New(d Decider, o Options) (*Server, error) {
 		mux.Handle(o.MetricsPath, metricsH)
 		s.metricsS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdle}
 	}
-	return s, nil
 }
 
 func (s *Server) closeListeners() {
@@ -347,7 +367,7 @@ func (s *Server) debugMux(metricsH http.Handler) *http.ServeMux {
 	mux.Handle("/metrics", metricsH)
 	if s.o.Ledger != nil {
 		// /ledger/ itself answers 404: the index lists what answers.
-		endpoints["/ledger/rules"] = "the embedded store's usage ledger (rules and days; /ledger/day?domain=&rule=&day= reads one), read by budgetgen report --service"
+		endpoints["/ledger/keys"] = "the embedded store's usage ledger: its rule windows (/ledger/window?domain=&rule=&window= reads one), read by budgetgen report --service"
 		mux.Handle("/ledger/", ledger.Handler(s.o.Ledger))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/schedtest"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
@@ -53,7 +54,7 @@ func start(t *testing.T, o Options, clientCreds credentials.TransportCredentials
 	t.Helper()
 	mem := memory.New(memory.Options{})
 	reg := prometheus.NewRegistry()
-	eng, err := engine.New(engine.Options{Store: mem, Metrics: metrics.New(reg)})
+	eng, err := engine.New(engine.Options{Store: mem, Observers: []observe.Observer{observe.NewMetrics(metrics.New(reg))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +501,7 @@ func TestDebugIndexListsOnlyWhatAnswers(t *testing.T) {
 			}
 			listed++
 		}
-		if withLedger != strings.Contains(index, "/ledger/rules") || listed < 5 {
+		if withLedger != strings.Contains(index, "/ledger/keys") || listed < 5 {
 			t.Fatalf("ledger %t: index %q", withLedger, index)
 		}
 	}

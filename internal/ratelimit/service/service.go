@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/KimMachineGun/automemlimit/memlimit"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -32,6 +32,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/storemetrics"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -45,208 +46,361 @@ var ErrUsage = errors.New("usage")
 // Run starts the service and blocks until ctx is done (then drains) or a
 // listener fails. Settings come from args and getenv; logs go to logOut.
 // ready, if non-nil, is called with the running server once it listens.
+//
+// Run is the composition root: settings are plain values, and the steps of
+// runner.run turn them into components in the order the data flows (store,
+// observers, engine, server, config sources). Each step registers how it
+// stops; they stop in the reverse order.
 func Run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(*server.Server)) error {
 	s, err := settings.Load(args, getenv, logOut)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
+	r := newRunner(s, logOut)
+	defer r.stop.run()
+	return r.run(ctx, getenv, ready)
+}
+
+// runner is one run of the service: the settings, the logs and metrics
+// every component shares, and the stop steps registered so far.
+type runner struct {
+	s   settings.Settings
+	log *slog.Logger
+	// startup logs start-up facts at INFO (the default LOG_LEVEL); what
+	// needs a look is WARN.
+	startup *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	stop    shutdown
+}
+
+// shutdown is the stop steps of what started, run in the reverse order.
+type shutdown []func()
+
+func (sd *shutdown) add(f func()) { *sd = append(*sd, f) }
+
+// run is a pointer method, so a deferred r.stop.run() sees the steps added
+// after the defer statement.
+func (sd *shutdown) run() {
+	for i := len(*sd) - 1; i >= 0; i-- {
+		(*sd)[i]()
+	}
+}
+
+func newRunner(s settings.Settings, logOut io.Writer) *runner {
 	log := newLogger(s, logOut)
-	// Start-up facts are INFO (the default LOG_LEVEL); what needs a look is
-	// WARN.
-	startup := log.With("phase", "startup")
+	r := &runner{s: s, log: log, startup: log.With("phase", "startup"), reg: prometheus.NewRegistry()}
 	for _, u := range s.Unsupported {
-		startup.Warn("unsupported setting", "detail", u)
+		r.startup.Warn("unsupported setting", "detail", u)
 	}
-	var serverTLS *tls.Config
-	if s.GRPCServerUseTLS {
-		if serverTLS, err = grpcServerTLS(s); err != nil {
-			return err
-		}
-	}
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.metrics = metrics.NewWith(r.reg, metrics.Options{TopPrincipals: topPrincipals(s.BudgetUsageTopPrincipals)})
+	return r
+}
 
-	if getenv("GOGC") == "" && s.GCPercent > 0 {
-		debug.SetGCPercent(s.GCPercent)
-	}
-	if limit, set, err := applyMemoryLimit(s.MemoryLimitRatio, getenv, memlimit.FromCgroup); err != nil {
-		startup.Warn("memory limit: cgroup not readable, Go soft memory limit left as it was", "err", err)
-	} else if set {
-		startup.Info("memory limit", "go_soft_limit_bytes", limit, "ratio", s.MemoryLimitRatio)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.NewWith(reg, metrics.Options{TopPrincipals: topPrincipals(s.BudgetUsageTopPrincipals)})
-
-	st, ledgerMem, desc, err := openStore(s, log)
+// run starts the components, serves, and returns when serving ends.
+func (r *runner) run(ctx context.Context, getenv func(string) string, ready func(*server.Server)) error {
+	x, err := r.exposure()
 	if err != nil {
 		return err
 	}
-	storemetrics.Register(reg, st)
-	defer func() {
-		if err := st.Close(); err != nil {
-			log.Warn("close store", "err", err)
-		}
-	}()
-	startup.Info("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
-	if ms, ok := st.(*memory.Store); ok && s.MemorySnapshotPath != "" {
-		stop, err := startSnapshots(s, ms, ledgerMem, log, startup)
-		if err != nil {
-			return err
-		}
-		// Deferred after the store's Close, so it runs before it and after
-		// the engine (deferred later) has drained and charged its last hits.
-		defer stop()
-	} else if ok {
-		startup.Warn("embedded store: no state kept (MEMORY_SNAPSHOT_PATH=off): a restart forgets every budget's counts")
+	r.tuneRuntime(getenv)
+	st, err := r.startStore()
+	if err != nil {
+		return err
 	}
-
-	// The shadow-week ledger (per rule, day and principal usage; denials) and
-	// the 80/90/100% threshold events, read back by budgetgen report.
-	windows, err := s.Windows()
+	windows, err := r.s.Windows()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	startup.Info("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
-	// Its flushes go through the store (store.HashWriter): the valkey store's
-	// in-flight bound and stall guard cover them.
+	r.startup.Info("counter windows", "mode", windows.Mode().String(), "time_zone", windows.Location().String())
+	obs, err := r.observers(ctx, st, windows)
+	if err != nil {
+		return err
+	}
+	eng, err := r.engine(st.st, windows, obs)
+	if err != nil {
+		return err
+	}
+	srv, err := r.server(eng, st, x)
+	if err != nil {
+		return err
+	}
+	return r.serve(ctx, eng, srv, st, x, ready)
+}
+
+// tuneRuntime applies GC_PERCENT (unless GOGC is set) and MEMORY_LIMIT_RATIO.
+func (r *runner) tuneRuntime(getenv func(string) string) {
+	if getenv("GOGC") == "" && r.s.GCPercent > 0 {
+		debug.SetGCPercent(r.s.GCPercent)
+	}
+	if limit, set, err := applyMemoryLimit(r.s.MemoryLimitRatio, getenv, memlimit.FromCgroup); err != nil {
+		r.startup.Warn("memory limit: cgroup not readable, Go soft memory limit left as it was", "err", err)
+	} else if set {
+		r.startup.Info("memory limit", "go_soft_limit_bytes", limit, "ratio", r.s.MemoryLimitRatio)
+	}
+}
+
+// exposure is how the ports are exposed: the gRPC port's TLS, and whether
+// and how the HTTP port serves /json (jsonExposure).
+type exposure struct {
+	grpcTLS, httpTLS *tls.Config
+	disableJSON      bool
+}
+
+func (r *runner) exposure() (exposure, error) {
+	var x exposure
+	if r.s.GRPCServerUseTLS {
+		tc, err := grpcServerTLS(r.s)
+		if err != nil {
+			return x, err
+		}
+		x.grpcTLS = tc
+	}
+	x.disableJSON, x.httpTLS = jsonExposure(r.s, x.grpcTLS)
+	return x, nil
+}
+
+// openedStore is the counter store and what the other steps need of it.
+type openedStore struct {
+	st store.Store
+	// ledger is the embedded store's in-process ledger (the debug port
+	// serves it); nil with Valkey.
+	ledger *ledger.Memory
+	// desc describes the store in logs ("valkey standalone ...").
+	desc string
+}
+
+// startStore opens the counter store, registers its own metrics and, for
+// the embedded store, restores and keeps its snapshot.
+func (r *runner) startStore() (*openedStore, error) {
+	s := r.s
+	st, lm, desc, err := openStore(s, r.log)
+	if err != nil {
+		return nil, err
+	}
+	storemetrics.Register(r.reg, st)
+	r.stop.add(func() {
+		if err := st.Close(); err != nil {
+			r.log.Warn("close store", "err", err)
+		}
+	})
+	r.startup.Info("counter store", "store", desc, "key_format", s.KeyFormat.String(), "failure_policy", s.FailurePolicy.String(), "store_timeout", s.StoreTimeout.String())
+	ms, ok := st.(*memory.Store)
+	switch {
+	case ok && s.MemorySnapshotPath != "":
+		stop, err := startSnapshots(s, ms, lm, r.log, r.startup)
+		if err != nil {
+			return nil, err
+		}
+		// Stops before the store's Close, and after the engine (stopped
+		// earlier, as it starts later) has drained and charged its last hits.
+		r.stop.add(stop)
+	case ok:
+		r.startup.Warn("embedded store: no state kept (MEMORY_SNAPSHOT_PATH=off): a restart forgets every budget's counts")
+	}
+	return &openedStore{st: st, ledger: lm, desc: desc}, nil
+}
+
+// observers are told every decision's outcome: the metrics, the shadow-week
+// ledger and the 80/90/100% threshold events (read back by budgetgen
+// report), and the store outage log.
+func (r *runner) observers(ctx context.Context, st *openedStore, windows window.Windows) ([]observe.Observer, error) {
+	rec, err := r.startLedger(ctx, st.st, windows)
+	if err != nil {
+		return nil, err
+	}
+	det, err := r.thresholds()
+	if err != nil {
+		return nil, err
+	}
+	return []observe.Observer{
+		observe.NewMetrics(r.metrics),
+		&observe.Ledger{Recorder: rec, Thresholds: det},
+		&observe.StoreWatch{Logger: r.log, Store: st.desc},
+	}, nil
+}
+
+// startLedger starts the ledger's recorder (per rule, window and principal
+// usage; denials). Its flushes go through the store (store.HashWriter): the
+// valkey store's in-flight bound and stall guard cover them.
+func (r *runner) startLedger(ctx context.Context, st store.Store, windows window.Windows) (*ledger.Recorder, error) {
 	hw, ok := st.(store.HashWriter)
 	if !ok {
-		return fmt.Errorf("counter store %T cannot hold the ledger", st)
+		return nil, fmt.Errorf("counter store %T cannot hold the ledger", st)
 	}
-	rec, err := ledger.NewRecorder(ledger.Options{Prefix: s.CacheKeyPrefix, RetentionDays: s.LedgerRetentionDays, Location: windows.Location()}, ledger.NewStoreSink(hw), nil)
+	o := ledger.Options{Prefix: r.s.CacheKeyPrefix, RetentionDays: r.s.LedgerRetentionDays, Location: windows.Location()}
+	rec, err := ledger.NewRecorder(o, ledger.NewStoreSink(hw), nil)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
-	ledgerDone := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		rec.Run(ledgerCtx, ledgerFlushInterval, func(err error) { log.Warn("ledger flush failed", "err", err) })
-		close(ledgerDone)
+		rec.Run(ledgerCtx, ledgerFlushInterval, func(err error) { r.log.Warn("ledger flush failed", "err", err) })
+		close(done)
 	}()
-	defer func() { stopLedger(); <-ledgerDone }()
-	topts := thresholds.Options{Logger: log, Registerer: reg}
-	if s.ThresholdEventsURL != "" {
-		// Crossings leave the process as CloudEvents; a slow or failing
-		// receiver only fills a bounded queue (drops are counted).
-		sink, err := eventsink.New(eventsink.Options{URL: s.ThresholdEventsURL, Registerer: reg, Logger: log})
+	r.stop.add(func() { stopLedger(); <-done })
+	return rec, nil
+}
+
+// thresholds builds the threshold detector; with THRESHOLD_EVENTS_URL its
+// crossings leave the process as CloudEvents, and a slow or failing
+// receiver only fills a bounded queue (drops are counted).
+func (r *runner) thresholds() (*thresholds.Detector, error) {
+	topts := thresholds.Options{Logger: r.log, Registerer: r.reg}
+	if r.s.ThresholdEventsURL != "" {
+		sink, err := eventsink.New(eventsink.Options{URL: r.s.ThresholdEventsURL, Registerer: r.reg, Logger: r.log})
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrUsage, err)
+			return nil, fmt.Errorf("%w: %w", ErrUsage, err)
 		}
-		defer func() {
+		r.stop.add(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), eventsinkDrain)
 			defer cancel()
 			sink.Close(ctx)
-		}()
+		})
 		topts.Sink = sink
-		startup.Info("threshold events", "sink", "cloudevents")
+		r.startup.Info("threshold events", "sink", "cloudevents")
 	}
-	det, err := thresholds.New(topts)
-	if err != nil {
-		return err
-	}
+	return thresholds.New(topts)
+}
 
+// engine builds the decision engine from the decision settings.
+func (r *runner) engine(st store.Store, windows window.Windows, obs []observe.Observer) (*engine.Engine, error) {
+	s := r.s
 	eng, err := engine.New(engine.Options{
-		Ledger: rec, Thresholds: det,
 		Store: st, Keys: keyEncoder(s), Windows: windows, NearLimitRatio: s.NearLimitRatio, ShadowMode: s.ShadowMode,
 		StoreTimeout: s.StoreTimeout, FailurePolicy: s.FailurePolicy, Grace: s.Grace, HoldExpiry: s.ReservationExpiry,
-		OverLimitCacheSize: s.OverLimitCacheSize, Metrics: m, Logger: log, BatchWorkers: s.StoreBatchWorkers,
-		Observers: []observe.Observer{&observe.StoreWatch{Logger: log, Store: desc}},
+		OverLimitCacheSize: s.OverLimitCacheSize, Logger: r.log, BatchWorkers: s.StoreBatchWorkers,
+		Observers: obs,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	defer func() {
+	r.stop.add(func() {
 		// Charges pending over-limit hits; nothing to return it to at
 		// shutdown, so it is logged.
 		if err := eng.Close(); err != nil {
-			log.Warn("closing the engine", "err", err)
+			r.log.Warn("closing the engine", "err", err)
 		}
-	}()
+	})
+	return eng, nil
+}
 
+// server builds the gRPC, HTTP, debug and metrics listeners over eng.
+func (r *runner) server(eng *engine.Engine, st *openedStore, x exposure) (*server.Server, error) {
+	s := r.s
 	metricsAddr := ""
 	if s.UsePrometheus {
 		metricsAddr = s.PrometheusAddr
 	}
-	disableJSON, httpTLS := jsonExposure(s, serverTLS)
 	if !isLoopbackHost(s.DebugHost) {
-		startup.Warn("debug port exposed beyond loopback: pprof, /rlconfig and /ledger/ answer anyone who reaches it", "debug_host", s.DebugHost)
+		r.startup.Warn("debug port exposed beyond loopback: pprof, /rlconfig and /ledger/ answer anyone who reaches it", "debug_host", s.DebugHost)
 	}
-	srv, err := server.New(eng, server.Options{
-		DisableJSON: disableJSON, HTTPTLS: httpTLS,
+	return server.New(eng, server.Options{
+		DisableJSON: x.disableJSON, HTTPTLS: x.httpTLS,
 		GRPCAddr: s.GRPCAddr(), HTTPAddr: s.HTTPAddr(), DebugAddr: s.DebugAddr(),
-		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: reg,
+		MetricsAddr: metricsAddr, MetricsPath: s.PrometheusPath, Gatherer: r.reg,
 		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
-		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: log, StreamWorkers: s.GRPCStreamWorkers, TLS: serverTLS,
-		Ledger:    ledgerReader(ledgerMem),
-		Transport: s.GRPCServerImpl, MaxConnections: s.GRPCMaxConnections, IdleTimeout: s.GRPCIdleTimeout, Registerer: reg,
+		RequireConfigForHealth: s.HealthyWithAtLeastOneConfigLoaded, Logger: r.log, StreamWorkers: s.GRPCStreamWorkers, TLS: x.grpcTLS,
+		Ledger:    ledgerReader(st.ledger),
+		Transport: s.GRPCServerImpl, MaxConnections: s.GRPCMaxConnections, IdleTimeout: s.GRPCIdleTimeout, Registerer: r.reg,
 	})
-	if err != nil {
+}
+
+// serve starts the config sources, serves until ctx is done (then drains
+// in-flight calls) or a listener fails, and stops the sources.
+func (r *runner) serve(ctx context.Context, eng *engine.Engine, srv *server.Server, st *openedStore, x exposure, ready func(*server.Server)) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if vs, ok := st.st.(*valkey.Store); ok {
+		waitValkey(sctx, vs, srv.Health(), r.log, st.desc, r.s.FailurePolicy.String())
+	}
+	var src configSources
+	if err := r.startConfig(sctx, r.applier(eng, srv), &src); err != nil {
+		cancel()
+		src.wg.Wait()
 		return err
 	}
-	applier := &source.Applier{Sink: eng, Metrics: m, Logger: log, OnLoaded: func(c *config.Config) {
+	g, h, d, mt := srv.Addrs()
+	r.startup.Info("listening", "version", buildinfo.Read().Version, "log_level", r.s.LogLevel, "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", src.from, "grpc_tls", x.grpcTLS != nil, "json", jsonState(x.disableJSON, x.httpTLS))
+	if ready != nil {
+		ready(srv)
+	}
+	noted := make(chan struct{})
+	stopNote := context.AfterFunc(ctx, func() {
+		r.log.Info("shutting down: not ready, draining in-flight calls", "drain_limit", shutdownDrain.String())
+		close(noted)
+	})
+	err := srv.Serve(sctx, shutdownDrain)
+	if !stopNote() {
+		<-noted // logged before "stopped"
+	}
+	cancel()
+	src.wg.Wait()
+	logStopped(r.log, err)
+	return err
+}
+
+// applier hands every config source's loads to the engine and keeps the
+// health check's config component in step.
+func (r *runner) applier(eng *engine.Engine, srv *server.Server) *source.Applier {
+	return &source.Applier{Sink: eng, Metrics: r.metrics, Logger: r.log, OnLoaded: func(c *config.Config) {
 		if c.Empty() {
 			srv.Health().Fail(server.ComponentConfig)
 		} else {
 			srv.Health().OK(server.ComponentConfig)
 		}
 	}}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if vs, ok := st.(*valkey.Store); ok {
-		waitValkey(sctx, vs, srv.Health(), log, desc, s.FailurePolicy.String())
-	}
-	watchDone := make(chan struct{})
-	var background sync.WaitGroup
-	configFrom := s.DirOptions().Dir()
+}
+
+// configSources are the running config sources; wg ends when all have
+// stopped after their context is done.
+type configSources struct {
+	wg sync.WaitGroup
+	// from says where configs come from, for the start-up log.
+	from string
+}
+
+// startConfig starts the sources feeding a: the budget map first (so no
+// counter is ever keyed without it), then the config files, or the xDS
+// client with the files beside it (agentgateway's domains, merged with
+// Envoy Gateway's xDS config). The first load must succeed unless
+// FORCE_START_WITHOUT_INITIAL_CONFIG. On an error the caller cancels ctx
+// and waits for what started.
+func (r *runner) startConfig(ctx context.Context, a *source.Applier, src *configSources) error {
+	s := r.s
+	src.from = s.DirOptions().Dir()
 	if s.BudgetMapPath != "" {
-		// Before the first config, so no counter is ever keyed without it.
-		if err := startBudgetMap(sctx, s, applier, &background); err != nil {
+		if err := startBudgetMap(ctx, s, a, &src.wg); err != nil {
 			return err
 		}
 	}
-	if s.ConfigType == "GRPC_XDS_SOTW" && s.ConfigDir != "" {
-		// agentgateway's domains come from files, merged with EG's xDS config.
-		if err := startExtraFiles(sctx, s, applier, &background); err != nil {
-			return err
-		}
-	}
-	if s.ConfigType == "GRPC_XDS_SOTW" {
-		xc, err := newXDSClient(s, applier, log)
-		if err != nil {
-			return err
-		}
-		go func() { _ = xc.Run(sctx); close(watchDone) }()
-		if err := waitFirstXDSConfig(sctx, s, xc); err != nil {
-			cancel()
-			<-watchDone
-			return err
-		}
-		configFrom = "xds " + s.XDSServerURL
-	} else {
+	if s.ConfigType != "GRPC_XDS_SOTW" {
 		files := &source.Files{Dir: s.DirOptions(), Interval: s.ConfigPollInterval}
-		if err := files.Load(applier); err != nil && !s.ForceStartWithoutInitialConfig {
+		if err := files.Load(a); err != nil && !s.ForceStartWithoutInitialConfig {
 			return fmt.Errorf("initial config: %w", err)
 		}
-		go func() { _ = files.Run(sctx, applier); close(watchDone) }()
+		src.wg.Add(1)
+		go func() { defer src.wg.Done(); _ = files.Run(ctx, a) }()
+		return nil
 	}
-	g, h, d, mt := srv.Addrs()
-	startup.Info("listening", "version", buildinfo.Read().Version, "log_level", s.LogLevel, "grpc", addrString(g), "http", addrString(h), "debug", addrString(d), "metrics", addrString(mt), "config", configFrom, "grpc_tls", serverTLS != nil, "json", jsonState(disableJSON, httpTLS))
-	if ready != nil {
-		ready(srv)
+	if s.ConfigDir != "" {
+		if err := startExtraFiles(ctx, s, a, &src.wg); err != nil {
+			return err
+		}
 	}
-	noted := make(chan struct{})
-	stopNote := context.AfterFunc(ctx, func() {
-		log.Info("shutting down: not ready, draining in-flight calls", "drain_limit", shutdownDrain.String())
-		close(noted)
-	})
-	err = srv.Serve(sctx, shutdownDrain)
-	if !stopNote() {
-		<-noted // logged before "stopped"
+	xc, err := newXDSClient(s, a, r.log)
+	if err != nil {
+		return err
 	}
-	cancel()
-	<-watchDone
-	background.Wait()
-	logStopped(log, err)
-	return err
+	src.wg.Add(1)
+	go func() { defer src.wg.Done(); _ = xc.Run(ctx) }()
+	if err := waitFirstXDSConfig(ctx, s, xc); err != nil {
+		return err
+	}
+	src.from = "xds " + s.XDSServerURL
+	return nil
 }
 
 // shutdownDrain bounds how long in-flight calls may finish at shutdown.
@@ -254,7 +408,7 @@ const shutdownDrain = 5 * time.Second
 
 // logStopped logs the end of Serve: a clean stop (a signal) is INFO, a
 // listener failure ERROR. Closing the engine and the store follows (their
-// own errors are logged by Run's deferred calls).
+// own errors are logged by their stop steps).
 func logStopped(log *slog.Logger, err error) {
 	if err != nil {
 		log.Error("stopped: a listener failed", "err", err)
@@ -419,7 +573,7 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memory, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
-		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: s.MemoryFullPolicy}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: memoryFullPolicy(s.MemoryFullPolicy)}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
 	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
 	if err != nil {
@@ -461,6 +615,15 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memo
 		return nil, nil, "", err
 	}
 	return st, nil, fmt.Sprintf("valkey %s %s (tls=%t)", o.Mode, strings.Join(o.Addresses, ","), s.RedisTLS), nil
+}
+
+// memoryFullPolicy maps MEMORY_FULL_POLICY to the embedded store's policy
+// (TestSettingsAgreeWithComponents checks that their names agree).
+func memoryFullPolicy(p settings.MemoryFullPolicy) memory.FullPolicy {
+	if p == settings.MemoryFullFailurePolicy {
+		return memory.FullFailurePolicy
+	}
+	return memory.FullDeny
 }
 
 // secret returns value, or the content of file (one trailing newline

@@ -19,13 +19,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
-	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
-	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
-	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // Settings is the whole service configuration. Defaults are the reference's.
@@ -171,7 +168,7 @@ type Settings struct {
 	KeyFormat      key.Format           // KEY_FORMAT safe|envoy (ours; default safe)
 	NearLimitRatio float32              // NEAR_LIMIT_RATIO (0.8)
 	ShadowMode     bool                 // SHADOW_MODE
-	FailurePolicy  engine.FailurePolicy // FAILURE_POLICY allow|deny|error (ours; default allow)
+	FailurePolicy  decide.FailurePolicy // FAILURE_POLICY allow|deny|error (ours; default allow)
 	StoreTimeout   time.Duration        // STORE_TIMEOUT (ours; 15ms)
 	// Grace after the window end before a counter expires:
 	// EXPIRATION_JITTER_MAX_SECONDS (300) as seconds.
@@ -198,7 +195,7 @@ type Settings struct {
 	// deny (OVER_LIMIT, whatever FAILURE_POLICY: the bound still enforces)
 	// or failure-policy (FAILURE_POLICY answers; allow lets it through
 	// uncounted).
-	MemoryFullPolicy memory.FullPolicy
+	MemoryFullPolicy MemoryFullPolicy
 	// MemorySnapshotPath (MEMORY_SNAPSHOT_PATH, ours; default
 	// DefaultSnapshotPath, "off" = none) is a file the embedded store's
 	// counters, holds and usage ledger are written to every
@@ -237,17 +234,17 @@ func Defaults() Settings {
 		Host: "0.0.0.0", Port: 8080, GRPCHost: "0.0.0.0", GRPCPort: 8081, DebugHost: "127.0.0.1", DebugPort: 6070, HTTPJSON: HTTPJSONAuto,
 		GRPCMaxConnectionAge: 24 * time.Hour, GRPCMaxConnectionAgeGrace: time.Hour,
 		PrometheusAddr: ":9090", PrometheusPath: "/metrics",
-		LogLevel: "INFO", LogFormat: "text", BudgetUsageTopPrincipals: metrics.DefaultTopPrincipals,
+		LogLevel: "INFO", LogFormat: "text", BudgetUsageTopPrincipals: defaultTopPrincipals,
 		ConfigType:  "FILE",
 		RuntimeRoot: "/srv/runtime_data/current", RuntimeAppDirectory: "config", RuntimeWatchRoot: true,
 		ConfigPollInterval: time.Second,
 		XDSServerURL:       "localhost:18000", XDSNodeID: "default",
 		RedisType: "SINGLE", RedisTimeout: 10 * time.Second,
-		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, MemoryLimitRatio: 0.9, StoreBatchWorkers: engine.DefaultBatchWorkers,
-		NearLimitRatio: engine.DefaultNearLimitRatio, StoreTimeout: engine.DefaultStoreTimeout,
-		Grace: 300 * time.Second, OverLimitCacheSize: engine.DefaultOverLimitCacheSize,
-		LedgerRetentionDays: ledger.DefaultRetentionDays, MemorySnapshotInterval: memory.DefaultSnapshotInterval,
-		ReservationExpiry: 10 * time.Minute,
+		ValkeyMaxFlushDelay: 50 * time.Microsecond, GRPCStreamWorkers: 128, GRPCServerImpl: "lean", GCPercent: 400, MemoryLimitRatio: 0.9, StoreBatchWorkers: defaultStoreBatchWorkers,
+		NearLimitRatio: decide.DefaultNearLimitRatio, StoreTimeout: defaultStoreTimeout,
+		Grace: 300 * time.Second, OverLimitCacheSize: defaultOverLimitCacheSize,
+		LedgerRetentionDays: defaultRetentionDays, MemorySnapshotInterval: defaultSnapshotInterval,
+		ReservationExpiry: defaultReservationExpiry,
 	}
 }
 
@@ -381,13 +378,13 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	if s.KeyFormat, err = key.ParseFormat(strings.ToLower(r.keyFormat)); err != nil {
 		errs = append(errs, fmt.Errorf("KEY_FORMAT: %w", err))
 	}
-	if s.FailurePolicy, err = engine.ParseFailurePolicy(strings.ToLower(r.policy)); err != nil {
+	if s.FailurePolicy, err = decide.ParseFailurePolicy(strings.ToLower(r.policy)); err != nil {
 		errs = append(errs, fmt.Errorf("FAILURE_POLICY: %w", err))
 	}
 	if err := s.parseWindowMode(r.windowMode, calendarMonth, calendarMonthSet); err != nil {
 		errs = append(errs, err)
 	}
-	if s.MemoryFullPolicy, err = memory.ParseFullPolicy(strings.ToLower(strings.TrimSpace(r.fullPolicy))); err != nil {
+	if s.MemoryFullPolicy, err = parseMemoryFullPolicy(strings.ToLower(strings.TrimSpace(r.fullPolicy))); err != nil {
 		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
 	}
 	for _, u := range unsupported {
@@ -492,10 +489,17 @@ func (s Settings) Windows() (window.Windows, error) {
 	return window.New(o)
 }
 
-// Validate checks values and combinations.
+// Validate checks values and combinations, by the concerns --help groups
+// them in (doc.go). Errors name the setting as the table binds it.
 func (s Settings) Validate() error {
+	return errors.Join(s.validateServer(), s.validateDecisions(), s.validateStore(),
+		s.validateObservability(), s.validateConfigSource())
+}
+
+// validateServer checks the listeners, the gRPC server and the Go runtime.
+func (s *Settings) validateServer() error {
 	var errs []error
-	name := s.envName // errors name the setting as the table binds it
+	name := s.envName
 	for _, p := range []*int{&s.Port, &s.GRPCPort, &s.DebugPort} {
 		if *p < 0 || *p > 65535 {
 			errs = append(errs, fmt.Errorf("%s: %d is not a port", name(p), *p))
@@ -504,17 +508,11 @@ func (s Settings) Validate() error {
 	if s.MemoryLimitRatio < 0 || s.MemoryLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("%s: %v not in [0,1]", name(&s.MemoryLimitRatio), s.MemoryLimitRatio))
 	}
-	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
-		errs = append(errs, fmt.Errorf("%s: %v not in [0,1]", name(&s.NearLimitRatio), s.NearLimitRatio))
-	}
 	if s.GRPCStreamWorkers < 0 || s.GRPCStreamWorkers > 65536 {
 		errs = append(errs, fmt.Errorf("%s: %d not in [0,65536]", name(&s.GRPCStreamWorkers), s.GRPCStreamWorkers))
 	}
 	if s.GRPCServerImpl != "lean" && s.GRPCServerImpl != "grpc-go" {
 		errs = append(errs, fmt.Errorf("%s: %q is neither lean nor grpc-go", name(&s.GRPCServerImpl), s.GRPCServerImpl))
-	}
-	if n := s.BudgetUsageTopPrincipals; n < 0 || n > metrics.MaxTopPrincipals {
-		errs = append(errs, fmt.Errorf("%s: %d not in [0,%d]", name(&s.BudgetUsageTopPrincipals), n, metrics.MaxTopPrincipals))
 	}
 	if s.GRPCMaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.GRPCMaxConnections), s.GRPCMaxConnections))
@@ -522,25 +520,46 @@ func (s Settings) Validate() error {
 	if s.GRPCIdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%s: %v must not be negative", name(&s.GRPCIdleTimeout), s.GRPCIdleTimeout))
 	}
+	switch strings.ToLower(s.HTTPJSON) {
+	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:
+	default:
+		errs = append(errs, fmt.Errorf("%s: %q is not auto, true or false", name(&s.HTTPJSON), s.HTTPJSON))
+	}
+	return errors.Join(errs...)
+}
+
+// validateDecisions checks how counters are decided, kept and placed in time.
+func (s *Settings) validateDecisions() error {
+	var errs []error
+	name := s.envName
+	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("%s: %v not in [0,1]", name(&s.NearLimitRatio), s.NearLimitRatio))
+	}
+	if s.StoreTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("%s: %v must be positive", name(&s.StoreTimeout), s.StoreTimeout))
+	}
+	if s.ReservationExpiry < time.Second || s.ReservationExpiry > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("%s: %v not in [1s,24h]", name(&s.ReservationExpiry), s.ReservationExpiry))
+	}
+	if s.Grace < 0 {
+		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative")) // Grace is parsed from raw.jitter, which envName cannot see
+	}
+	if _, err := s.Windows(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateStore checks the Valkey and the embedded store's settings. The
+// values of REDIS_URL and the secrets are never echoed.
+func (s *Settings) validateStore() error {
+	var errs []error
+	name := s.envName
 	if s.ValkeyMaxFlushDelay < 0 || s.ValkeyMaxFlushDelay > 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%s: %v not in [0,10ms]", name(&s.ValkeyMaxFlushDelay), s.ValkeyMaxFlushDelay))
 	}
 	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
 		errs = append(errs, fmt.Errorf("%s: %v not in [1s,1h]", name(&s.ValkeyIdempotencyWindow), w))
-	}
-	if s.StoreTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("%s: %v must be positive", name(&s.StoreTimeout), s.StoreTimeout))
-	}
-	if err := (&ledger.Options{RetentionDays: s.LedgerRetentionDays}).Validate(); err != nil || s.LedgerRetentionDays == 0 {
-		errs = append(errs, fmt.Errorf("%s: %d not in [%d, %d]", name(&s.LedgerRetentionDays), s.LedgerRetentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays))
-	}
-	if s.ThresholdEventsURL != "" {
-		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s: want an absolute http:// or https:// URL", name(&s.ThresholdEventsURL))) // the value may hold a token
-		}
-	}
-	if s.ReservationExpiry < time.Second || s.ReservationExpiry > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("%s: %v not in [1s,24h]", name(&s.ReservationExpiry), s.ReservationExpiry))
 	}
 	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("%s: %v not in [100ms,1h]", name(&s.MemorySnapshotInterval), s.MemorySnapshotInterval))
@@ -557,32 +576,6 @@ func (s Settings) Validate() error {
 	if s.RedisSentinelAuth != "" && s.RedisSentinelAuthFile != "" {
 		errs = append(errs, fmt.Errorf("%s and %s are both set; set one", name(&s.RedisSentinelAuth), name(&s.RedisSentinelAuthFile)))
 	}
-	if s.Grace < 0 {
-		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS: must not be negative")) // Grace is parsed from raw.jitter, which envName cannot see
-	}
-	if _, err := s.Windows(); err != nil {
-		errs = append(errs, err)
-	}
-	switch strings.ToLower(s.LogLevel) {
-	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":
-	default:
-		errs = append(errs, fmt.Errorf("%s: unknown level %q", name(&s.LogLevel), s.LogLevel))
-	}
-	switch strings.ToLower(s.HTTPJSON) {
-	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:
-	default:
-		errs = append(errs, fmt.Errorf("%s: %q is not auto, true or false", name(&s.HTTPJSON), s.HTTPJSON))
-	}
-	switch strings.ToLower(s.LogFormat) {
-	case "text", "json":
-	default:
-		errs = append(errs, fmt.Errorf("%s: %q is not text or json", name(&s.LogFormat), s.LogFormat))
-	}
-	switch s.ConfigType {
-	case "FILE", "GRPC_XDS_SOTW":
-	default:
-		errs = append(errs, fmt.Errorf("%s: %q is not FILE or GRPC_XDS_SOTW", name(&s.ConfigType), s.ConfigType))
-	}
 	if s.RedisURL != "" {
 		if err := s.checkSocketType(); err != nil {
 			errs = append(errs, err)
@@ -592,6 +585,44 @@ func (s Settings) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateObservability checks metrics, logs, the ledger and the threshold
+// events.
+func (s *Settings) validateObservability() error {
+	var errs []error
+	name := s.envName
+	if n := s.BudgetUsageTopPrincipals; n < 0 || n > maxTopPrincipals {
+		errs = append(errs, fmt.Errorf("%s: %d not in [0,%d]", name(&s.BudgetUsageTopPrincipals), n, maxTopPrincipals))
+	}
+	if n := s.LedgerRetentionDays; n < minRetentionDays || n > maxRetentionDays {
+		errs = append(errs, fmt.Errorf("%s: %d not in [%d, %d]", name(&s.LedgerRetentionDays), n, minRetentionDays, maxRetentionDays))
+	}
+	if s.ThresholdEventsURL != "" {
+		if u, err := url.Parse(s.ThresholdEventsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s: want an absolute http:// or https:// URL", name(&s.ThresholdEventsURL))) // the value may hold a token
+		}
+	}
+	switch strings.ToLower(s.LogLevel) {
+	case "debug", "info", "warn", "warning", "error", "fatal", "panic", "trace":
+	default:
+		errs = append(errs, fmt.Errorf("%s: unknown level %q", name(&s.LogLevel), s.LogLevel))
+	}
+	switch strings.ToLower(s.LogFormat) {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("%s: %q is not text or json", name(&s.LogFormat), s.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// validateConfigSource checks where rate limit configs come from.
+func (s *Settings) validateConfigSource() error {
+	switch s.ConfigType {
+	case "FILE", "GRPC_XDS_SOTW":
+		return nil
+	}
+	return fmt.Errorf("%s: %q is not FILE or GRPC_XDS_SOTW", s.envName(&s.ConfigType), s.ConfigType)
 }
 
 // checkSocketType accepts tcp. The reference defaults REDIS_SOCKET_TYPE to

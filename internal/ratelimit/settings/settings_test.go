@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 )
 
@@ -27,7 +27,7 @@ func TestDefaultsMatchReference(t *testing.T) {
 	if s.PrometheusAddr != ":9090" || s.UsePrometheus || s.LogLevel != "INFO" || s.NearLimitRatio != 0.8 {
 		t.Fatalf("defaults: %+v", s)
 	}
-	if !s.UseMemoryStore() || s.KeyFormat != key.Safe || s.FailurePolicy != engine.FailAllow || s.StoreTimeout != 15*time.Millisecond {
+	if !s.UseMemoryStore() || s.KeyFormat != key.Safe || s.FailurePolicy != decide.FailAllow || s.StoreTimeout != 15*time.Millisecond {
 		t.Fatalf("our defaults: %+v", s)
 	}
 	if d := s.DirOptions(); d.Dir() != "/srv/runtime_data/current/config" {
@@ -54,7 +54,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	if s.UseMemoryStore() || s.RedisURL != "valkey.svc:6379" || !s.UsePrometheus || s.PrometheusAddr != ":19001" {
 		t.Fatalf("store/metrics: %+v", s)
 	}
-	if !s.ShadowMode || s.NearLimitRatio != float32(0.9) || s.CacheKeyPrefix != "p_" || s.KeyFormat != key.Envoy || s.FailurePolicy != engine.FailDeny || s.Grace != time.Minute {
+	if !s.ShadowMode || s.NearLimitRatio != float32(0.9) || s.CacheKeyPrefix != "p_" || s.KeyFormat != key.Envoy || s.FailurePolicy != decide.FailDeny || s.Grace != time.Minute {
 		t.Fatalf("decisions: %+v", s)
 	}
 	if u, p := RedisCredentials(s.RedisAuth); u != "user" || p != "s3cret" {

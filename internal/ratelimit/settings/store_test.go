@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/budgetgen/budgetgen/internal/store/memory"
 )
 
 // TestStoreSettings: the store settings (the idempotency window, the
@@ -17,7 +15,7 @@ func TestStoreSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ValkeyIdempotencyWindow != 0 || s.MemoryFullPolicy != memory.FullDeny || s.ReservationExpiry != 10*time.Minute {
+	if s.ValkeyIdempotencyWindow != 0 || s.MemoryFullPolicy != MemoryFullDeny || s.ReservationExpiry != 10*time.Minute {
 		t.Fatalf("defaults: %+v", s)
 	}
 	// The embedded store snapshots by default, under the user's state
@@ -32,7 +30,7 @@ func TestStoreSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ValkeyIdempotencyWindow != 2*time.Minute || s.MemoryFullPolicy != memory.FullFailurePolicy || s.ReservationExpiry != 90*time.Second {
+	if s.ValkeyIdempotencyWindow != 2*time.Minute || s.MemoryFullPolicy != MemoryFullFailurePolicy || s.ReservationExpiry != 90*time.Second {
 		t.Fatalf("set: window %v full policy %v hold expiry %v", s.ValkeyIdempotencyWindow, s.MemoryFullPolicy, s.ReservationExpiry)
 	}
 	if s.MemorySnapshotPath != "/var/lib/budgetgen/ratelimit-memory-8081.snapshot" {

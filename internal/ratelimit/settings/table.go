@@ -3,11 +3,12 @@ package settings
 import (
 	"errors"
 	"flag"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
@@ -29,89 +30,123 @@ type raw struct {
 	jitter                                    int
 }
 
-// table is every setting of the service. Defaults are s's current values.
+// table is every setting of the service, by the concerns --help groups them
+// in (doc.go; settings keep this order within a group). Defaults are s's
+// current values.
 func table(s *Settings, r *raw) []setting {
-	e := func(names ...string) []string { return names }
+	return slices.Concat(serverSettings(s), configSettings(s), decisionSettings(s, r), storeSettings(s, r), observabilitySettings(s))
+}
+
+// vars lists a setting's environment variables.
+func vars(names ...string) []string { return names }
+
+// serverSettings are the listeners, the gRPC server and its TLS, and the Go
+// runtime.
+func serverSettings(s *Settings) []setting {
 	return []setting{
-		{e("HOST"), "host", "HTTP listen host", str(&s.Host)},
-		{e("PORT"), "port", "HTTP port for /healthcheck and /json", integer(&s.Port)},
-		{e("GRPC_HOST"), "grpc-host", "gRPC listen host", str(&s.GRPCHost)},
-		{e("GRPC_PORT"), "grpc-port", "gRPC port", integer(&s.GRPCPort)},
-		{e("DEBUG_HOST"), "debug-host", "debug listen host (pprof, ledger; loopback unless exposed on purpose)", str(&s.DebugHost)},
-		{e("HTTP_JSON"), "http-json", "serve /json on the HTTP port: auto (unless gRPC requires client certificates), true or false", str(&s.HTTPJSON)},
-		{e("DEBUG_PORT"), "debug-port", "debug port: an index, /rlconfig, pprof, /metrics and, with the embedded store, /ledger/rules", integer(&s.DebugPort)},
-		{e("GRPC_MAX_CONNECTION_AGE"), "", "gRPC connections are closed after this age", duration(&s.GRPCMaxConnectionAge)},
-		{e("GRPC_MAX_CONNECTION_AGE_GRACE"), "", "grace period for calls on a connection past its age", duration(&s.GRPCMaxConnectionAgeGrace)},
-		{e("GRPC_SERVER_USE_TLS"), "", "serve gRPC over TLS", boolean(&s.GRPCServerUseTLS)},
-		{e("GRPC_SERVER_TLS_CERT"), "", "gRPC server certificate file", str(&s.GRPCServerTLSCert)},
-		{e("GRPC_SERVER_TLS_KEY"), "", "gRPC server key file", str(&s.GRPCServerTLSKey)},
+		{vars("HOST"), "host", "HTTP listen host", str(&s.Host)},
+		{vars("PORT"), "port", "HTTP port for /healthcheck and /json", integer(&s.Port)},
+		{vars("GRPC_HOST"), "grpc-host", "gRPC listen host", str(&s.GRPCHost)},
+		{vars("GRPC_PORT"), "grpc-port", "gRPC port", integer(&s.GRPCPort)},
+		{vars("DEBUG_HOST"), "debug-host", "debug listen host (pprof, ledger; loopback unless exposed on purpose)", str(&s.DebugHost)},
+		{vars("HTTP_JSON"), "http-json", "serve /json on the HTTP port: auto (unless gRPC requires client certificates), true or false", str(&s.HTTPJSON)},
+		{vars("DEBUG_PORT"), "debug-port", "debug port: an index, /rlconfig, pprof, /metrics and, with the embedded store, /ledger/keys", integer(&s.DebugPort)},
+		{vars("GRPC_MAX_CONNECTION_AGE"), "", "gRPC connections are closed after this age", duration(&s.GRPCMaxConnectionAge)},
+		{vars("GRPC_MAX_CONNECTION_AGE_GRACE"), "", "grace period for calls on a connection past its age", duration(&s.GRPCMaxConnectionAgeGrace)},
+		{vars("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
+		{vars("GRPC_SERVER_IMPL"), "grpc-server-impl", "gRPC server: lean or grpc-go", str(&s.GRPCServerImpl)},
+		{vars("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections, 0 = none", integer(&s.GRPCMaxConnections)},
+		{vars("GRPC_IDLE_TIMEOUT"), "grpc-idle-timeout", "close gRPC connections idle that long, 0 = never", duration(&s.GRPCIdleTimeout)},
+		{vars("GRPC_SERVER_USE_TLS"), "", "serve gRPC over TLS", boolean(&s.GRPCServerUseTLS)},
+		{vars("GRPC_SERVER_TLS_CERT"), "", "gRPC server certificate file", str(&s.GRPCServerTLSCert)},
+		{vars("GRPC_SERVER_TLS_KEY"), "", "gRPC server key file", str(&s.GRPCServerTLSKey)},
 		// GRPC_SERVER_TLS_CA_CERT is the name Envoy Gateway sets; it wins over the reference's.
-		{e("GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT"), "", "CA client certificates must chain to (mTLS)", str(&s.GRPCClientTLSCACert)},
-		{e("GRPC_CLIENT_TLS_SAN"), "", "SAN required in client certificates", str(&s.GRPCClientTLSSAN)},
-		{e("USE_PROMETHEUS"), "use-prometheus", "serve metrics on PROMETHEUS_ADDR too (the debug port always serves them)", boolean(&s.UsePrometheus)},
-		{e("PROMETHEUS_ADDR"), "prometheus-addr", "Prometheus listen address", str(&s.PrometheusAddr)},
-		{e("PROMETHEUS_PATH"), "", "Prometheus metrics path", str(&s.PrometheusPath)},
-		{e("LOG_LEVEL"), "log-level", "debug, info, warn or error", str(&s.LogLevel)},
-		{e("LOG_FORMAT"), "log-format", "text or json", str(&s.LogFormat)},
-		{e("BUDGET_USAGE_TOP_PRINCIPALS"), "budget-usage-top-principals", "principals per budget in ratelimit_budget_usage_ratio (the highest usage ratios, ranked, never named), within [0, 100]; 0 = off", integer(&s.BudgetUsageTopPrincipals)},
-		{e("CONFIG_TYPE"), "", "where rate limit configs come from: FILE (the runtime directory or CONFIG_DIR) or GRPC_XDS_SOTW (an xDS server, as Envoy Gateway runs it)", str(&s.ConfigType)},
-		{e("CONFIG_DIR"), "config-dir", "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY); with CONFIG_TYPE=GRPC_XDS_SOTW its files (agentgateway's domains) are served next to the xDS config", str(&s.ConfigDir)},
-		{e("BUDGET_MAP_PATH"), "budget-map", "budget map file from budgetgen render --budget-map: count each budget's principal once across Gateways (hot-reloaded)", str(&s.BudgetMapPath)},
-		{e("RUNTIME_ROOT"), "", "runtime root directory", str(&s.RuntimeRoot)},
-		{e("RUNTIME_SUBDIRECTORY"), "", "runtime subdirectory", str(&s.RuntimeSubdirectory)},
-		{e("RUNTIME_APPDIRECTORY"), "", "runtime application directory", str(&s.RuntimeAppDirectory)},
-		{e("RUNTIME_IGNOREDOTFILES"), "ignore-dotfiles", "skip config files and directories starting with '.'", boolean(&s.RuntimeIgnoreDotFiles)},
-		{e("RUNTIME_WATCH_ROOT"), "", "watch the runtime root (polling sees both layouts the same way)", boolean(&s.RuntimeWatchRoot)},
-		{e("CONFIG_POLL_INTERVAL"), "config-poll-interval", "how often the config directory is re-read", duration(&s.ConfigPollInterval)},
-		{e("CONFIG_GRPC_XDS_SERVER_URL"), "", "xDS server address", str(&s.XDSServerURL)},
-		{e("CONFIG_GRPC_XDS_NODE_ID"), "", "xDS node id", str(&s.XDSNodeID)},
-		{e("CONFIG_GRPC_XDS_SERVER_USE_TLS"), "", "TLS to the xDS server", boolean(&s.XDSServerUseTLS)},
-		{e("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), "", "xDS client certificate file", str(&s.XDSClientTLSCert)},
-		{e("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "", "xDS client key file", str(&s.XDSClientTLSKey)},
-		{e("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "", "CA the xDS server's certificate must chain to", str(&s.XDSServerTLSCACert)},
-		{e("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "", "SAN required in the xDS server's certificate", str(&s.XDSServerTLSSAN)},
-		{e("FORCE_START_WITHOUT_INITIAL_CONFIG"), "", "start even if the first config load fails", boolean(&s.ForceStartWithoutInitialConfig)},
-		{e("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"), "", "health fails until a config is loaded", boolean(&s.HealthyWithAtLeastOneConfigLoaded)},
-		{e("REDIS_SOCKET_TYPE"), "redis-socket-type", "Valkey connection type: tcp (unix sockets are not supported); unset: tcp when REDIS_URL is host:port", str(&s.RedisSocketType)},
-		{e("REDIS_URL"), "redis-url", "Valkey address host:port; empty uses the embedded memory store", str(&s.RedisURL)},
-		{e("REDIS_TYPE"), "redis-type", "single, cluster or sentinel", str(&s.RedisType)},
-		{e("REDIS_AUTH"), "", "Valkey password or user:password (never logged)", str(&s.RedisAuth)},
-		{e("REDIS_SENTINEL_AUTH"), "", "sentinel password or user:password (never logged)", str(&s.RedisSentinelAuth)},
-		{e("REDIS_AUTH_FILE"), "", "file holding REDIS_AUTH", str(&s.RedisAuthFile)},
-		{e("REDIS_SENTINEL_AUTH_FILE"), "", "file holding REDIS_SENTINEL_AUTH", str(&s.RedisSentinelAuthFile)},
-		{e("REDIS_TLS"), "redis-tls", "TLS to Valkey", boolean(&s.RedisTLS)},
-		{e("REDIS_TLS_CLIENT_CERT"), "", "client certificate file for Valkey", str(&s.RedisTLSClientCert)},
-		{e("REDIS_TLS_CLIENT_KEY"), "", "client key file for Valkey", str(&s.RedisTLSClientKey)},
-		{e("REDIS_TLS_CACERT"), "", "CA Valkey's certificate must chain to (system roots otherwise)", str(&s.RedisTLSCACert)},
-		{e("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), "", "verify Valkey's chain but not its host name", boolean(&s.RedisTLSSkipHostnameVerification)},
-		{e("REDIS_TIMEOUT"), "", "Valkey dial timeout", duration(&s.RedisTimeout)},
-		{e("VALKEY_MAX_FLUSH_DELAY"), "valkey-max-flush-delay", "auto-pipeline flush delay", duration(&s.ValkeyMaxFlushDelay)},
-		{e("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, so how long an unanswered charge may be replayed exactly once, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
-		{e("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
-		{e("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
-		{e("GRPC_SERVER_IMPL"), "grpc-server-impl", "gRPC server: lean or grpc-go", str(&s.GRPCServerImpl)},
-		{e("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections, 0 = none", integer(&s.GRPCMaxConnections)},
-		{e("GRPC_IDLE_TIMEOUT"), "grpc-idle-timeout", "close gRPC connections idle that long, 0 = never", duration(&s.GRPCIdleTimeout)},
-		{e("STORE_BATCH_WORKERS"), "", "goroutines coalescing store calls, negative = one call per request", integer(&s.StoreBatchWorkers)},
-		{e("GC_PERCENT"), "", "GOGC when GOGC is unset", integer(&s.GCPercent)},
-		{e("MEMORY_LIMIT_RATIO"), "", "Go soft memory limit as a share of the cgroup memory limit when GOMEMLIMIT is unset, 0 = off", ratio(&s.MemoryLimitRatio)},
-		{e("CACHE_KEY_PREFIX"), "cache-key-prefix", "prefix of every counter key", str(&s.CacheKeyPrefix)},
-		{e("KEY_FORMAT"), "key-format", "counter key format: " + strings.Join(key.FormatNames, " or ") + "; envoy is byte-identical to envoyproxy/ratelimit", str(&r.keyFormat)},
-		{e("NEAR_LIMIT_RATIO"), "near-limit-ratio", "share of a limit above which an admitted decision also counts as near_limit", ratio(&s.NearLimitRatio)},
-		{e("SHADOW_MODE"), "shadow-mode", "answer OK even when over limit", boolean(&s.ShadowMode)},
-		{e("FAILURE_POLICY"), "failure-policy", "on store errors: " + strings.Join(engine.FailurePolicyNames, ", "), str(&r.policy)},
-		{e("STORE_TIMEOUT"), "store-timeout", "per-call store deadline", duration(&s.StoreTimeout)},
-		{e("EXPIRATION_JITTER_MAX_SECONDS"), "", "seconds a counter outlives its window", integer(&r.jitter)},
-		{e("OVER_LIMIT_CACHE_SIZE"), "over-limit-cache-size", "entries in the local over-limit cache, -1 disables", integer(&s.OverLimitCacheSize)},
-		{e("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
-		{e("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
-		{e("MEMORY_SNAPSHOT_PATH"), "memory-snapshot-path", "file the embedded store's counters, holds and ledger are snapshotted to and restored from; default $XDG_STATE_HOME/budgetgen/ratelimit-memory-<grpc port>.snapshot (else under $HOME/.local/state), off = none", str(&s.MemorySnapshotPath)},
-		{e("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
-		{e("WINDOW_MODE"), "window-mode", "counter windows: " + strings.Join(window.ModeNames, " or ") + "; default calendar (USE_CALENDAR_MONTH_RATE_LIMIT is the reference's alias)", str(&r.windowMode)},
-		{e("RESET_TIME_ZONE"), "reset-time-zone", "IANA time zone of calendar day/week/month/year windows; default UTC", str(&s.ResetTimeZone)},
-		{e("RESERVATION_EXPIRY"), "reservation-expiry", "how long a reserving budget's hold outlives a request whose charge never comes, within [1s, 24h]", duration(&s.ReservationExpiry)},
-		{e("THRESHOLD_EVENTS_URL"), "threshold-events-url", "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off", str(&s.ThresholdEventsURL)},
-		{e("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
+		{vars("GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT"), "", "CA client certificates must chain to (mTLS)", str(&s.GRPCClientTLSCACert)},
+		{vars("GRPC_CLIENT_TLS_SAN"), "", "SAN required in client certificates", str(&s.GRPCClientTLSSAN)},
+		{vars("GC_PERCENT"), "", "GOGC when GOGC is unset", integer(&s.GCPercent)},
+		{vars("MEMORY_LIMIT_RATIO"), "", "Go soft memory limit as a share of the cgroup memory limit when GOMEMLIMIT is unset, 0 = off", ratio(&s.MemoryLimitRatio)},
+	}
+}
+
+// configSettings are where rate limit configs come from: files or xDS.
+func configSettings(s *Settings) []setting {
+	return []setting{
+		{vars("CONFIG_TYPE"), "", "where rate limit configs come from: FILE (the runtime directory or CONFIG_DIR) or GRPC_XDS_SOTW (an xDS server, as Envoy Gateway runs it)", str(&s.ConfigType)},
+		{vars("CONFIG_DIR"), "config-dir", "directory of rate limit config YAML files (replaces RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY); with CONFIG_TYPE=GRPC_XDS_SOTW its files (agentgateway's domains) are served next to the xDS config", str(&s.ConfigDir)},
+		{vars("BUDGET_MAP_PATH"), "budget-map", "budget map file from budgetgen render --budget-map: count each budget's principal once across Gateways (hot-reloaded)", str(&s.BudgetMapPath)},
+		{vars("RUNTIME_ROOT"), "", "runtime root directory", str(&s.RuntimeRoot)},
+		{vars("RUNTIME_SUBDIRECTORY"), "", "runtime subdirectory", str(&s.RuntimeSubdirectory)},
+		{vars("RUNTIME_APPDIRECTORY"), "", "runtime application directory", str(&s.RuntimeAppDirectory)},
+		{vars("RUNTIME_IGNOREDOTFILES"), "ignore-dotfiles", "skip config files and directories starting with '.'", boolean(&s.RuntimeIgnoreDotFiles)},
+		{vars("RUNTIME_WATCH_ROOT"), "", "watch the runtime root (polling sees both layouts the same way)", boolean(&s.RuntimeWatchRoot)},
+		{vars("CONFIG_POLL_INTERVAL"), "config-poll-interval", "how often the config directory is re-read", duration(&s.ConfigPollInterval)},
+		{vars("FORCE_START_WITHOUT_INITIAL_CONFIG"), "", "start even if the first config load fails", boolean(&s.ForceStartWithoutInitialConfig)},
+		{vars("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"), "", "health fails until a config is loaded", boolean(&s.HealthyWithAtLeastOneConfigLoaded)},
+		{vars("CONFIG_GRPC_XDS_SERVER_URL"), "", "xDS server address", str(&s.XDSServerURL)},
+		{vars("CONFIG_GRPC_XDS_NODE_ID"), "", "xDS node id", str(&s.XDSNodeID)},
+		{vars("CONFIG_GRPC_XDS_SERVER_USE_TLS"), "", "TLS to the xDS server", boolean(&s.XDSServerUseTLS)},
+		{vars("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), "", "xDS client certificate file", str(&s.XDSClientTLSCert)},
+		{vars("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "", "xDS client key file", str(&s.XDSClientTLSKey)},
+		{vars("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "", "CA the xDS server's certificate must chain to", str(&s.XDSServerTLSCACert)},
+		{vars("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "", "SAN required in the xDS server's certificate", str(&s.XDSServerTLSSAN)},
+	}
+}
+
+// decisionSettings are how requests are decided and counters kept and placed in time.
+func decisionSettings(s *Settings, r *raw) []setting {
+	return []setting{
+		{vars("STORE_BATCH_WORKERS"), "", "goroutines coalescing store calls, negative = one call per request", integer(&s.StoreBatchWorkers)},
+		{vars("CACHE_KEY_PREFIX"), "cache-key-prefix", "prefix of every counter key", str(&s.CacheKeyPrefix)},
+		{vars("KEY_FORMAT"), "key-format", "counter key format: " + strings.Join(key.FormatNames, " or ") + "; envoy is byte-identical to envoyproxy/ratelimit", str(&r.keyFormat)},
+		{vars("NEAR_LIMIT_RATIO"), "near-limit-ratio", "share of a limit above which an admitted decision also counts as near_limit", ratio(&s.NearLimitRatio)},
+		{vars("SHADOW_MODE"), "shadow-mode", "answer OK even when over limit", boolean(&s.ShadowMode)},
+		{vars("FAILURE_POLICY"), "failure-policy", "on store errors: " + strings.Join(decide.FailurePolicyNames, ", "), str(&r.policy)},
+		{vars("STORE_TIMEOUT"), "store-timeout", "per-call store deadline", duration(&s.StoreTimeout)},
+		{vars("EXPIRATION_JITTER_MAX_SECONDS"), "", "seconds a counter outlives its window", integer(&r.jitter)},
+		{vars("OVER_LIMIT_CACHE_SIZE"), "over-limit-cache-size", "entries in the local over-limit cache, -1 disables", integer(&s.OverLimitCacheSize)},
+		{vars("WINDOW_MODE"), "window-mode", "counter windows: " + strings.Join(window.ModeNames, " or ") + "; default calendar (USE_CALENDAR_MONTH_RATE_LIMIT is the reference's alias)", str(&r.windowMode)},
+		{vars("RESET_TIME_ZONE"), "reset-time-zone", "IANA time zone of calendar day/week/month/year windows; default UTC", str(&s.ResetTimeZone)},
+		{vars("RESERVATION_EXPIRY"), "reservation-expiry", "how long a reserving budget's hold outlives a request whose charge never comes, within [1s, 24h]", duration(&s.ReservationExpiry)},
+	}
+}
+
+// storeSettings are the Valkey store and the embedded memory store.
+func storeSettings(s *Settings, r *raw) []setting {
+	return []setting{
+		{vars("REDIS_SOCKET_TYPE"), "redis-socket-type", "Valkey connection type: tcp (unix sockets are not supported); unset: tcp when REDIS_URL is host:port", str(&s.RedisSocketType)},
+		{vars("REDIS_URL"), "redis-url", "Valkey address host:port; empty uses the embedded memory store", str(&s.RedisURL)},
+		{vars("REDIS_TYPE"), "redis-type", "single, cluster or sentinel", str(&s.RedisType)},
+		{vars("REDIS_AUTH"), "", "Valkey password or user:password (never logged)", str(&s.RedisAuth)},
+		{vars("REDIS_SENTINEL_AUTH"), "", "sentinel password or user:password (never logged)", str(&s.RedisSentinelAuth)},
+		{vars("REDIS_AUTH_FILE"), "", "file holding REDIS_AUTH", str(&s.RedisAuthFile)},
+		{vars("REDIS_SENTINEL_AUTH_FILE"), "", "file holding REDIS_SENTINEL_AUTH", str(&s.RedisSentinelAuthFile)},
+		{vars("REDIS_TLS"), "redis-tls", "TLS to Valkey", boolean(&s.RedisTLS)},
+		{vars("REDIS_TLS_CLIENT_CERT"), "", "client certificate file for Valkey", str(&s.RedisTLSClientCert)},
+		{vars("REDIS_TLS_CLIENT_KEY"), "", "client key file for Valkey", str(&s.RedisTLSClientKey)},
+		{vars("REDIS_TLS_CACERT"), "", "CA Valkey's certificate must chain to (system roots otherwise)", str(&s.RedisTLSCACert)},
+		{vars("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), "", "verify Valkey's chain but not its host name", boolean(&s.RedisTLSSkipHostnameVerification)},
+		{vars("REDIS_TIMEOUT"), "", "Valkey dial timeout", duration(&s.RedisTimeout)},
+		{vars("VALKEY_MAX_FLUSH_DELAY"), "valkey-max-flush-delay", "auto-pipeline flush delay", duration(&s.ValkeyMaxFlushDelay)},
+		{vars("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, so how long an unanswered charge may be replayed exactly once, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
+		{vars("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
+		{vars("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
+		{vars("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
+		{vars("MEMORY_SNAPSHOT_PATH"), "memory-snapshot-path", "file the embedded store's counters, holds and ledger are snapshotted to and restored from; default $XDG_STATE_HOME/budgetgen/ratelimit-memory-<grpc port>.snapshot (else under $HOME/.local/state), off = none", str(&s.MemorySnapshotPath)},
+		{vars("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
+	}
+}
+
+// observabilitySettings are metrics, logs, the shadow-week ledger and threshold events.
+func observabilitySettings(s *Settings) []setting {
+	return []setting{
+		{vars("USE_PROMETHEUS"), "use-prometheus", "serve metrics on PROMETHEUS_ADDR too (the debug port always serves them)", boolean(&s.UsePrometheus)},
+		{vars("PROMETHEUS_ADDR"), "prometheus-addr", "Prometheus listen address", str(&s.PrometheusAddr)},
+		{vars("PROMETHEUS_PATH"), "", "Prometheus metrics path", str(&s.PrometheusPath)},
+		{vars("LOG_LEVEL"), "log-level", "debug, info, warn or error", str(&s.LogLevel)},
+		{vars("LOG_FORMAT"), "log-format", "text or json", str(&s.LogFormat)},
+		{vars("BUDGET_USAGE_TOP_PRINCIPALS"), "budget-usage-top-principals", "principals per budget in ratelimit_budget_usage_ratio (the highest usage ratios, ranked, never named), within [0, 100]; 0 = off", integer(&s.BudgetUsageTopPrincipals)},
+		{vars("THRESHOLD_EVENTS_URL"), "threshold-events-url", "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off", str(&s.ThresholdEventsURL)},
+		{vars("LEDGER_RETENTION_DAYS"), "ledger-retention-days", "days each day of shadow measurements is kept after it ends, within [8, 92]", integer(&s.LedgerRetentionDays)},
 	}
 }
 

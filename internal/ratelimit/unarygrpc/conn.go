@@ -720,28 +720,38 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 }
 
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	st, err := c.openStream(f)
+	if st == nil {
+		return err
+	}
+	if !c.admit(st, f) {
+		return nil
+	}
+	if f.StreamEnded() {
+		if st.contentLength > 0 {
+			c.resetStream(st)
+			c.rst(st.id, http2.ErrCodeProtocol)
+			return nil
+		}
+		c.endRequest(st)
+	}
+	return nil
+}
+
+// openStream opens the stream a HEADERS frame starts. It returns nil when
+// the frame needs nothing more: trailers of an open stream (which end its
+// request), a stream error already answered, a refused stream, or a
+// connection error (returned).
+func (c *conn) openStream(f *http2.MetaHeadersFrame) (*stream, error) {
 	id := f.StreamID
 	c.smu.Lock()
 	if st := c.streams[id]; st != nil {
 		c.smu.Unlock()
-		if st.ended {
-			// Half-closed (remote): nothing but WINDOW_UPDATE, PRIORITY and
-			// RST_STREAM may come (RFC 9113 5.1): a stream error.
-			c.resetStream(st)
-			c.rst(id, http2.ErrCodeStreamClosed)
-			return nil
-		}
-		// Trailers from the client (gRPC clients send none): they must end
-		// the request.
-		if !f.StreamEnded() {
-			return errConn{http2.ErrCodeProtocol, "HEADERS after the request headers without END_STREAM"}
-		}
-		c.endRequest(st)
-		return nil
+		return nil, c.onTrailers(st, f)
 	}
 	if id%2 == 0 {
 		c.smu.Unlock()
-		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on server stream id %d", id)}
+		return nil, errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on server stream id %d", id)}
 	}
 	if id <= c.lastStream {
 		opened := c.wasOpenedLocked(id)
@@ -749,37 +759,94 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if opened {
 			// Closed: the client ended it (or reset it, or we answered).
 			// gRPC clients send no trailers, so no HEADERS can be in flight.
-			return errConn{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
+			return nil, errConn{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
 		}
-		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("stream id %d after %d: stream ids must increase", id, c.lastStream)}
+		return nil, errConn{http2.ErrCodeProtocol, fmt.Sprintf("stream id %d after %d: stream ids must increase", id, c.lastStream)}
 	}
 	c.openLocked(id)
 	if c.goneAway || c.peerGone || uint32(len(c.streams)) >= c.s.o.MaxConcurrentStreams {
 		c.smu.Unlock()
 		c.rst(id, http2.ErrCodeRefusedStream)
-		return nil
+		return nil, nil
 	}
 	st := &stream{c: c, id: id, done: make(chan struct{}), recvWin: streamWindow, contentLength: -1}
 	c.streams[id] = st
 	c.smu.Unlock()
+	return st, nil
+}
 
+// onTrailers handles a HEADERS frame on an open stream.
+func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
+	if st.ended {
+		// Half-closed (remote): nothing but WINDOW_UPDATE, PRIORITY and
+		// RST_STREAM may come (RFC 9113 5.1): a stream error.
+		c.resetStream(st)
+		c.rst(st.id, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	// Trailers from the client (gRPC clients send none): they must end
+	// the request.
+	if !f.StreamEnded() {
+		return errConn{http2.ErrCodeProtocol, "HEADERS after the request headers without END_STREAM"}
+	}
+	c.endRequest(st)
+	return nil
+}
+
+// admit checks a new stream's request headers and binds its method; false
+// when the stream was answered or reset instead.
+func (c *conn) admit(st *stream, f *http2.MetaHeadersFrame) bool {
+	id := st.id
 	if f.Truncated {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
-		return nil
+		return false
 	}
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeProtocol)
-		return nil
+		return false
 	}
 	if why := malformedRequest(f); why != "" {
 		// A malformed request is a stream error (RFC 9113 8.1.1).
 		c.s.log.Debug("grpc: malformed request", "stream", id, "why", why)
 		c.resetStream(st)
 		c.rst(id, http2.ErrCodeProtocol)
-		return nil
+		return false
 	}
-	var ct, timeout string
+	ct, timeout, ok := c.readFields(st, f)
+	if !ok {
+		return false
+	}
+	if m := f.PseudoValue("method"); m != "POST" {
+		// grpc-go's answer: HTTP 405 (a GET or HEAD is a valid HTTP/2
+		// request, just not a gRPC one).
+		c.answerEarly(st, f.StreamEnded(), 405, codes.Internal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", m))
+		return false
+	}
+	if !isGRPCContentType(ct) {
+		c.answerEarly(st, f.StreamEnded(), 415, codes.Internal, "invalid gRPC request content-type "+quote(ct))
+		return false
+	}
+	if timeout != "" {
+		if _, err := parseTimeout(timeout); err != nil {
+			// HTTP 400, as grpc-go answers a malformed grpc-timeout.
+			c.answerEarly(st, f.StreamEnded(), 400, codes.Internal, "malformed grpc-timeout: "+err.Error())
+			return false
+		}
+	}
+	path := f.PseudoValue("path")
+	st.h, st.sh = c.s.methods[path], c.s.streams[path]
+	if st.h == nil && st.sh == nil {
+		c.answerEarly(st, f.StreamEnded(), 200, codes.Unimplemented, c.s.unknown(path))
+		return false
+	}
+	return true
+}
+
+// readFields reads the regular header fields the server needs into st
+// (grpc-encoding, content-length) and returns content-type and
+// grpc-timeout; false when a malformed content-length reset the stream.
+func (c *conn) readFields(st *stream, f *http2.MetaHeadersFrame) (ct, timeout string, ok bool) {
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
@@ -794,44 +861,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			n, err := strconv.ParseInt(hf.Value, 10, 64)
 			if err != nil || n < 0 {
 				c.resetStream(st)
-				c.rst(id, http2.ErrCodeProtocol)
-				return nil
+				c.rst(st.id, http2.ErrCodeProtocol)
+				return "", "", false
 			}
 			st.contentLength = n
 		}
 	}
-	if m := f.PseudoValue("method"); m != "POST" {
-		// grpc-go's answer: HTTP 405 (a GET or HEAD is a valid HTTP/2
-		// request, just not a gRPC one).
-		c.answerEarly(st, f.StreamEnded(), 405, codes.Internal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", m))
-		return nil
-	}
-	if !isGRPCContentType(ct) {
-		c.answerEarly(st, f.StreamEnded(), 415, codes.Internal, "invalid gRPC request content-type "+quote(ct))
-		return nil
-	}
-	if timeout != "" {
-		if _, err := parseTimeout(timeout); err != nil {
-			// HTTP 400, as grpc-go answers a malformed grpc-timeout.
-			c.answerEarly(st, f.StreamEnded(), 400, codes.Internal, "malformed grpc-timeout: "+err.Error())
-			return nil
-		}
-	}
-	path := f.PseudoValue("path")
-	st.h, st.sh = c.s.methods[path], c.s.streams[path]
-	if st.h == nil && st.sh == nil {
-		c.answerEarly(st, f.StreamEnded(), 200, codes.Unimplemented, c.s.unknown(path))
-		return nil
-	}
-	if f.StreamEnded() {
-		if st.contentLength > 0 {
-			c.resetStream(st)
-			c.rst(id, http2.ErrCodeProtocol)
-			return nil
-		}
-		c.endRequest(st)
-	}
-	return nil
+	return ct, timeout, true
 }
 
 // malformedRequest says why a request's header block is malformed (RFC 9113

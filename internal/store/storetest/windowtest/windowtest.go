@@ -1,8 +1,9 @@
 // Package windowtest is the part of the store behaviour suite that needs the
-// decision engine: counters across calendar window boundaries, driven with
-// an injected clock. It lives apart from storetest because the engine imports
-// the memory store, whose internal tests import storetest; call it from a
-// store's external test package.
+// decision pipeline: counters across calendar window boundaries, driven with
+// an injected clock through decide (plan, answer) and charge, the packages
+// the engine composes, never the engine itself (a store's tests sit below
+// it). It lives apart from storetest because charge and decide are not the
+// store's concern; call it from a store's external test package.
 package windowtest
 
 import (
@@ -16,8 +17,9 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
-	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 	"github.com/budgetgen/budgetgen/internal/store"
@@ -43,7 +45,36 @@ descriptors:
     rate_limit: {unit: month, requests_per_unit: 10}
 `
 
-// testMonthBoundary drives the decision engine over the store with an
+// pipeline decides requests as the engine does (plan, charge, answer), with
+// FAILURE_POLICY=error so a store failure is an error, never an answer.
+type pipeline struct {
+	planner decide.Planner
+	charger *charge.Charger
+	cfg     *config.Config
+	now     func() time.Time
+	plan    decide.Scratch
+	charge  charge.Scratch
+}
+
+func newPipeline(t *testing.T, s store.Store, w window.Windows, prefix string, cfg *config.Config, now func() time.Time) *pipeline {
+	t.Helper()
+	c, err := charge.New(charge.Options{Store: s, Now: now, BatchWorkers: -1, StoreTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() }) // test cleanup; the assertions check behaviour
+	return &pipeline{planner: decide.Planner{Keys: key.Encoder{Prefix: prefix}, Windows: w}, charger: c, cfg: cfg, now: now}
+}
+
+func (p *pipeline) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error) {
+	now := p.now()
+	items := p.planner.Plan(p.cfg, req, now, &p.plan)
+	err := p.charger.Charge(ctx, items, now, &p.charge, nil)
+	resp, _, err := decide.Answer(items, err, now.Unix(), decide.Policy{Failure: decide.FailError})
+	return resp, err
+}
+
+// testMonthBoundary drives the decision pipeline over the store with an
 // injected clock across a calendar month boundary: the month's counter fills
 // and denies until the last second of the month, the first second of the
 // next month starts a new counter, duration_until_reset counts down to the
@@ -51,7 +82,7 @@ descriptors:
 // whole (it expires at its window end plus grace, not a sliding TTL).
 //
 // The boundary is the next one after the real time, because a Valkey server
-// expires keys on its own clock: every expiry the engine sets is then in the
+// expires keys on its own clock: every expiry the pipeline sets is then in the
 // future.
 func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	w, err := window.New(window.Options{})
@@ -65,13 +96,8 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Options{Store: s, Windows: w, Keys: key.Encoder{Prefix: prefix},
-		Now: func() time.Time { return time.Unix(clock.Load(), 0) }, BatchWorkers: -1, StoreTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = e.Close() }() // test cleanup; the assertions check behaviour
-	e.SetConfig(cfg)
+	now := func() time.Time { return time.Unix(clock.Load(), 0) }
+	e := newPipeline(t, s, w, prefix, cfg, now)
 	ask := func(hits uint64) *rlpb.RateLimitResponse_DescriptorStatus {
 		t.Helper()
 		resp, err := e.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{{
@@ -93,7 +119,7 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 	if st := ask(1); st.Code != rlpb.RateLimitResponse_OK || st.LimitRemaining != 9 || st.DurationUntilReset.GetSeconds() != nextEnd-next {
 		t.Fatalf("first hit of the new month: %v remaining %d reset in %v, want OK, 9, %d s (the whole month)", st.Code, st.LimitRemaining, st.DurationUntilReset.AsDuration(), nextEnd-next)
 	}
-	e.Flush() // the over-limit cache's deferred hit of the old month
+	e.charger.Flush() // the over-limit cache's deferred hit of the old month
 	prev, _, _ := w.Bounds(window.Month, boundary-1)
 	old := key.Encoder{Prefix: prefix}.Append(nil, "d", []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}, nil, boundary-prev, prev)
 	totals := []store.Result{{}}
@@ -111,14 +137,7 @@ func testMonthBoundary(t *testing.T, s store.Store, prefix string) {
 		t.Fatal(err)
 	}
 	clock.Store(boundary - 2)
-	ee, err := engine.New(engine.Options{Store: s, Windows: ep, Keys: key.Encoder{Prefix: prefix + "epoch:"},
-		Now: func() time.Time { return time.Unix(clock.Load(), 0) }, BatchWorkers: -1, StoreTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ee.Close() }() // test cleanup; the assertions check behaviour
-	ee.SetConfig(cfg)
-	e = ee
+	e = newPipeline(t, s, ep, prefix+"epoch:", cfg, now)
 	const div = 30 * 86400
 	if st := ask(4); st.LimitRemaining != 6 || st.DurationUntilReset.GetSeconds() != div-(boundary-2)%div {
 		t.Fatalf("epoch: remaining %d reset in %d s, want 6 and %d s", st.LimitRemaining, st.DurationUntilReset.GetSeconds(), div-(boundary-2)%div)
