@@ -139,25 +139,7 @@ func TestSyncTwiceGivesTheSameRows(t *testing.T) {
 	if again := pg.Psql(ctx, t, windows); again != firstWindows {
 		t.Fatalf("window rows changed on the second sync:\n%s\n---\n%s", firstWindows, again)
 	}
-	// What the columns say, in SQL: tokens, money, who.
-	for q, want := range map[string]string{
-		"SELECT tokens FROM ledger_usage WHERE rule = 's/per-team#ktokens'":                                                               "6000000000",
-		"SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'":                                                                    "12.3456",
-		"SELECT budget || ',' || measure || ',' || gateway FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                         "fleet,tokens,agents/agw",
-		"SELECT DISTINCT principal_name FROM ledger_usage WHERE principal = 'team,b'":                                                     "team, b",
-		"SELECT count(*) FROM ledger_usage WHERE principal = 'team-c' AND units IS NULL AND reserve_denials = 1":                          "4",
-		"SELECT enforce_denials FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                                                    "1",
-		"SELECT sum(tokens) FROM ledger_usage WHERE budget = 'per-team' AND window_kind = 'month' AND measure = 'tokens'":                 "750",
-		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team' AND window_kind = 'day'": "3,1500,500",
-		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team#cost'":                    "3,900,0",
-		"SELECT holds || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-run'":                                               "1,50000",
-		"SELECT count(*) FROM ledger_usage WHERE rule = 's/per-run'":                                                                      "0",
-		"SELECT sum(holds) FROM ledger_windows WHERE rule = 's/per-team' AND window_kind <> 'day'":                                        "0",
-	} {
-		if got := pg.Psql(ctx, t, q); got != want {
-			t.Errorf("%s = %q, want %q", q, got, want)
-		}
-	}
+	checkColumns(ctx, t, pg)
 	// New usage is copied; a ledger that lost a key never lowers a row.
 	lv := ledger.NewValkey(c, "")
 	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
@@ -280,5 +262,28 @@ func TestMigrateKeepsRowsOfTheFirstSchema(t *testing.T) {
 	d, err := db.Read(ctx, ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-run"}, w)
 	if err != nil || d.Denials.Reserve != 2 || !d.Holds.IsZero() {
 		t.Fatalf("read after the upgrade: %+v %v", d, err)
+	}
+}
+
+// checkColumns: what the columns say, in SQL: tokens, money, who, holds.
+func checkColumns(ctx context.Context, t *testing.T, pg *pgtest.Server) {
+	t.Helper()
+	for q, want := range map[string]string{
+		"SELECT tokens FROM ledger_usage WHERE rule = 's/per-team#ktokens'":                                                               "6000000000",
+		"SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'":                                                                    "12.3456",
+		"SELECT budget || ',' || measure || ',' || gateway FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                         "fleet,tokens,agents/agw",
+		"SELECT DISTINCT principal_name FROM ledger_usage WHERE principal = 'team,b'":                                                     "team, b",
+		"SELECT count(*) FROM ledger_usage WHERE principal = 'team-c' AND units IS NULL AND reserve_denials = 1":                          "4",
+		"SELECT enforce_denials FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                                                    "1",
+		"SELECT sum(tokens) FROM ledger_usage WHERE budget = 'per-team' AND window_kind = 'month' AND measure = 'tokens'":                 "750",
+		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team' AND window_kind = 'day'": "3,1500,500",
+		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team#cost'":                    "3,900,0",
+		"SELECT holds || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-run'":                                               "1,50000",
+		"SELECT count(*) FROM ledger_usage WHERE rule = 's/per-run'":                                                                      "0",
+		"SELECT sum(holds) FROM ledger_windows WHERE rule = 's/per-team' AND window_kind <> 'day'":                                        "0",
+	} {
+		if got := pg.Psql(ctx, t, q); got != want {
+			t.Errorf("%s = %q, want %q", q, got, want)
+		}
 	}
 }

@@ -51,6 +51,33 @@ func TestReserveFromSpec(t *testing.T) {
 // (a service that does not reserve shows), one that does not and has none
 // shows nothing.
 func TestReservationsPerCap(t *testing.T) {
+	r := reservationReport(t)
+	big := find(t, r, "big")
+	tok, cost := capOf(t, big, "day", MeasureTokens), capOf(t, big, "day", MeasureCost)
+	if s := tok.Summary; s.Holds != 4 || s.Held != 200_000 || s.Expired != 50_000 {
+		t.Errorf("kilotoken rule's holds in tokens: %+v", s)
+	}
+	if len(tok.Overridden) != 1 || tok.Overridden[0].Summary.Holds != 2 || tok.Overridden[0].Summary.Held != 100_000 {
+		t.Errorf("the override's own rule's holds: %+v", tok.Overridden)
+	}
+	if s := cost.Summary; s.Holds != 4 || s.Held != 30_000 {
+		t.Errorf("money rule's holds: %+v", s)
+	}
+	hc := capOf(t, find(t, r, "hourly"), "hour", MeasureTokens)
+	if s := hc.Summary; s.Holds != 4 || s.Held != 20_000 || s.Expired != 5_000 || s.ReserveDenied != 1 {
+		t.Errorf("hour cap: %+v", s)
+	}
+	if d := hc.PerDay[6]; d.Holds != 4 || d.Held != 20_000 || d.Expired != 5_000 || d.ReserveDenied != 1 {
+		t.Errorf("hour cap's day: %+v", d)
+	}
+	checkReservationFormats(t, r)
+}
+
+// reservationReport builds a report of reserving budgets of every kind of
+// rule (kilotokens, money, an override's own, hours), one reserving budget
+// without holds and one budget without reserve.
+func reservationReport(t *testing.T) *Report {
+	t.Helper()
 	rule := func(r string) ledger.RuleID { return ledger.RuleID{Domain: ledger.BudgetDomain, Rule: r} }
 	m := Mapping{
 		Rules: map[ledger.RuleID]RuleInfo{
@@ -89,25 +116,12 @@ func TestReservationsPerCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := find(t, r, "big")
-	tok, cost := capOf(t, big, "day", MeasureTokens), capOf(t, big, "day", MeasureCost)
-	if s := tok.Summary; s.Holds != 4 || s.Held != 200_000 || s.Expired != 50_000 {
-		t.Errorf("kilotoken rule's holds in tokens: %+v", s)
-	}
-	if len(tok.Overridden) != 1 || tok.Overridden[0].Summary.Holds != 2 || tok.Overridden[0].Summary.Held != 100_000 {
-		t.Errorf("the override's own rule's holds: %+v", tok.Overridden)
-	}
-	if s := cost.Summary; s.Holds != 4 || s.Held != 30_000 {
-		t.Errorf("money rule's holds: %+v", s)
-	}
-	hc := capOf(t, find(t, r, "hourly"), "hour", MeasureTokens)
-	if s := hc.Summary; s.Holds != 4 || s.Held != 20_000 || s.Expired != 5_000 || s.ReserveDenied != 1 {
-		t.Errorf("hour cap: %+v", s)
-	}
-	if d := hc.PerDay[6]; d.Holds != 4 || d.Held != 20_000 || d.Expired != 5_000 || d.ReserveDenied != 1 {
-		t.Errorf("hour cap's day: %+v", d)
-	}
+	return r
+}
 
+// checkReservationFormats: every format says each cap's reservations.
+func checkReservationFormats(t *testing.T, r *Report) {
+	t.Helper()
 	var text bytes.Buffer
 	if err := WriteText(&text, r); err != nil {
 		t.Fatal(err)
