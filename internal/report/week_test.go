@@ -109,10 +109,10 @@ func traffic(k int) []request {
 			out = append(out, request{header, p, budget, tok, cost, bothPhases, false})
 		}
 	}
-	out = append(out, agentsFirst(k)...)
 	if k == 4 { // team-b's burst first thing: 4,000 tokens in one hour, over its 3,000 hour cap
 		add("x-team", "per-team", "team-b", 4, 1000, 300)
 	}
+	out = append(out, agentsFirst(k)...)
 	// Teams, spread over the day: 4,500 and 2,000 tokens a day (31,500 a
 	// week: over the 20,000 week cap), EUR 0.12 and 0.06 a day.
 	add("x-team", "per-team", "team-a", 1, 1500, 400)
