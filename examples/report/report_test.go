@@ -86,6 +86,7 @@ func TestExampleReportIsCurrent(t *testing.T) {
 		"alice@example.com", "run-1018-loop", "key-07", // principals over their caps
 		"acme-batch", "trial-42", // override populations, each against its own cap
 		"agent-fleet", "frontier", // shared buckets
+		"Reservations (reserve auto)", // per-run and per-human reserve
 	} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("report.md does not show %q", want)
@@ -147,6 +148,25 @@ func (w *shadowWeek) use(domain string, entries []*rlcommon.RateLimitDescriptor_
 	}
 }
 
+// reserving is use for a budget that reserves (the spec's reserve: auto):
+// each admitted call held about its size (the 95th percentile the service
+// learns, here 6/5 of a call), a call over the cap held nothing, and lost
+// calls (a client that reset mid-stream) left holds that expired. A
+// principal going over its cap was also denied once just before it, by the
+// holds of its own calls in flight: a would-be 429 due to reservations alone.
+func (w *shadowWeek) reserving(domain string, entries []*rlcommon.RateLimitDescriptor_Entry, free uint64, at time.Time, tokens, callTokens, limit uint64, lost uint64) {
+	w.use(domain, entries, free, at, tokens, callTokens, limit)
+	rule, principal := ledger.FromDescriptor(domain, "", entries, free)
+	day := ledger.WindowAt(ledger.PeriodDay, at, nil)
+	calls := (tokens + callTokens - 1) / callTokens
+	if tokens > limit {
+		calls -= min(calls, (tokens-limit)/callTokens+1)
+		w.rec.DeniedIn(rule, day, ledger.Denial{Principal: principal, Shadow: true, Reserve: true})
+	}
+	reserve := callTokens * 6 / 5
+	w.rec.HoldsIn(rule, day, ledger.Holds{Count: calls + lost, Held: (calls + lost) * reserve, Expired: lost * reserve})
+}
+
 func entry(k, v string) *rlcommon.RateLimitDescriptor_Entry {
 	return &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v}
 }
@@ -168,7 +188,8 @@ func egRule(i int, matches ...string) []*rlcommon.RateLimitDescriptor_Entry {
 // agentgatewayDay: B1 per-run (agentgateway, 5M per run): runs live for a
 // day; one loops on 10-18, one retries too often on 10-20, one loops today.
 // B2 agent-fleet (one 200M bucket): the same calls, plus the fleet's calls
-// that carry no run (scheduled agents).
+// that carry no run (scheduled agents). per-run reserves; run-1020-retry
+// leaves three holds to expire.
 func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 	at, tag := day.Add(10*time.Hour), day.Format("0102")
 	var fleet uint64
@@ -176,12 +197,16 @@ func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 	for i := range runs {
 		tok := w.between(200_000, 3_500_000)
 		fleet += tok
-		w.use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000)
+		w.reserving(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000, 0)
 	}
 	for run, tok := range map[string]uint64{"run-1018-loop": 11_400_000, "run-1020-retry": 6_500_000, "run-1023-loop": 7_200_000} {
 		if strings.HasPrefix(run, "run-"+tag) {
 			fleet += tok
-			w.use(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000)
+			lost := uint64(0)
+			if run == "run-1020-retry" {
+				lost = 3 // the retries it gave up on mid-stream
+			}
+			w.reserving(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000, lost)
 		}
 	}
 	fleet += w.scaled(w.between(60_000_000, 120_000_000))
@@ -196,13 +221,13 @@ func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 func (w *shadowWeek) envoyDay(d int, day time.Time) {
 	at := day.Add(10 * time.Hour)
 	for i := 1; i <= 25; i++ {
-		w.use(egDomain, egRule(0, fmt.Sprintf("user%02d@example.com", i)), 0b10, at, w.scaled(w.between(50_000, 1_600_000)), 40_000, 2_000_000)
+		w.reserving(egDomain, egRule(0, fmt.Sprintf("user%02d@example.com", i)), 0b10, at, w.scaled(w.between(50_000, 1_600_000)), 40_000, 2_000_000, 0)
 	}
 	alice := w.scaled(1_100_000)
 	if d == 1 || d == 3 || d == 7 {
 		alice = map[int]uint64{1: 2_400_000, 3: 2_900_000, 7: 2_150_000}[d]
 	}
-	w.use(egDomain, egRule(0, "alice@example.com"), 0b10, at, alice, 40_000, 2_000_000)
+	w.reserving(egDomain, egRule(0, "alice@example.com"), 0b10, at, alice, 40_000, 2_000_000, 0)
 	for i := 1; i <= 20; i++ {
 		tok := w.scaled(w.between(50_000, 800_000))
 		if i == 7 && d >= 5 {

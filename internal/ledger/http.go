@@ -16,7 +16,9 @@ import (
 // the service's debug port instead of from Valkey. Two read-only endpoints:
 //
 //	GET <base>/ledger/keys[?window=ID&window=ID...]     {"keys":[{"domain":...,"rule":...,"window":ID}]}
-//	GET <base>/ledger/window?domain=D&rule=R&window=ID  one rule-window's Data as JSON
+//	GET <base>/ledger/window?domain=D&rule=R&window=ID  one rule-window's Data as JSON:
+//	    {"domain","rule","window","usage":{principal:n},"denials":{"shadow","enforce","reserve"},
+//	     "principalDenials":{principal:{...}},"holds":{"count","held","expired"}}
 //
 // ID is Window.ID (20261019, h2026101914, w20261019, m202610); no window
 // parameter lists every rule-window.
@@ -36,11 +38,20 @@ type httpDenials struct {
 	Reserve uint64 `json:"reserve,omitempty"`
 }
 
+// httpHolds are a window's reservation totals (absent when none, so a
+// reader of an older service reads zeros).
+type httpHolds struct {
+	Count   uint64 `json:"count,omitempty"`
+	Held    uint64 `json:"held,omitempty"`
+	Expired uint64 `json:"expired,omitempty"`
+}
+
 type httpData struct {
 	httpKey
 	Usage            map[string]uint64      `json:"usage"`
 	Denials          httpDenials            `json:"denials"`
 	PrincipalDenials map[string]httpDenials `json:"principalDenials,omitempty"`
+	Holds            httpHolds              `json:"holds,omitzero"`
 }
 
 // Handler serves r's data under /ledger/ (mount it at "/ledger/").
@@ -77,7 +88,7 @@ func Handler(r Reader) http.Handler {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		out := httpData{httpKey: httpKey{Domain: d.Rule.Domain, Rule: d.Rule.Rule, Window: d.Window.ID()}, Usage: d.Usage, Denials: httpDenials(d.Denials)}
+		out := httpData{httpKey: httpKey{Domain: d.Rule.Domain, Rule: d.Rule.Rule, Window: d.Window.ID()}, Usage: d.Usage, Denials: httpDenials(d.Denials), Holds: httpHolds(d.Holds)}
 		if len(d.PrincipalDenials) > 0 {
 			out.PrincipalDenials = map[string]httpDenials{}
 			for p, pd := range d.PrincipalDenials {
@@ -172,7 +183,7 @@ func (h *HTTPReader) Read(ctx context.Context, rule RuleID, w Window) (Data, err
 	if len(d.Usage) > max || len(d.PrincipalDenials) > max {
 		return Data{}, fmt.Errorf("%w: %s %s has more than %d principals", ErrTooMany, rule, w, max)
 	}
-	out := Data{Rule: rule, Window: w, Usage: d.Usage, Denials: Denials(d.Denials)}
+	out := Data{Rule: rule, Window: w, Usage: d.Usage, Denials: Denials(d.Denials), Holds: Holds(d.Holds)}
 	if out.Usage == nil {
 		out.Usage = map[string]uint64{}
 	}

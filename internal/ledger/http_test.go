@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -36,6 +37,7 @@ func TestHTTPReaderRoundTrip(t *testing.T) {
 	u = rec.UsageIn(r1, "carol", mw, 5)
 	mem.HIncrBy(u.Key, u.Field, u.Tokens)
 	rec.DeniedIn(r1, mw, Denial{Principal: "carol", Shadow: true, Reserve: true})
+	rec.HoldsIn(r1, mw, Holds{Count: 4, Held: 200, Expired: 50})
 	hw := WindowAt(PeriodHour, now, nil)
 	u = rec.UsageIn(r0, "bob", hw, 3)
 	mem.HIncrBy(u.Key, u.Field, u.Tokens)
@@ -61,9 +63,10 @@ func TestHTTPReaderRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(all, want) {
 		t.Fatalf("every window over HTTP: %v %+v", err, all)
 	}
-	if m := want[4]; m.Window != mw || m.Denials != (Denials{Shadow: 1, Reserve: 1}) || m.PrincipalDenials["carol"] != (Denials{Shadow: 1, Reserve: 1}) {
+	if m := want[4]; m.Window != mw || m.Denials != (Denials{Shadow: 1, Reserve: 1}) || m.PrincipalDenials["carol"] != (Denials{Shadow: 1, Reserve: 1}) || m.Holds != (Holds{Count: 4, Held: 200, Expired: 50}) {
 		t.Fatalf("month window: %+v", m)
 	}
+	checkHoldsJSON(t, srv.URL, hw, mw)
 	// Bounds and errors are clear.
 	h.MaxPrincipals = 2
 	if _, err := h.Read(ctx, r0, DayWindow(DayOf(now))); !errors.Is(err, ErrTooMany) {
@@ -82,6 +85,29 @@ func TestHTTPReaderRoundTrip(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("%s: %s, want 400", q, resp.Status)
+		}
+	}
+}
+
+// checkHoldsJSON: a window without holds says nothing of them (an older
+// reader's JSON is unchanged), one with holds names them.
+func checkHoldsJSON(t *testing.T, base string, without, with Window) {
+	t.Helper()
+	for q, wantHolds := range map[string]bool{
+		"/ledger/window?domain=ns/pol&rule=ns/pol/rule/0&window=" + without.ID(): false,
+		"/ledger/window?domain=ns/pol&rule=ns/pol/rule/1&window=" + with.ID():    true,
+	} {
+		resp, err := http.Get(base + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := strings.Contains(string(body), `"holds":{"count":4,"held":200,"expired":50}`); got != wantHolds {
+			t.Errorf("%s: %s", q, body)
+		}
+		if !wantHolds && strings.Contains(string(body), "holds") {
+			t.Errorf("%s names holds it has not: %s", q, body)
 		}
 	}
 }

@@ -10,7 +10,8 @@
 //	<prefix>ledger:{<rule tag>}:<window>:u   hash  field = principal, value = usage in the window
 //	<prefix>ledger:{<rule tag>}:<window>:d   hash  fields "shadow", "enforce", "reserve" = the
 //	                                          window's denials; "s:<principal>", "e:<principal>",
-//	                                          "r:<principal>" = each principal's
+//	                                          "r:<principal>" = each principal's; "holds", "held",
+//	                                          "expired" = the window's reservations (totals only)
 //
 // <window> is Window.ID: YYYYMMDD for a day (the layout of day-only ledgers),
 // hYYYYMMDDHH for an hour (UTC), wYYYYMMDD for an ISO week (its Monday),
@@ -57,6 +58,19 @@ const (
 	// given: the check was over only because of the bucket's reservations.
 	// Each is also a shadow or enforce denial.
 	FieldReserveDenials = "reserve"
+)
+
+// Reservation fields of a window's stats hash: totals only (a hold is a
+// property of the bucket's budget, not something a principal is judged on).
+// Amounts are in the rule's units, like usage.
+const (
+	// FieldHolds counts checks admitted holding a reservation.
+	FieldHolds = "holds"
+	// FieldHeldUnits sums the reserve those checks held.
+	FieldHeldUnits = "held"
+	// FieldExpiredUnits sums the holds released because they expired before
+	// their request's charge came.
+	FieldExpiredUnits = "expired"
 )
 
 // principalDenialPrefix maps a total's field to its per-principal prefix.

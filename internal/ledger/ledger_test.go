@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -202,18 +203,77 @@ func TestRecorderWithMemory(t *testing.T) {
 		t.Fatalf("next day lost: %+v", got)
 	}
 
-	// A failed flush keeps the denials for the next one.
+	// A failed flush keeps the denials and the holds for the next one, and
+	// what came in meanwhile adds to them.
 	bad, _ := NewRecorder(Options{Prefix: "p_"}, failingSink{errors.New("down")}, clock)
 	bad.Denied(r0, now, true)
+	bad.HoldsIn(r0, DayWindow(DayOf(now)), Holds{Count: 2, Held: 600, Expired: 300})
 	if err := bad.Flush(ctx); err == nil {
 		t.Fatal("want flush error")
 	}
+	bad.HoldsIn(r0, DayWindow(DayOf(now)), Holds{Count: 1, Held: 300})
 	bad.sink = mem
 	if err := bad.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := mem.Read(ctx, r0, DayWindow(DayOf(now))); got.Denials.Shadow != 1 {
-		t.Fatalf("retried denial: %+v", got)
+	got3, _ := mem.Read(ctx, r0, DayWindow(DayOf(now)))
+	if got3.Denials.Shadow != 1 || got3.Holds != (Holds{Count: 3, Held: 900, Expired: 300}) {
+		t.Fatalf("retried denial and holds: %+v", got3)
+	}
+	// Nothing pending: a second flush adds nothing.
+	if err := bad.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := mem.Read(ctx, r0, DayWindow(DayOf(now))); again.Holds != got3.Holds {
+		t.Fatalf("holds counted twice: %+v", again.Holds)
+	}
+}
+
+// TestRecorderHolds: reservation totals go to their window's stats hash under
+// their own fields, never to a principal's, and a window with holds only (a
+// check whose charge never came) is listed and read.
+func TestRecorderHolds(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 10, 17, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	mem := NewMemory("", clock)
+	rec, err := NewRecorder(Options{MaxPendingPrincipals: 1}, mem, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, r1 := RuleID{"budget", "set/b"}, RuleID{"budget", "set/b#cost"}
+	day, hour := DayWindow(DayOf(now)), WindowAt(PeriodHour, now, nil)
+	for range 1000 { // far past the per-principal bound: totals are not bounded by it
+		rec.HoldsIn(r0, day, Holds{Count: 1, Held: 50_000})
+	}
+	rec.HoldsIn(r0, day, Holds{Expired: 50_000})
+	rec.HoldsIn(r0, day, Holds{}) // nothing: no entry
+	rec.HoldsIn(r1, hour, Holds{Count: 1, Held: 7})
+	rec.DeniedIn(r0, day, Denial{Principal: "run-1", Shadow: true, Reserve: true})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := mem.Read(ctx, r0, day)
+	if d.Holds != (Holds{Count: 1000, Held: 50_000_000, Expired: 50_000}) || d.Denials != (Denials{Shadow: 1, Reserve: 1}) || d.PrincipalDenials["run-1"] != (Denials{Shadow: 1, Reserve: 1}) || len(d.PrincipalDenials) != 1 {
+		t.Fatalf("day: %+v", d)
+	}
+	var fields map[string]uint64
+	mem.ExportHashes(func(key string, _ time.Time, fs map[string]uint64) {
+		if key == WindowStatsKey("", r0, day) {
+			fields = maps.Clone(fs)
+		}
+	})
+	want := map[string]uint64{"holds": 1000, "held": 50_000_000, "expired": 50_000, "shadow": 1, "reserve": 1, "s:run-1": 1, "r:run-1": 1}
+	if !maps.Equal(fields, want) {
+		t.Fatalf("stats hash fields %v, want %v", fields, want)
+	}
+	keys, _ := mem.Keys(ctx, []Window{hour})
+	if len(keys) != 1 || keys[0] != (Key{r1, hour}) {
+		t.Fatalf("a window with holds only: keys %v", keys)
+	}
+	all, err := ReadAll(ctx, mem, []Window{hour})
+	if err != nil || len(all) != 1 || all[0].Holds != (Holds{Count: 1, Held: 7}) || len(all[0].Usage) != 0 {
+		t.Fatalf("a window with holds only: %+v %v", all, err)
 	}
 }
 

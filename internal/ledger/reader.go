@@ -31,6 +31,24 @@ func (d *Denials) Add(o Denials) {
 	d.Reserve += o.Reserve
 }
 
+// Holds are a window's reservations: checks admitted holding a reservation
+// (Count), the units they held (Held: the sum of their reserve) and the units
+// of holds that expired before their request's charge came (Expired).
+// Amounts are in the rule's units, like usage.
+type Holds struct {
+	Count, Held, Expired uint64
+}
+
+// IsZero reports whether there are none.
+func (h Holds) IsZero() bool { return h == Holds{} }
+
+// Add adds o to h.
+func (h *Holds) Add(o Holds) {
+	h.Count += o.Count
+	h.Held += o.Held
+	h.Expired += o.Expired
+}
+
 // Data is one rule's measurements for one window.
 type Data struct {
 	Rule   RuleID
@@ -42,11 +60,13 @@ type Data struct {
 	// PrincipalDenials are each principal's (encoded) denials. A recorder
 	// past its bound keeps the totals only, so they may add up to less.
 	PrincipalDenials map[string]Denials
+	// Holds are the window's reservations (totals only).
+	Holds Holds
 }
 
 // Empty reports whether d holds nothing.
 func (d *Data) Empty() bool {
-	return len(d.Usage) == 0 && d.Denials.IsZero() && len(d.PrincipalDenials) == 0
+	return len(d.Usage) == 0 && d.Denials.IsZero() && len(d.PrincipalDenials) == 0 && d.Holds.IsZero()
 }
 
 // Key names one rule-window with data.
@@ -132,10 +152,19 @@ func keyLess(a, b Key) bool {
 	return a.Window.Hour < b.Window.Hour
 }
 
-// addStatsField adds n to the denial count a stats field names; unknown
-// fields are ignored (a newer writer's).
+// addStatsField adds n to the denial or reservation count a stats field
+// names; unknown fields are ignored (a newer writer's).
 func addStatsField(d *Data, f string, n uint64) {
 	switch f {
+	case FieldHolds:
+		d.Holds.Count += n
+		return
+	case FieldHeldUnits:
+		d.Holds.Held += n
+		return
+	case FieldExpiredUnits:
+		d.Holds.Expired += n
+		return
 	case FieldShadowDenials:
 		d.Denials.Shadow += n
 		return

@@ -20,14 +20,15 @@ type Usage struct {
 	Tokens uint64
 }
 
-// Batch is what a Recorder flushes: denial counts and the expiry of every
-// hash it has touched in a current or just-ended window.
+// Batch is what a Recorder flushes: denial and reservation counts and the
+// expiry of every hash it has touched in a current or just-ended window.
 type Batch struct {
 	// Expire maps hash keys to their absolute expiry; EXPIREAT is idempotent,
 	// so re-sending it every flush also repairs a key recreated after a store
 	// restart.
 	Expire map[string]time.Time
-	// Denials adds counts to fields of stats hashes: key -> field -> n.
+	// Denials adds counts to fields of stats hashes (denials, and the
+	// window's reservation totals): key -> field -> n.
 	Denials map[string]map[string]uint64
 	// Usage adds deferred usage (charges the service answered from its local
 	// over-limit cache, with no round trip to ride on): key -> field -> n.
@@ -73,9 +74,12 @@ type ruleWindow struct {
 
 type windowKeys struct{ usage, stats string }
 
+// windowDenials is what a window has pending: its denials (totals and,
+// within the bound, each principal's) and its reservation totals.
 type windowDenials struct {
 	total Denials
 	per   map[string]Denials
+	holds Holds
 }
 
 // NewRecorder returns a Recorder writing through sink. now is the clock used
@@ -177,6 +181,25 @@ func (r *Recorder) DeniedIn(rule RuleID, w Window, d Denial) {
 	wd.per[d.Principal] = pd
 }
 
+// HoldsIn adds reservations of rule in window w to the window's totals (no
+// principal: a Recorder keeps one entry per rule-window, bounded by the
+// config's rules, not by traffic). It is written at the next Flush.
+func (r *Recorder) HoldsIn(rule RuleID, w Window, h Holds) {
+	if h.IsZero() {
+		return
+	}
+	k := ruleWindow{rule, w}
+	r.keysFor(rule, w)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wd := r.denials[k]
+	if wd == nil {
+		wd = &windowDenials{}
+		r.denials[k] = wd
+	}
+	wd.holds.Add(h)
+}
+
 func (r *Recorder) maxPending() int {
 	if r.opts.MaxPendingPrincipals > 0 {
 		return r.opts.MaxPendingPrincipals
@@ -184,8 +207,8 @@ func (r *Recorder) maxPending() int {
 	return DefaultMaxPendingPrincipals
 }
 
-// Flush writes pending denials and the expiries of current hashes. On error
-// the denials are kept for the next Flush.
+// Flush writes pending denials and reservations and the expiries of current
+// hashes. On error they are kept for the next Flush.
 func (r *Recorder) Flush(ctx context.Context) error {
 	b := Batch{Expire: r.expiries(), Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
 	r.mu.Lock()
@@ -234,7 +257,7 @@ func (r *Recorder) expiries() map[string]time.Time {
 	return out
 }
 
-// fields are the stats hash increments of one window's denials.
+// fields are the stats hash increments of one window's denials and holds.
 func (wd *windowDenials) fields() map[string]uint64 {
 	f := map[string]uint64{}
 	put := func(kind, p string, n uint64) {
@@ -255,6 +278,9 @@ func (wd *windowDenials) fields() map[string]uint64 {
 	put(FieldShadowDenials, "", wd.total.Shadow)
 	put(FieldEnforceDenials, "", wd.total.Enforce)
 	put(FieldReserveDenials, "", wd.total.Reserve)
+	put(FieldHolds, "", wd.holds.Count)
+	put(FieldHeldUnits, "", wd.holds.Held)
+	put(FieldExpiredUnits, "", wd.holds.Expired)
 	return f
 }
 
@@ -269,6 +295,7 @@ func (r *Recorder) restore(pending map[ruleWindow]*windowDenials, deferred map[U
 			r.denials[rw] = cur
 		}
 		cur.total.Add(wd.total)
+		cur.holds.Add(wd.holds)
 		for p, d := range wd.per {
 			pd, ok := cur.per[p]
 			if !ok {

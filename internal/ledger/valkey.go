@@ -118,7 +118,8 @@ func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
 }
 
 // Read implements Reader: a bounded HSCAN of the window's usage hash and of
-// its stats hash (which holds a field per principal denied).
+// its stats hash (which holds a field per principal denied, the denial
+// totals and the reservation totals).
 func (v *Valkey) Read(ctx context.Context, rule RuleID, w Window) (Data, error) {
 	d := Data{Rule: rule, Window: w, Usage: map[string]uint64{}}
 	max := v.MaxPrincipals
@@ -134,7 +135,8 @@ func (v *Valkey) Read(ctx context.Context, rule RuleID, w Window) (Data, error) 
 		return d, err
 	}
 	sk := WindowStatsKey(v.prefix, rule, w)
-	err = v.hscan(ctx, sk, 3*max+3, func(f string, n uint64) { addStatsField(&d, f, n) })
+	// Three denial fields per principal, three denial and three reservation totals.
+	err = v.hscan(ctx, sk, 3*max+6, func(f string, n uint64) { addStatsField(&d, f, n) })
 	return d, err
 }
 

@@ -121,12 +121,25 @@ func exerciseWeek(t *testing.T, ctx context.Context, v *Valkey, rec *Recorder, n
 		t.Fatal(err)
 	}
 	rec.DeniedIn(rule, ww, Denial{Principal: "user-1", Reserve: true})
+	rec.HoldsIn(rule, ww, Holds{Count: 3, Held: 150_000})
+	rec.HoldsIn(rule, ww, Holds{Expired: 50_000})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two flushes add up (HINCRBY), they do not overwrite.
+	rec.HoldsIn(rule, ww, Holds{Count: 1, Held: 50_000})
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wd, err := v.Read(ctx, rule, ww)
 	if err != nil || wd.Usage["user-1"] != 77 || wd.Denials != (Denials{Enforce: 1, Reserve: 1}) || wd.PrincipalDenials["user-1"] != (Denials{Enforce: 1, Reserve: 1}) {
 		t.Fatalf("week window: %+v %v", wd, err)
+	}
+	if wd.Holds != (Holds{Count: 4, Held: 200_000, Expired: 50_000}) {
+		t.Fatalf("week window holds %+v", wd.Holds)
+	}
+	if _, ok := wd.PrincipalDenials["holds"]; ok {
+		t.Fatalf("a reservation total read as a principal: %+v", wd.PrincipalDenials)
 	}
 	wantExp := strconv.FormatInt(ww.End(nil).AddDate(0, 0, 8).UnixMilli(), 10)
 	if e := pexpiretime(WindowStatsKey("rl:", rule, ww)); e != wantExp {

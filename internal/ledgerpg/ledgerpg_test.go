@@ -3,11 +3,14 @@ package ledgerpg
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
@@ -38,7 +41,7 @@ func TestMigrate(t *testing.T) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("second migrate: %v", err)
 	}
-	if v, err := db.Version(ctx); err != nil || v != 1 {
+	if v, err := db.Version(ctx); err != nil || v != 2 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	idx := s.Psql(ctx, t, "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename LIKE 'ledger_%'")
@@ -64,7 +67,8 @@ func TestPasswordInDSNRefused(t *testing.T) {
 
 // fillValkey writes a ledger as the service would: budget buckets of every
 // window (tokens, kilotokens, money, a shared group), with per-principal
-// and unattributed denials.
+// and unattributed denials, reservations, and a window with holds only (a
+// check whose charge never came).
 func fillValkey(t *testing.T, ctx context.Context, c valkey.Client, now time.Time) {
 	t.Helper()
 	lv := ledger.NewValkey(c, "")
@@ -84,6 +88,9 @@ func fillValkey(t *testing.T, ctx context.Context, c valkey.Client, now time.Tim
 	us = append(us, rec.UsageIn(b("s/per-team#cost"), "team-a", mw, 123_456), rec.UsageIn(b("s/per-team#ktokens"), "team-a", mw, 6_000_000),
 		rec.UsageIn(b("s/fleet@agents/agw"), "", ledger.WindowAt(ledger.PeriodDay, now, nil), 9_000))
 	rec.Denied(b("s/fleet@agents/agw"), now, false) // a shared bucket: no principal
+	rec.HoldsIn(b("s/per-team"), ledger.WindowAt(ledger.PeriodDay, now, nil), ledger.Holds{Count: 3, Held: 1_500, Expired: 500})
+	rec.HoldsIn(b("s/per-team#cost"), mw, ledger.Holds{Count: 3, Held: 900})
+	rec.HoldsIn(b("s/per-run"), ledger.WindowAt(ledger.PeriodDay, now, nil), ledger.Holds{Count: 1, Held: 50_000, Expired: 50_000})
 	if err := lv.Add(ctx, us...); err != nil {
 		t.Fatal(err)
 	}
@@ -113,44 +120,51 @@ func TestSyncTwiceGivesTheSameRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 4 windows of per-team (3 principals each), the cost and kilotoken months, the fleet's day.
-	if st.Windows != 7 || st.Rows != 15 || st.Changed != 22 {
+	// 4 windows of per-team (3 principals each), the cost and kilotoken
+	// months, the fleet's day, per-run's day with holds only (no principal).
+	if st.Windows != 8 || st.Rows != 15 || st.Changed != 23 {
 		t.Fatalf("first sync %+v", st)
 	}
 	const all = "SELECT domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end, budget_set, budget, gateway, measure, units, tokens, cost, shadow_denials, enforce_denials, reserve_denials, synced_at FROM ledger_usage ORDER BY 1, 2, 3, 4"
 	first := pg.Psql(ctx, t, all)
 	clock = now.Add(time.Hour)
-	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 0 || st.Windows != 7 {
+	const windows = "SELECT domain, rule, window_label, shadow_denials, enforce_denials, reserve_denials, holds, held_units, expired_units, synced_at FROM ledger_windows ORDER BY 1, 2, 3"
+	firstWindows := pg.Psql(ctx, t, windows)
+	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 0 || st.Windows != 8 {
 		t.Fatalf("second sync changed %+v %v", st, err)
 	}
 	if again := pg.Psql(ctx, t, all); again != first {
 		t.Fatalf("rows changed on the second sync:\n%s\n---\n%s", first, again)
 	}
-	// What the columns say, in SQL: tokens, money, who.
-	for q, want := range map[string]string{
-		"SELECT tokens FROM ledger_usage WHERE rule = 's/per-team#ktokens'":                                               "6000000000",
-		"SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'":                                                    "12.3456",
-		"SELECT budget || ',' || measure || ',' || gateway FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":         "fleet,tokens,agents/agw",
-		"SELECT DISTINCT principal_name FROM ledger_usage WHERE principal = 'team,b'":                                     "team, b",
-		"SELECT count(*) FROM ledger_usage WHERE principal = 'team-c' AND units IS NULL AND reserve_denials = 1":          "4",
-		"SELECT enforce_denials FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                                    "1",
-		"SELECT sum(tokens) FROM ledger_usage WHERE budget = 'per-team' AND window_kind = 'month' AND measure = 'tokens'": "750",
-	} {
-		if got := pg.Psql(ctx, t, q); got != want {
-			t.Errorf("%s = %q, want %q", q, got, want)
-		}
+	if again := pg.Psql(ctx, t, windows); again != firstWindows {
+		t.Fatalf("window rows changed on the second sync:\n%s\n---\n%s", firstWindows, again)
 	}
+	checkColumns(ctx, t, pg)
 	// New usage is copied; a ledger that lost a key never lowers a row.
 	lv := ledger.NewValkey(c, "")
 	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
 	if err := lv.Add(ctx, rec.UsageIn(ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, "team-a", ledger.WindowAt(ledger.PeriodDay, now, nil), 5)); err != nil {
 		t.Fatal(err)
 	}
+	rec.HoldsIn(ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, ledger.WindowAt(ledger.PeriodDay, now, nil), ledger.Holds{Count: 1, Held: 500})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// per-run's holds are lost from Valkey (a restart): the record stays.
+	if err := c.Do(ctx, c.B().Del().Key(ledger.WindowStatsKey("", ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-run"}, ledger.WindowAt(ledger.PeriodDay, now, nil))).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Do(ctx, c.B().Del().Key(ledger.WindowUsageKey("", ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team#cost"}, ledger.WindowAt(ledger.PeriodMonth, now, nil))).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 1 {
+	if st, err := db.Sync(ctx, src, opts); err != nil || st.Changed != 2 {
 		t.Fatalf("third sync %+v %v", st, err)
+	}
+	if got := pg.Psql(ctx, t, "SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team' AND window_kind = 'day'"); got != "4,2000,500" {
+		t.Fatalf("day holds after more traffic: %s", got)
+	}
+	if got := pg.Psql(ctx, t, "SELECT holds || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-run'"); got != "1,50000" {
+		t.Fatalf("a lost key lowered the holds: %s", got)
 	}
 	if got := pg.Psql(ctx, t, "SELECT units FROM ledger_usage WHERE rule = 's/per-team' AND window_kind = 'day' AND principal = 'team-a'"); got != "705" {
 		t.Fatalf("day usage after more traffic: %s", got)
@@ -186,15 +200,90 @@ func TestReadBackEqualsSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 7 || !reflect.DeepEqual(got, want) {
+	if len(want) != 8 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("from PostgreSQL:\n%+v\nfrom Valkey:\n%+v", got, want)
 	}
 	some := []ledger.Window{ledger.WindowAt(ledger.PeriodMonth, now, nil)}
 	if keys, err := db.Keys(ctx, some); err != nil || len(keys) != 3 {
 		t.Fatalf("keys of the month: %v %v", keys, err)
 	}
+	if n := countHolds(got); n != (ledger.Holds{Count: 7, Held: 52_400, Expired: 50_500}) {
+		t.Fatalf("holds read back %+v", n)
+	}
 	db.MaxPrincipals = 2
-	if _, err := db.Read(ctx, want[1].Rule, want[1].Window); !errors.Is(err, ledger.ErrTooMany) {
+	if _, err := db.Read(ctx, ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, ledger.WindowAt(ledger.PeriodDay, now, nil)); !errors.Is(err, ledger.ErrTooMany) {
 		t.Fatalf("bound: %v", err)
+	}
+}
+
+func countHolds(ds []ledger.Data) ledger.Holds {
+	var h ledger.Holds
+	for _, d := range ds {
+		h.Add(d.Holds)
+	}
+	return h
+}
+
+// A database synced before reservations were measured upgrades in place: its
+// rows stay, with no holds, and the next sync fills them.
+func TestMigrateKeepsRowsOfTheFirstSchema(t *testing.T) {
+	s := pgtest.Start(t)
+	ctx := context.Background()
+	db, err := Open(ctx, s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close(ctx) }()
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDB(*db.cfg)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Psql(ctx, t, `INSERT INTO ledger_windows (domain, rule, window_label, window_kind, window_start, window_end, budget, measure, reserve_denials, synced_at)
+		VALUES ('budget', 's/per-run', '20261020', 'day', '2026-10-20T00:00:00Z', '2026-10-21T00:00:00Z', 'per-run', 'tokens', 2, now())`)
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Version(ctx); err != nil || v != 2 {
+		t.Fatalf("version %d %v", v, err)
+	}
+	if got := s.Psql(ctx, t, "SELECT reserve_denials || ',' || holds || ',' || held_units || ',' || expired_units FROM ledger_windows"); got != "2,0,0,0" {
+		t.Fatalf("row after the upgrade: %s", got)
+	}
+	w, _ := ledger.ParseWindowID("20261020")
+	d, err := db.Read(ctx, ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-run"}, w)
+	if err != nil || d.Denials.Reserve != 2 || !d.Holds.IsZero() {
+		t.Fatalf("read after the upgrade: %+v %v", d, err)
+	}
+}
+
+// checkColumns: what the columns say, in SQL: tokens, money, who, holds.
+func checkColumns(ctx context.Context, t *testing.T, pg *pgtest.Server) {
+	t.Helper()
+	for q, want := range map[string]string{
+		"SELECT tokens FROM ledger_usage WHERE rule = 's/per-team#ktokens'":                                                               "6000000000",
+		"SELECT cost FROM ledger_usage WHERE rule = 's/per-team#cost'":                                                                    "12.3456",
+		"SELECT budget || ',' || measure || ',' || gateway FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                         "fleet,tokens,agents/agw",
+		"SELECT DISTINCT principal_name FROM ledger_usage WHERE principal = 'team,b'":                                                     "team, b",
+		"SELECT count(*) FROM ledger_usage WHERE principal = 'team-c' AND units IS NULL AND reserve_denials = 1":                          "4",
+		"SELECT enforce_denials FROM ledger_windows WHERE rule = 's/fleet@agents/agw'":                                                    "1",
+		"SELECT sum(tokens) FROM ledger_usage WHERE budget = 'per-team' AND window_kind = 'month' AND measure = 'tokens'":                 "750",
+		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team' AND window_kind = 'day'": "3,1500,500",
+		"SELECT holds || ',' || held_units || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-team#cost'":                    "3,900,0",
+		"SELECT holds || ',' || expired_units FROM ledger_windows WHERE rule = 's/per-run'":                                               "1,50000",
+		"SELECT count(*) FROM ledger_usage WHERE rule = 's/per-run'":                                                                      "0",
+		"SELECT sum(holds) FROM ledger_windows WHERE rule = 's/per-team' AND window_kind <> 'day'":                                        "0",
+	} {
+		if got := pg.Psql(ctx, t, q); got != want {
+			t.Errorf("%s = %q, want %q", q, got, want)
+		}
 	}
 }

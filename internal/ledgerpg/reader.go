@@ -49,7 +49,7 @@ func (db *DB) Keys(ctx context.Context, windows []ledger.Window) ([]ledger.Key, 
 }
 
 // Read implements ledger.Reader: one rule-window's principals (at most
-// MaxPrincipals) and totals.
+// MaxPrincipals) and totals (denials and reservations).
 func (db *DB) Read(ctx context.Context, rule ledger.RuleID, w ledger.Window) (ledger.Data, error) {
 	d := ledger.Data{Rule: rule, Window: w, Usage: map[string]uint64{}}
 	max := db.MaxPrincipals
@@ -87,12 +87,13 @@ func (db *DB) Read(ctx context.Context, rule ledger.RuleID, w ledger.Window) (le
 	if err := rows.Err(); err != nil {
 		return d, err
 	}
-	var t [3]int64
-	err = db.conn.QueryRow(ctx, `SELECT shadow_denials, enforce_denials, reserve_denials FROM ledger_windows
-		WHERE domain = $1 AND rule = $2 AND window_label = $3`, rule.Domain, rule.Rule, label).Scan(&t[0], &t[1], &t[2])
+	var t [6]int64
+	err = db.conn.QueryRow(ctx, `SELECT shadow_denials, enforce_denials, reserve_denials, holds, held_units, expired_units FROM ledger_windows
+		WHERE domain = $1 AND rule = $2 AND window_label = $3`, rule.Domain, rule.Rule, label).Scan(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("read totals of %s %s: %w", rule, w, err)
 	}
 	d.Denials = ledger.Denials{Shadow: uint64(t[0]), Enforce: uint64(t[1]), Reserve: uint64(t[2])}
+	d.Holds = ledger.Holds{Count: uint64(t[3]), Held: uint64(t[4]), Expired: uint64(t[5])}
 	return d, nil
 }

@@ -142,20 +142,25 @@ WHERE (u.units, u.shadow_denials, u.enforce_denials, u.reserve_denials, u.princi
 
 const upsertWindowTotals = `
 INSERT INTO ledger_windows AS w (domain, rule, window_label, window_kind, window_start, window_end,
-    budget_set, budget, gateway, measure, shadow_denials, enforce_denials, reserve_denials, synced_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    budget_set, budget, gateway, measure, shadow_denials, enforce_denials, reserve_denials, holds, held_units, expired_units, synced_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT (domain, rule, window_label) DO UPDATE SET
     shadow_denials = GREATEST(w.shadow_denials, EXCLUDED.shadow_denials),
     enforce_denials = GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
     reserve_denials = GREATEST(w.reserve_denials, EXCLUDED.reserve_denials),
+    holds = GREATEST(w.holds, EXCLUDED.holds),
+    held_units = GREATEST(w.held_units, EXCLUDED.held_units),
+    expired_units = GREATEST(w.expired_units, EXCLUDED.expired_units),
     window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
     budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
     synced_at = EXCLUDED.synced_at
-WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.window_start, w.window_end, w.budget_set, w.budget, w.gateway, w.measure)
+WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.holds, w.held_units, w.expired_units,
+       w.window_start, w.window_end, w.budget_set, w.budget, w.gateway, w.measure)
     IS DISTINCT FROM
       (GREATEST(w.shadow_denials, EXCLUDED.shadow_denials), GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
-       GREATEST(w.reserve_denials, EXCLUDED.reserve_denials), EXCLUDED.window_start, EXCLUDED.window_end,
-       EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+       GREATEST(w.reserve_denials, EXCLUDED.reserve_denials), GREATEST(w.holds, EXCLUDED.holds),
+       GREATEST(w.held_units, EXCLUDED.held_units), GREATEST(w.expired_units, EXCLUDED.expired_units),
+       EXCLUDED.window_start, EXCLUDED.window_end, EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
 
 // rows are one rule-window's principal rows as column arrays.
 type rows struct {
@@ -223,15 +228,29 @@ func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *
 	if err != nil {
 		return 0, err
 	}
-	s, err1 := toInt64(d.Denials.Shadow, "denials")
-	e, err2 := toInt64(d.Denials.Enforce, "denials")
-	rs, err3 := toInt64(d.Denials.Reserve, "denials")
-	if err := firstErr(err1, err2, err3); err != nil {
+	totals, err := windowTotals(d)
+	if err != nil {
 		return 0, err
 	}
-	tag2, err := tx.Exec(ctx, upsertWindowTotals, d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure, s, e, rs, now)
+	args := append([]any{d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure}, totals...)
+	tag2, err := tx.Exec(ctx, upsertWindowTotals, append(args, now)...)
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected() + tag2.RowsAffected(), nil
+}
+
+// windowTotals are a rule-window's ledger_windows counts, in column order:
+// shadow, enforce and reserve denials, holds, held and expired units.
+func windowTotals(d *ledger.Data) ([]any, error) {
+	vals := []uint64{d.Denials.Shadow, d.Denials.Enforce, d.Denials.Reserve, d.Holds.Count, d.Holds.Held, d.Holds.Expired}
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		n, err := toInt64(v, "window total")
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
 }

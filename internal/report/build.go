@@ -127,7 +127,7 @@ func (g *grouped) only(names []string) error {
 
 // buildBudget judges each cap of a budget and draws its days.
 func buildBudget(a *budgetAcc, p plan, o Options, r *Report) Budget {
-	b := Budget{Name: a.name, Mode: a.info.Mode, ShadowSince: a.info.ShadowSince, Shared: a.info.Group, Rules: sortedNames(a.rules)}
+	b := Budget{Name: a.name, Mode: a.info.Mode, ShadowSince: a.info.ShadowSince, Shared: a.info.Group, Reserve: a.info.Reserve, Rules: sortedNames(a.rules)}
 	for _, k := range capKeys(a) {
 		c := buildCap(a, k, p, o)
 		c.Verdict = capVerdict(&c, b.Mode, o)
@@ -289,6 +289,9 @@ func (f *fill) row(row capRow) {
 	if row.info.Principal != "" {
 		own = f.override(row.info.Principal)
 	}
+	// Reservations are the rule's totals: the population the rule counts.
+	h := row.d.Holds
+	own.hold(i, ledger.Holds{Count: h.Count, Held: h.Held * scale, Expired: h.Expired * scale})
 	ident := func(s string) string { return s }
 	for pop, per := range byPop {
 		var total ledger.Denials
@@ -385,6 +388,9 @@ func rollUpDays(pop *population, p plan) []WindowStats {
 		ws.Would429 += s.Would429
 		ws.Denied += s.Denied
 		ws.ReserveDenied += s.ReserveDenied
+		ws.Holds += s.Holds
+		ws.Held += s.Held
+		ws.Expired += s.Expired
 		for n := range pop.acc[i].principals {
 			seen[k][n] = true
 		}

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -100,4 +101,55 @@ func would429Text(p PrincipalOver) string {
 		return "unknown"
 	}
 	return fmt.Sprintf(">=%d", p.Would429)
+}
+
+// reserveLabel names a budget's reserve for people: "reserve auto",
+// "reserve 50,000 tokens", or "" when the spec gives none.
+func reserveLabel(reserve string) string {
+	if reserve == "" {
+		return ""
+	}
+	if n, err := strconv.ParseUint(reserve, 10, 64); err == nil {
+		return "reserve " + group(n) + " tokens"
+	}
+	return "reserve " + reserve
+}
+
+// reserving reports whether a cap's reservations are shown: its budget
+// reserves (so zero holds is news: the service is not reserving), or the
+// ledger counted some.
+func (c *Cap) reserving(reserve string) bool {
+	if reserve != "" || c.Summary.hasReservations() {
+		return true
+	}
+	for _, ov := range c.Overridden {
+		if ov.Summary.hasReservations() {
+			return true
+		}
+	}
+	return false
+}
+
+// held formats a reserved amount: tokens, or money for a money cap (a
+// reserve is held at the dearest price).
+func (c *Cap) held(v uint64) string {
+	if c.Measure == MeasureCost {
+		return c.amount(v)
+	}
+	return group(v) + " tokens"
+}
+
+// reservationText is one population's reservations on one line ("" when the
+// cap shows none): "reservations (reserve auto): 1,234 holds, 61,700,000
+// tokens held, 100,000 tokens expired without a charge". The store counts an
+// expired hold's amount, not the holds, so there is no count of them.
+func (c *Cap) reservationText(s Stats, reserve string) string {
+	if !c.reserving(reserve) {
+		return ""
+	}
+	head := "reservations"
+	if l := reserveLabel(reserve); l != "" {
+		head += " (" + l + ")"
+	}
+	return fmt.Sprintf("%s: %s holds, %s held, %s expired without a charge", head, group(s.Holds), c.held(s.Held), c.held(s.Expired))
 }

@@ -17,6 +17,8 @@ import (
 type htmlCap struct {
 	*Cap
 	Chart *htmlChart
+	// Reserve is the budget's reserve (Budget.Reserve).
+	Reserve string
 }
 
 type htmlBudget struct {
@@ -104,18 +106,19 @@ const htmlCapTmpl = `{{define "cap"}}<h3>Cap {{.CapText}} {{.LabelText}}</h3>
 {{else}}<p>{{.Summary.Principals}} principals, {{.Summary.PrincipalWindows}} principal-{{.Window}}s, total {{.Amount .Summary.Total}}.
 Over the cap: {{.Summary.OverCap}} principal-{{.Window}}s ({{pct .Summary.LimitedShare}}), {{.Amount .Summary.AboveCap}} above it, {{.Summary.Would429}} would-be 429s, {{.Summary.Denied}} denied{{if .Summary.ReserveDenied}} ({{.Summary.ReserveDenied}} by reservations){{end}}.
 Suggested cap: <strong>{{.Amount .SuggestedCap}}</strong> ({{.SuggestionBasis}}).</p>
-{{end}}{{with .Chart}}{{template "chart" (chartArgs . "histogram" "bar" "distribution of usage per principal and window against the cap")}}{{end}}{{if .Outliers}}<h4>Outliers, left out of the histogram</h4>
+{{with .Reservations .Summary}}<p class="reservations">{{.}}.</p>
+{{end}}{{end}}{{with .Chart}}{{template "chart" (chartArgs . "histogram" "bar" "distribution of usage per principal and window against the cap")}}{{end}}{{if .Outliers}}<h4>Outliers, left out of the histogram</h4>
 <table class="outliers">
 <tr><th>principal</th><th>{{.Window}}</th><th>usage</th><th>x cap</th></tr>
 {{range .Outliers}}<tr><td>{{.Principal}}</td><td>{{.Window}}</td><td>{{$.Amount .Value}}</td><td>{{times .Value .Cap}}</td></tr>
 {{end}}</table>
 {{end}}{{if not .NoData}}{{if .PerDay}}<table class="windows">
-<tr><th>day</th><th>principal-hours</th><th>max hour</th><th>hours over</th><th>above cap</th><th>would-be 429s</th><th>denied</th></tr>
-{{range .PerDay}}<tr{{if .Partial}} class="partial"{{end}}><td>{{date .Window .Partial}}</td><td>{{.PrincipalWindows}}</td><td>{{$.Amount .Max}}</td><td>{{.OverCap}}</td><td>{{$.Amount .AboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td></tr>
+<tr><th>day</th><th>principal-hours</th><th>max hour</th><th>hours over</th><th>above cap</th><th>would-be 429s</th><th>denied</th>{{template "resh" $}}</tr>
+{{range .PerDay}}<tr{{if .Partial}} class="partial"{{end}}><td>{{date .Window .Partial}}</td><td>{{.PrincipalWindows}}</td><td>{{$.Amount .Max}}</td><td>{{.OverCap}}</td><td>{{$.Amount .AboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td>{{template "resd" (resArgs $ .Stats)}}</tr>
 {{end}}</table>
 {{else}}<table class="windows">
-<tr><th>{{.Window}}</th><th>principals</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th></tr>
-{{range .PerWindow}}<tr{{if .Partial}} class="partial"{{end}}><td>{{date .Window .Partial}}</td><td>{{.Principals}}</td><td>{{$.Amount .P50}}</td><td>{{$.Amount .P95}}</td><td>{{$.Amount .P99}}</td><td>{{$.Amount .Max}}</td><td>{{.OverCap}}</td><td>{{$.Amount .AboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td></tr>
+<tr><th>{{.Window}}</th><th>principals</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th>{{template "resh" $}}</tr>
+{{range .PerWindow}}<tr{{if .Partial}} class="partial"{{end}}><td>{{date .Window .Partial}}</td><td>{{.Principals}}</td><td>{{$.Amount .P50}}</td><td>{{$.Amount .P95}}</td><td>{{$.Amount .P99}}</td><td>{{$.Amount .Max}}</td><td>{{.OverCap}}</td><td>{{$.Amount .AboveCap}}</td><td>{{.Would429}}</td><td>{{.Denied}}</td>{{template "resd" (resArgs $ .Stats)}}</tr>
 {{end}}</table>
 {{end}}{{end}}{{if .OverCapPrincipalsTotal}}<h4>Principals over the cap ({{top (len .OverCapPrincipals) .OverCapPrincipalsTotal}})</h4>
 <table class="over">
@@ -124,10 +127,14 @@ Suggested cap: <strong>{{.Amount .SuggestedCap}}</strong> ({{.SuggestionBasis}})
 {{end}}</table>
 {{end}}{{if .Overridden}}<h4>Override principals, each against its own cap</h4>
 <table class="overrides">
-<tr><th>principal</th><th>own cap</th><th>{{.Window}}s</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th><th>suggested cap</th></tr>
-{{range .Overridden}}<tr><td>{{.Principal}}</td><td>{{$.Amount .Cap}}</td><td>{{.WindowsCovered}}</td><td>{{$.Amount .Summary.Max}}</td><td>{{.Summary.OverCap}}</td><td>{{$.Amount .Summary.AboveCap}}</td><td>{{.Summary.Would429}}</td><td>{{.Summary.Denied}}</td><td>{{sugg $.Cap .SuggestedCap .NoData}}</td></tr>
+<tr><th>principal</th><th>own cap</th><th>{{.Window}}s</th><th>max</th><th>over cap</th><th>above cap</th><th>would-be 429s</th><th>denied</th><th>suggested cap</th>{{template "resh" $}}</tr>
+{{range .Overridden}}<tr><td>{{.Principal}}</td><td>{{$.Amount .Cap}}</td><td>{{.WindowsCovered}}</td><td>{{$.Amount .Summary.Max}}</td><td>{{.Summary.OverCap}}</td><td>{{$.Amount .Summary.AboveCap}}</td><td>{{.Summary.Would429}}</td><td>{{.Summary.Denied}}</td><td>{{sugg $.Cap .SuggestedCap .NoData}}</td>{{template "resd" (resArgs $ .Summary)}}</tr>
 {{end}}</table>
 {{end}}{{end}}`
+
+// htmlResTmpl are the reservation columns of a cap's tables: "resh" the
+// headers (given the htmlCap), "resd" a row's cells (given resArgs).
+const htmlResTmpl = `{{define "resh"}}{{if .Reserving}}<th>holds</th><th>held</th><th>expired</th><th>by reservations</th>{{end}}{{end}}{{define "resd"}}{{if .C.Reserving}}<td>{{group .S.Holds}}</td><td>{{.C.Amount .S.Held}}</td><td>{{.C.Amount .S.Expired}}</td><td>{{.S.ReserveDenied}}</td>{{end}}{{end}}`
 
 const htmlPageTmpl = `<!DOCTYPE html>
 <html lang="en">
@@ -168,18 +175,32 @@ type chartData struct {
 var page = template.Must(template.New("report").Funcs(funcs).Funcs(template.FuncMap{
 	"style":     func() template.CSS { return template.CSS(htmlStyle) },
 	"chartArgs": func(c *htmlChart, kind, bar, label string) chartData { return chartData{c, kind, bar, label} },
+	"resArgs":   func(c htmlCap, s Stats) resData { return resData{c, s} },
 	"times": func(v, c uint64) string {
 		if c == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%.1f", float64(v)/float64(c))
 	},
-}).Parse(htmlPageTmpl + htmlChartTmpl + htmlCapTmpl))
+}).Parse(htmlPageTmpl + htmlChartTmpl + htmlCapTmpl + htmlResTmpl))
+
+// resData is what a row's reservation cells show.
+type resData struct {
+	C htmlCap
+	S Stats
+}
 
 // CapText, LabelText and Amount let the template format a cap's amounts.
 func (c htmlCap) CapText() string        { return c.capOf() }
 func (c htmlCap) LabelText() string      { return c.label() }
 func (c htmlCap) Amount(v uint64) string { return c.amount(v) }
+
+// Reserving and Reservations say what the cap shows of its budget's
+// reservations.
+func (c htmlCap) Reserving() bool { return c.reserving(c.Reserve) }
+func (c htmlCap) Reservations(s Stats) string {
+	return capitalize(c.reservationText(s, c.Reserve))
+}
 
 // CapText and SuggestedText format a summary row's amounts.
 func (s SummaryRow) CapText() string       { return s.capText() }
@@ -198,7 +219,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 			hb.Money = hb.Money || d.Currency != ""
 		}
 		for j := range b.Caps {
-			hb.Caps = append(hb.Caps, htmlCap{Cap: &b.Caps[j], Chart: histogram(&b.Caps[j])})
+			hb.Caps = append(hb.Caps, htmlCap{Cap: &b.Caps[j], Chart: histogram(&b.Caps[j]), Reserve: b.Reserve})
 		}
 		p.Items = append(p.Items, hb)
 	}

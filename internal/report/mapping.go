@@ -52,6 +52,8 @@ type BudgetInfo struct {
 	// Group budgets (group, frontier) have one shared bucket: their
 	// principal is the group.
 	Group bool
+	// Reserve is the spec's reserve ("" when the budget does not reserve).
+	Reserve string
 	// Caps are the default rule's caps, Overrides each override principal's.
 	Caps      map[CapKey]CapInfo
 	Overrides map[string]map[CapKey]CapInfo
@@ -136,6 +138,7 @@ func budgetInfo(bs *spec.BudgetSet, ref spec.Ref) BudgetInfo {
 	bi := BudgetInfo{Mode: string(ref.Rollout.Mode), ShadowSince: ref.Rollout.ShadowSince, Group: ref.Kind == spec.KindGroup || ref.Kind == spec.KindFrontier}
 	var ls []spec.Limit
 	if ref.Budget != nil {
+		bi.Reserve = reserveOf(ref.Budget.Reservation)
 		ls = ref.Budget.AllLimits()
 		for _, o := range ref.Budget.Overrides {
 			if bi.Overrides == nil {
@@ -144,10 +147,23 @@ func budgetInfo(bs *spec.BudgetSet, ref spec.Ref) BudgetInfo {
 			bi.Overrides[o.Principal] = capsOf(bs, o.AllLimits())
 		}
 	} else if ref.Frontier != nil {
+		bi.Reserve = reserveOf(ref.Frontier.Reservation)
 		ls = ref.Frontier.AllLimits()
 	}
 	bi.Caps = capsOf(bs, ls)
 	return bi
+}
+
+// reserveOf is a reservation as the report names it: "auto", a number of
+// tokens, or "" for none.
+func reserveOf(r spec.Reservation) string {
+	switch {
+	case !r.On():
+		return ""
+	case r.Reserve.Auto():
+		return spec.ReserveAuto
+	}
+	return strconv.FormatInt(r.Reserve.Tokens(), 10)
 }
 
 // CapsOf returns the caps of a set of limits, keyed by window and measure.

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"io"
 	"strings"
 
@@ -32,7 +33,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			ew.printf("\n%s.\n", md(b.NoData))
 		}
 		for j := range b.Caps {
-			writeMarkdownCap(ew, &b.Caps[j])
+			writeMarkdownCap(ew, &b.Caps[j], b.Reserve)
 		}
 	}
 	if len(r.Warnings) > 0 {
@@ -44,7 +45,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return ew.err
 }
 
-func writeMarkdownCap(ew *errWriter, c *Cap) {
+func writeMarkdownCap(ew *errWriter, c *Cap, reserve string) {
 	ew.printf("\n### %s %s\n\nJudged on %s.", md(c.capOf()), md(c.label()), md(c.Judged.Text))
 	for _, n := range c.Verdict.Notes {
 		ew.printf(" Note: %s.", md(n))
@@ -54,7 +55,10 @@ func writeMarkdownCap(ew *errWriter, c *Cap) {
 		ew.printf("%s.\n", md(c.NoData))
 	} else {
 		ew.printf("Suggested cap **%s**: %s.\n\n", md(c.amount(c.SuggestedCap)), md(c.SuggestionBasis))
-		writeMarkdownWindows(ew, c)
+		if text := c.reservationText(c.Summary, reserve); text != "" {
+			ew.printf("%s; %d denials by reservations alone.\n\n", md(capitalize(text)), c.Summary.ReserveDenied)
+		}
+		writeMarkdownWindows(ew, c, c.reserving(reserve))
 	}
 	if c.OverCapPrincipalsTotal > 0 {
 		ew.printf("\nPrincipals over the cap (%s):\n\n", topText(len(c.OverCapPrincipals), c.OverCapPrincipalsTotal))
@@ -72,28 +76,53 @@ func writeMarkdownCap(ew *errWriter, c *Cap) {
 	}
 	if len(c.Overridden) > 0 {
 		ew.printf("\nOverride principals, each against its own cap:\n\n")
-		ew.printf("| principal | own cap | %ss | max | over cap | above cap | would-be 429s | denied | suggested cap |\n", c.Window)
-		ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		res := c.reserving(reserve)
+		ew.printf("| principal | own cap | %ss | max | over cap | above cap | would-be 429s | denied | suggested cap |%s\n", c.Window, cond(res, " holds | held | expired | by reservations |"))
+		ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|%s\n", cond(res, "---:|---:|---:|---:|"))
 		for _, ov := range c.Overridden {
 			s := ov.Summary
-			ew.printf("| %s | %s | %d | %s | %d | %s | %d | %d | %s |\n", md(ov.Principal), md(c.amount(ov.Cap)), ov.WindowsCovered, md(c.amount(s.Max)), s.OverCap, md(c.amount(s.AboveCap)), s.Would429, s.Denied, md(suggestionText(c, ov.SuggestedCap, ov.NoData)))
+			ew.printf("| %s | %s | %d | %s | %d | %s | %d | %d | %s |%s\n", md(ov.Principal), md(c.amount(ov.Cap)), ov.WindowsCovered, md(c.amount(s.Max)), s.OverCap, md(c.amount(s.AboveCap)), s.Would429, s.Denied, md(suggestionText(c, ov.SuggestedCap, ov.NoData)), cond(res, markdownReservations(c, s)))
 		}
 	}
 }
 
-func writeMarkdownWindows(ew *errWriter, c *Cap) {
+// writeMarkdownWindows writes the table of windows (days for an hour cap),
+// with the reservation columns when the cap shows reservations.
+func writeMarkdownWindows(ew *errWriter, c *Cap, reserving bool) {
+	resHead, resAlign := cond(reserving, " holds | held | expired | by reservations |"), cond(reserving, "---:|---:|---:|---:|")
 	if c.PerDay != nil {
-		ew.printf("| day | principal-hours | max hour | hours over | above cap | would-be 429s | denied |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		ew.printf("| day | principal-hours | max hour | hours over | above cap | would-be 429s | denied |%s\n|---|---:|---:|---:|---:|---:|---:|%s\n", resHead, resAlign)
 		for _, d := range c.PerDay {
-			ew.printf("| %s | %d | %s | %d | %s | %d | %d |\n", md(dateText(d.Window, d.Partial)), d.PrincipalWindows, md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied)
+			ew.printf("| %s | %d | %s | %d | %s | %d | %d |%s\n", md(dateText(d.Window, d.Partial)), d.PrincipalWindows, md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied, cond(reserving, markdownReservations(c, d.Stats)))
 		}
 		return
 	}
-	ew.printf("| %s | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied |\n", c.Window)
-	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ew.printf("| %s | principals | p50 | p95 | p99 | max | over cap | above cap | would-be 429s | denied |%s\n", c.Window, resHead)
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n", resAlign)
 	for _, d := range c.PerWindow {
-		ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |\n", md(dateText(d.Window, d.Partial)), d.Principals, md(c.amount(d.P50)), md(c.amount(d.P95)), md(c.amount(d.P99)), md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied)
+		ew.printf("| %s | %d | %s | %s | %s | %s | %d | %s | %d | %d |%s\n", md(dateText(d.Window, d.Partial)), d.Principals, md(c.amount(d.P50)), md(c.amount(d.P95)), md(c.amount(d.P99)), md(c.amount(d.Max)), d.OverCap, md(c.amount(d.AboveCap)), d.Would429, d.Denied, cond(reserving, markdownReservations(c, d.Stats)))
 	}
+}
+
+// markdownReservations are the reservation cells of a table row.
+func markdownReservations(c *Cap, s Stats) string {
+	return fmt.Sprintf(" %d | %s | %s | %d |", s.Holds, md(c.amount(s.Held)), md(c.amount(s.Expired)), s.ReserveDenied)
+}
+
+// cond is s when ok, else "".
+func cond(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return ""
+}
+
+// capitalize upper-cases a sentence's first letter.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // suggestionText is the suggested cap, or "none" without data (never a 0

@@ -110,6 +110,9 @@ type Budget struct {
 	// Shared is true for a budget with one bucket for everyone (group,
 	// frontier): its one "principal" is the whole group.
 	Shared bool `json:"shared,omitempty"`
+	// Reserve is the spec's reserve when the budget reserves: a number of
+	// tokens held per admitted, unfinished request, or "auto".
+	Reserve string `json:"reserve,omitempty"`
 	// Rules are the ledger rules measured for this budget, sorted.
 	Rules []string `json:"rules"`
 	// Verdict is the budget's: ready when every cap is.
@@ -255,6 +258,20 @@ type Stats struct {
 	Would429      uint64 `json:"would429"`
 	Denied        uint64 `json:"denied"`
 	ReserveDenied uint64 `json:"reserveDenied,omitempty"`
+	// Reservations (a budget with reserve, shadow or enforced): Holds counts
+	// checks admitted holding a reservation, Held the amount they held (the
+	// sum of their reserve) and Expired the amount of holds released
+	// because their request's charge never came. Amounts are in the cap's
+	// measure, like Total; none is projected. Totals of the rule's windows:
+	// the ledger keeps no principal's.
+	Holds   uint64 `json:"holds,omitempty"`
+	Held    uint64 `json:"held,omitempty"`
+	Expired uint64 `json:"expired,omitempty"`
+}
+
+// hasReservations reports whether s counts any reservation outcome.
+func (s Stats) hasReservations() bool {
+	return s.Holds > 0 || s.Held > 0 || s.Expired > 0 || s.ReserveDenied > 0
 }
 
 // WindowStats is Stats for one window (or one day of an hour cap).

@@ -42,6 +42,7 @@ type windowAcc struct {
 	over       int
 	above      uint64
 	denials    ledger.Denials
+	holds      ledger.Holds
 	// principalShadow sums the principals' own would-be 429 counts: equal
 	// to denials.Shadow when the ledger has every principal's.
 	principalShadow uint64
@@ -95,6 +96,9 @@ func (p *population) deny(i int, total ledger.Denials, per map[string]ledger.Den
 	}
 }
 
+// hold records a rule's reservations in window i (totals: no principal).
+func (p *population) hold(i int, h ledger.Holds) { p.acc[i].holds.Add(h) }
+
 func (w *windowAcc) add(used, capv uint64) {
 	if w.principals == nil {
 		w.principals = map[string]bool{}
@@ -114,6 +118,7 @@ func (w *windowAcc) merge(o *windowAcc) {
 	w.over += o.over
 	w.above += o.above
 	w.denials.Add(o.denials)
+	w.holds.Add(o.holds)
 }
 
 func (w *windowAcc) stats() Stats {
@@ -122,6 +127,7 @@ func (w *windowAcc) stats() Stats {
 	s := Stats{
 		PrincipalWindows: len(v), Principals: len(w.principals), Total: w.total,
 		OverCap: w.over, AboveCap: w.above, Would429: w.denials.Shadow, Denied: w.denials.Enforce, ReserveDenied: w.denials.Reserve,
+		Holds: w.holds.Count, Held: w.holds.Held, Expired: w.holds.Expired,
 		P50: Percentile(v, 50), P95: Percentile(v, 95), P99: Percentile(v, 99),
 	}
 	if len(v) > 0 {

@@ -45,7 +45,7 @@ func mapping() Mapping {
 			ruleKS:  {Budget: "frontier", Kind: KindKillSwitch},
 		},
 		Budgets: map[string]BudgetInfo{
-			"per-run":     {Mode: "shadow", Caps: dayCap(1000)},
+			"per-run":     {Mode: "shadow", Caps: dayCap(1000), Reserve: "200"},
 			"per-api-key": {Mode: "enforce", Caps: dayCap(500), Overrides: map[string]map[CapKey]CapInfo{"acme-batch": dayCap(5000)}},
 			"frontier":    {Mode: "shadow", Caps: dayCap(100000)},
 		},
@@ -58,8 +58,10 @@ func dd(rule ledger.RuleID, d ledger.Day, usage map[string]uint64, denials ledge
 }
 
 // data: 7 days of per-run with 10 steady principals at 100*i, one runaway
-// (run-x) at 3000 on the last two days; per-api-key with client a at 400 and
-// acme-batch (override rule) at 4000..6000.
+// (run-x) at 3000 on the last two days; per-run reserves 200 tokens a call:
+// 50 holds a day, 65 on the runaway's days, one of whose would-be 429s is
+// due to reservations alone, and on the last day a hold expired; per-api-key
+// with client a at 400 and acme-batch (override rule) at 4000..6000.
 func data() []ledger.Data {
 	var out []ledger.Data
 	first := ledger.DayOf(now) - 7
@@ -69,10 +71,15 @@ func data() []ledger.Data {
 		for p := 1; p <= 10; p++ {
 			run.Usage[ledger.EncodePrincipal([]string{"run-" + string(rune('a'+p))})] = uint64(100 * p)
 		}
+		run.Holds = ledger.Holds{Count: 50, Held: 50 * 200}
 		if i >= 5 {
 			run.Usage["run-x"] = 3000
-			run.Denials.Shadow = 4
-			run.PrincipalDenials = map[string]ledger.Denials{"run-x": {Shadow: 4}}
+			run.Denials = ledger.Denials{Shadow: 4, Reserve: 1}
+			run.PrincipalDenials = map[string]ledger.Denials{"run-x": {Shadow: 4, Reserve: 1}}
+			run.Holds = ledger.Holds{Count: 65, Held: 65 * 200}
+		}
+		if i == 6 {
+			run.Holds.Expired = 200
 		}
 		out = append(out, run,
 			dd(ruleKey, d, map[string]uint64{"a": 400}, ledger.Denials{}, nil),
@@ -149,6 +156,10 @@ func checkPerRun(t *testing.T, r *Report) {
 	if s.P50 != 600 || s.P95 != 1000 || s.P99 != 3000 {
 		t.Fatalf("percentiles %d %d %d", s.P50, s.P95, s.P99)
 	}
+	// Reservations: the rule's totals over the judged days.
+	if s.Holds != 5*50+2*65 || s.Held != 200*s.Holds || s.Expired != 200 || s.ReserveDenied != 2 || find(t, r, "per-run").Reserve != "200" {
+		t.Fatalf("per-run reservations %+v", s)
+	}
 	if s.LimitedShare != 2.0/72 || run.DaysCovered != 7 || run.WindowsCovered != 7 || run.Judged.Text != "7 days 2026-10-17..2026-10-23" {
 		t.Fatalf("share %v covered %d %q", s.LimitedShare, run.DaysCovered, run.Judged.Text)
 	}
@@ -163,7 +174,7 @@ func checkPerRun(t *testing.T, r *Report) {
 		po.AboveCap != 4000 || po.MaxWindow != 3000 || po.Would429 != 8 || !po.Would429Exact {
 		t.Fatalf("run-x %+v", po)
 	}
-	if day := run.PerWindow[6]; day.Window != "2026-10-23" || day.Principals != 11 || day.OverCap != 1 || day.Would429 != 4 {
+	if day := run.PerWindow[6]; day.Window != "2026-10-23" || day.Principals != 11 || day.OverCap != 1 || day.Would429 != 4 || day.Holds != 65 || day.Expired != 200 || day.ReserveDenied != 1 {
 		t.Fatalf("last day %+v", day)
 	}
 	// 2 of 72 principal-days over: not ready, with the suggestion.

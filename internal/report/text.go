@@ -89,7 +89,7 @@ func writeTextBudget(ew *errWriter, r *Report, b *Budget) error {
 		writeTextDaily(ew, b)
 	}
 	for i := range b.Caps {
-		if err := writeTextCap(ew, r, &b.Caps[i]); err != nil {
+		if err := writeTextCap(ew, b, &b.Caps[i]); err != nil {
 			return err
 		}
 	}
@@ -108,7 +108,7 @@ func writeTextDaily(ew *errWriter, b *Budget) {
 	ew.printf("\n")
 }
 
-func writeTextCap(ew *errWriter, r *Report, c *Cap) error {
+func writeTextCap(ew *errWriter, b *Budget, c *Cap) error {
 	ew.printf("  cap %s %s, judged on %s\n", c.capOf(), c.label(), c.Judged.Text)
 	for _, n := range c.Verdict.Notes {
 		ew.printf("    note: %s\n", n)
@@ -120,9 +120,9 @@ func writeTextCap(ew *errWriter, r *Report, c *Cap) error {
 	if c.NoData != "" {
 		ew.printf("    default rule: %s\n", c.NoData)
 	} else {
-		writeTextStats(ew, "    ", c.Window, c.Summary, c.amount)
+		writeTextStats(ew, "    ", c.Window, c.Summary, c.amount, c.reservationText(c.Summary, b.Reserve))
 		ew.printf("    suggested cap: %s (%s)\n", c.amount(c.SuggestedCap), c.SuggestionBasis)
-		if err := writeTextWindows(ew, c); err != nil {
+		if err := writeTextWindows(ew, c, c.reserving(b.Reserve)); err != nil {
 			return err
 		}
 	}
@@ -138,13 +138,15 @@ func writeTextCap(ew *errWriter, r *Report, c *Cap) error {
 			ew.printf("      %s\n", ov.NoData)
 			continue
 		}
-		writeTextStats(ew, "      ", c.Window, ov.Summary, c.amount)
+		writeTextStats(ew, "      ", c.Window, ov.Summary, c.amount, c.reservationText(ov.Summary, b.Reserve))
 		ew.printf("      suggested cap: %s (%s)\n", c.amount(ov.SuggestedCap), ov.SuggestionBasis)
 	}
 	return nil
 }
 
-func writeTextStats(ew *errWriter, indent, window string, s Stats, amount func(uint64) string) {
+// writeTextStats writes a population's numbers, and its reservations line
+// when there is one.
+func writeTextStats(ew *errWriter, indent, window string, s Stats, amount func(uint64) string, reservations string) {
 	ew.printf("%sprincipals %d, principal-%ss %d, p50 %s, p95 %s, p99 %s, max %s, total %s\n",
 		indent, s.Principals, window, s.PrincipalWindows, amount(s.P50), amount(s.P95), amount(s.P99), amount(s.Max), amount(s.Total))
 	ew.printf("%sover cap %d principal-%ss (%s), above cap %s, would-be 429s %d, denied %d",
@@ -153,23 +155,34 @@ func writeTextStats(ew *errWriter, indent, window string, s Stats, amount func(u
 		ew.printf(" (%d by reservations)", s.ReserveDenied)
 	}
 	ew.printf("\n")
+	if reservations != "" {
+		ew.printf("%s%s\n", indent, reservations)
+	}
 }
 
-// writeTextWindows writes a line per window, or per day for an hour cap.
-func writeTextWindows(ew *errWriter, c *Cap) error {
+// writeTextWindows writes a line per window, or per day for an hour cap,
+// with the reservation columns when the cap shows reservations.
+func writeTextWindows(ew *errWriter, c *Cap, reserving bool) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	resHead, resRow := "", func(WindowStats) string { return "" }
+	if reserving {
+		resHead = "holds\theld\texpired\tby reservations\t"
+		resRow = func(d WindowStats) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%d\t", d.Holds, c.amount(d.Held), c.amount(d.Expired), d.ReserveDenied)
+		}
+	}
 	rows, first := c.PerWindow, c.Window
 	if c.PerDay != nil {
 		rows, first = c.PerDay, "day"
-		_, _ = fmt.Fprintf(tw, "    %s\tprincipal-hours\tmax hour\thours over\tabove cap\twould-429\tdenied\t\n", first) // tabwriter buffers; Flush returns the write error
+		_, _ = fmt.Fprintf(tw, "    %s\tprincipal-hours\tmax hour\thours over\tabove cap\twould-429\tdenied\t%s\n", first, resHead) // tabwriter buffers; Flush returns the write error
 		for _, d := range rows {
-			_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%d\t%s\t%d\t%d\t\n", dateText(d.Window, d.Partial), d.PrincipalWindows, c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
+			_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", dateText(d.Window, d.Partial), d.PrincipalWindows, c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied, resRow(d)) // tabwriter buffers; Flush returns the write error
 		}
 		return tw.Flush()
 	}
-	_, _ = fmt.Fprintf(tw, "    %s\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t\n", first) // tabwriter buffers; Flush returns the write error
+	_, _ = fmt.Fprintf(tw, "    %s\tprincipals\tp50\tp95\tp99\tmax\tover cap\tabove cap\twould-429\tdenied\t%s\n", first, resHead) // tabwriter buffers; Flush returns the write error
 	for _, d := range rows {
-		_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", dateText(d.Window, d.Partial), d.Principals, c.amount(d.P50), c.amount(d.P95), c.amount(d.P99), c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied) // tabwriter buffers; Flush returns the write error
+		_, _ = fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", dateText(d.Window, d.Partial), d.Principals, c.amount(d.P50), c.amount(d.P95), c.amount(d.P99), c.amount(d.Max), d.OverCap, c.amount(d.AboveCap), d.Would429, d.Denied, resRow(d)) // tabwriter buffers; Flush returns the write error
 	}
 	return tw.Flush()
 }

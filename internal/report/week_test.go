@@ -4,9 +4,11 @@ package report_test
 // traffic for seven full UTC days from several principal profiles (steady,
 // bursty, a runaway agent, an override client, teams under hour, week, month
 // and money caps) through the real decision
-// engine and the Valkey store, then the report checked against numbers the
-// test computes itself from what it sent, then promotion refused on day 6 and
-// accepted on day 8 with the report as evidence.
+// engine and the Valkey store (with the spec's budget map, as the service
+// runs it), then the report checked against numbers the test computes itself
+// from what it sent, then promotion refused on day 6 and accepted on day 8
+// with the report as evidence. A reserving budget's agents fan out and lose a
+// charge (week_reserve_test.go).
 
 import (
 	"bytes"
@@ -35,6 +37,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/engine"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/source"
 	"github.com/budgetgen/budgetgen/internal/report"
 	"github.com/budgetgen/budgetgen/internal/rlsconfig"
 	"github.com/budgetgen/budgetgen/internal/store/valkey"
@@ -53,6 +56,7 @@ spec:
     x-ar-run: {jwtClaim: run_id}                # agent runs
     x-api-key-client: {apiKeyClientID: true}    # API-key clients
     x-team: {extAuth: true}                     # teams, charged in money too
+    x-agent: {jwtClaim: agent_id}               # agents that fan out
   pricing:
     currency: EUR
     models: [{model: "m", input: 1, output: 2}]
@@ -64,6 +68,8 @@ spec:
     - {name: per-api-key, perPrincipal: x-api-key-client, tokensPerDay: 50000, mode: shadow, shadowSince: DAY0, overrides: [{principal: big-batch, tokensPerDay: 500000}]}
     # Every window but the day, and money: each cap judged on its own window.
     - {name: per-team, perPrincipal: x-team, mode: shadow, shadowSince: DAY0, limits: [{tokens: 3000, per: hour}, {tokens: 20000, per: week}, {tokens: 40000, per: month}, {cost: 1, per: month}]}
+    # Reserves: each admitted, unfinished call holds 20,000 tokens.
+    - {name: per-agent, perPrincipal: x-agent, tokensPerDay: 60000, reserve: 20000, mode: shadow, shadowSince: DAY0}
 `
 
 type simClock struct {
@@ -75,24 +81,39 @@ func (c *simClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c
 func (c *simClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 // request is one LLM call of a principal: its header, its token count and,
-// for a team, its cost in 1/10,000 EUR.
+// for a team, its cost in 1/10,000 EUR. phase is both (the request-path check
+// then the stream-done charge), or one of them alone: a fan-out sends its
+// checks before its charges, a lost call's charge never comes.
 type request struct {
 	header, principal string
 	budget            string
 	tokens, cost      uint64
+	phase             callPhase
+	// together: sent at the same instant as the request before it (the
+	// calls of a fan-out).
+	together bool
 }
+
+type callPhase int
+
+const (
+	bothPhases callPhase = iota
+	checkOnly
+	chargeOnly
+)
 
 // day k (1..7) traffic, in sending order.
 func traffic(k int) []request {
 	var out []request
 	add := func(header, budget, p string, n int, tok, cost uint64) {
 		for i := 0; i < n; i++ {
-			out = append(out, request{header, p, budget, tok, cost})
+			out = append(out, request{header, p, budget, tok, cost, bothPhases, false})
 		}
 	}
 	if k == 4 { // team-b's burst first thing: 4,000 tokens in one hour, over its 3,000 hour cap
 		add("x-team", "per-team", "team-b", 4, 1000, 300)
 	}
+	out = append(out, agentsFirst(k)...)
 	// Teams, spread over the day: 4,500 and 2,000 tokens a day (31,500 a
 	// week: over the 20,000 week cap), EUR 0.12 and 0.06 a day.
 	add("x-team", "per-team", "team-a", 1, 1500, 400)
@@ -124,7 +145,7 @@ func traffic(k int) []request {
 	}
 	add("x-team", "per-team", "team-a", 1, 1500, 400)
 	add("x-team", "per-team", "team-b", 1, 1000, 300)
-	return out
+	return append(out, agentsLast(k)...)
 }
 
 // expected holds what the test computes itself from what it sent.
@@ -137,12 +158,16 @@ type expected struct {
 	// per measure and window.
 	windows      map[string]map[string]map[ledger.Window]uint64
 	teamWould429 map[string]map[ledger.Window]uint64
+	// res models the reserving budget's holds.
+	res *reserveModel
 }
 
 func capOf(budget, principal string) uint64 {
 	switch {
 	case budget == "per-run":
 		return 100000
+	case budget == "per-agent":
+		return agentCap
 	case principal == "big-batch":
 		return 500000
 	}
@@ -190,12 +215,14 @@ func TestSimulatedWeek(t *testing.T) {
 	w.checkThresholds(exp)
 	rep := w.report()
 	for _, b := range rep.Budgets {
+		checkReservations(t, b, exp)
 		if b.Name == "per-team" {
 			checkTeam(t, b, exp, w.dayStart(1), w.dayStart(8))
 			continue
 		}
 		checkBudget(t, b, exp)
 	}
+	checkReservationText(t, rep)
 	w.checkPromotion(rep)
 }
 
@@ -230,6 +257,11 @@ func newWeek(t *testing.T) *week {
 	}
 	cfg, err := config.FromProto(protos)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The budget map, as the service loads it: budgets are counted in their
+	// buckets, and per-agent's rule reserves.
+	if cfg, err = config.Merge(source.ScopeFromMap(render.BudgetMap(w.bs)), cfg); err != nil {
 		t.Fatal(err)
 	}
 	if w.routeLimits, err = rlsconfig.RouteRateLimits(btps[0]); err != nil {
@@ -272,7 +304,7 @@ func (w *week) startEngine(cfg *config.Config) {
 // check then a response-path charge, and counts what it sent.
 func (w *week) send(probes []sent) expected {
 	t := w.t
-	exp := expected{usage: map[string]map[string]map[int]uint64{}, would429: map[string]uint64{}, crossing: map[string]int{}, windows: map[string]map[string]map[ledger.Window]uint64{}, teamWould429: map[string]map[ledger.Window]uint64{}}
+	exp := expected{usage: map[string]map[string]map[int]uint64{}, would429: map[string]uint64{}, crossing: map[string]int{}, windows: map[string]map[string]map[ledger.Window]uint64{}, teamWould429: map[string]map[ledger.Window]uint64{}, res: newReserveModel()}
 	for _, p := range probes {
 		exp.add(p.r, 0, p.at)
 	}
@@ -281,13 +313,19 @@ func (w *week) send(probes []sent) expected {
 	for k := 1; k <= 7; k++ {
 		reqs := traffic(k)
 		step := 20 * time.Hour / time.Duration(len(reqs))
+		var at time.Time
 		for i, r := range reqs {
 			if time.Now().After(deadline) {
 				t.Fatal("simulated week took more than 2 minutes")
 			}
-			at := w.dayStart(k).Add(time.Hour + time.Duration(i)*step)
+			if !r.together {
+				at = w.dayStart(k).Add(time.Hour + time.Duration(i)*step)
+			}
 			w.clock.Set(at)
-			if r.budget != "per-team" && exp.usage[r.budget][r.principal][k] > capOf(r.budget, r.principal) {
+			switch {
+			case r.budget == "per-agent":
+				exp.would429[r.budget] += exp.res.call(r, k, at, exp.usage[r.budget][r.principal][k])
+			case r.budget != "per-team" && exp.usage[r.budget][r.principal][k] > capOf(r.budget, r.principal):
 				exp.would429[r.budget]++ // the request-path check of a principal already over
 			}
 			calls += w.call(r)
@@ -303,12 +341,16 @@ func (w *week) send(probes []sent) expected {
 	return exp
 }
 
-// call sends one LLM call's two phases; shadow mode answers OK either way.
+// call sends one LLM call's phases (both, or the one it has); shadow mode
+// answers OK either way.
 func (w *week) call(r request) int {
 	hreq := rlsconfig.Request{Headers: map[string]string{r.header: r.principal, ":method": "POST", ":path": "/v1/chat/completions"},
 		Metadata: map[string]string{"io.envoy.ai_gateway:llm_total_token": fmt.Sprint(r.tokens), "io.envoy.ai_gateway:budgetgen_cost": fmt.Sprint(r.cost)}}
 	n := 0
-	for _, phase := range []rlsconfig.Phase{rlsconfig.PhaseRequest, rlsconfig.PhaseStreamDone} {
+	for i, phase := range []rlsconfig.Phase{rlsconfig.PhaseRequest, rlsconfig.PhaseStreamDone} {
+		if r.phase == checkOnly && i == 1 || r.phase == chargeOnly && i == 0 {
+			continue
+		}
 		calls, err := rlsconfig.Requests(w.routeLimits, hreq, phase)
 		if err != nil || len(calls) != 1 {
 			w.t.Fatalf("descriptors for %+v: %v %d", r, err, len(calls))
@@ -328,6 +370,9 @@ func (w *week) call(r request) int {
 // add counts a sent call: day usage of the day-cap budgets, window usage of
 // the team caps.
 func (exp *expected) add(r request, k int, at time.Time) {
+	if r.phase == checkOnly {
+		return // a check adds nothing
+	}
 	if r.budget != "per-team" {
 		if k == 0 {
 			return // before the report's days
@@ -807,7 +852,7 @@ func (w *week) checkCommandsPerCharge(header string, counters int, at time.Time)
 	var out []sent
 	probe := func() {
 		for i := 0; i < 10; i++ {
-			out = append(out, sent{request{header, fmt.Sprintf("probe-%d", i), budget, 10, 1}, at})
+			out = append(out, sent{request{header, fmt.Sprintf("probe-%d", i), budget, 10, 1, bothPhases, false}, at})
 			calls, err := rlsconfig.Requests(w.routeLimits, rlsconfig.Request{
 				Headers:  map[string]string{header: fmt.Sprintf("probe-%d", i), ":method": "POST", ":path": "/v1/chat/completions"},
 				Metadata: map[string]string{"io.envoy.ai_gateway:llm_total_token": "10", "io.envoy.ai_gateway:budgetgen_cost": "1"},

@@ -83,8 +83,11 @@ func (o *Ledger) Cached(d *Descriptor) {
 // request-path check (hits 0, Envoy Gateway's token rules) answered over the
 // limit; a response-path charge going over is usage above the cap, not a
 // 429. A check over only because of the bucket's reservations
-// (Item.ReserveDenied) is also counted as a reservation denial. Thresholds
-// need the total after a charge the store answered.
+// (Item.ReserveDenied) is also counted as a reservation denial. A check that
+// placed a hold (Item.Held) and holds found expired (Item.Expired) are added
+// to the window's reservation totals, whatever the mode (a shadow budget
+// reserves too), as the metrics observer counts them. Thresholds need the
+// total after a charge the store answered.
 func (o *Ledger) Descriptor(ctx context.Context, d *Descriptor) {
 	it := d.Item
 	if o.Recorder == nil && o.Thresholds == nil {
@@ -99,6 +102,10 @@ func (o *Ledger) Descriptor(ctx context.Context, d *Descriptor) {
 		r, p := d.Names.OfLimit(d.Domain, l, d.Entries, it.Free)
 		o.Recorder.DeniedIn(r, w, ledger.Denial{Principal: p, Shadow: l.ShadowMode || d.GlobalShadow, Reserve: it.ReserveDenied})
 	}
+	if o.Recorder != nil && (it.Held || it.Expired > 0) {
+		r, _ := d.Names.OfLimit(d.Domain, l, d.Entries, it.Free)
+		o.Recorder.HoldsIn(r, w, holdsOf(it))
+	}
 	if !it.Cached && it.Hits > 0 && o.Thresholds != nil {
 		r, p := d.Names.OfLimit(d.Domain, l, d.Entries, it.Free)
 		o.Thresholds.Observe(ctx, thresholds.Charge{
@@ -107,6 +114,15 @@ func (o *Ledger) Descriptor(ctx context.Context, d *Descriptor) {
 			Window: w.Period.String(), WindowStart: w.Start(o.location()),
 		})
 	}
+}
+
+// holdsOf is an item's reservation outcome as the ledger counts it.
+func holdsOf(it *decide.Item) ledger.Holds {
+	h := ledger.Holds{Expired: it.Expired}
+	if it.Held {
+		h.Count, h.Held = 1, it.Reserve
+	}
+	return h
 }
 
 func (o *Ledger) location() *time.Location {

@@ -88,3 +88,59 @@ descriptors:
 		}
 	}
 }
+
+// TestLedgerCountsHolds: a check that placed a hold adds one hold and its
+// reserve to its window's totals, in shadow mode as in enforce mode; a call
+// that found holds expired adds their units; a minute rule, a failed store
+// call and an item holding nothing add none.
+func TestLedgerCountsHolds(t *testing.T) {
+	cfg, err := config.Load([]config.File{{Name: "t.yaml", Data: []byte(`domain: d
+descriptors:
+  - {key: day, rate_limit: {unit: day, requests_per_unit: 100000}}
+  - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 100000}}
+  - {key: min, rate_limit: {unit: minute, requests_per_unit: 100000}}
+`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 10, 20, 9, 30, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	mem := ledger.NewMemory("", clock)
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Ledger{Recorder: rec}
+	ctx := context.Background()
+	send := func(l *config.RateLimit, it decide.Item, storeFailed bool) {
+		start, _, _ := decide.Window(window.Windows{}, l.Unit, now.Unix())
+		it.Limit, it.Free, it.WindowStart = l, 1, start
+		o.Descriptor(ctx, &Descriptor{Domain: "d", Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: l.Path[0].Key, Value: "run-1"}}, Item: &it, Now: now, StoreFailed: storeFailed})
+	}
+	for _, l := range cfg.Limits() {
+		send(l, decide.Item{Reserve: 50_000, Held: true, Reserved: 50_000}, false)
+		send(l, decide.Item{Reserve: 50_000, Held: true, Reserved: 100_000}, false)
+		send(l, decide.Item{Reserve: 50_000, Over: true, ReserveDenied: true, Reserved: 100_000}, false) // denied: holds nothing
+		send(l, decide.Item{Hits: 42_000, Reserved: 50_000}, false)                                      // a charge releasing a hold
+		send(l, decide.Item{Reserve: 20_000, Held: true, Expired: 50_000, Reserved: 70_000}, false)      // found the other hold expired
+		send(l, decide.Item{Reserve: 50_000, Held: true, Expired: 9, Reserved: 50_000}, true)            // the store failed: nothing is known
+		send(l, decide.Item{Reserve: 50_000, Cached: true, Over: true}, false)                           // the over-limit cache answered
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := ledger.Holds{Count: 3, Held: 120_000, Expired: 50_000}
+	for key, p := range map[string]ledger.Period{"day": ledger.PeriodDay, "s": ledger.PeriodHour} {
+		w := ledger.WindowAt(p, now, nil)
+		d, _ := mem.Read(ctx, ledger.RuleID{Domain: "d", Rule: "d." + key}, w)
+		if d.Holds != want {
+			t.Errorf("%s: holds %+v, want %+v", key, d.Holds, want)
+		}
+	}
+	keys, _ := mem.Keys(ctx, nil)
+	for _, k := range keys {
+		if k.Rule.Rule == "d.min" {
+			t.Errorf("a minute rule is measured: %+v", k)
+		}
+	}
+}
