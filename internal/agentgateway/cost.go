@@ -19,6 +19,61 @@ const (
 	LLMTotalTokens  = "totalTokens"
 )
 
+// CostTotalTokens is the cost budgetgen renders on a Tokens descriptor: the
+// whole token count, as without a cost, but with two differences that make
+// a budget's reservations hold (docs/agentgateway.md, "Two calls per
+// request"): with a cost the request-time call always has hits_addend 0 (a
+// check, even when agentgateway tokenizes the prompt), and a response that
+// reports no usage (an upstream error) leaves llm.totalTokens unset, so the
+// cost fails and the descriptor is left out of the amend
+// (remoteratelimit.rs, apply_token_amend) instead of being amended with 0,
+// which the rate limit service cannot tell from a new check.
+const CostTotalTokens = "llm." + LLMTotalTokens
+
+// costEnv is the environment a cost expression is evaluated in here: the
+// variable llm, a map holding only the counts the response reported (an
+// unset Option of LLMContext is absent, so reading it fails).
+func costEnv() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("llm", cel.MapType(cel.StringType, cel.DynType)))
+}
+
+// evalCost evaluates a Tokens descriptor's cost for a response; ok is false
+// when agentgateway would leave the descriptor out of the amend (the
+// expression fails or is not an unsigned number).
+func evalCost(expr string, r LLMRequest) (uint64, bool, error) {
+	env, err := costEnv()
+	if err != nil {
+		return 0, false, fmt.Errorf("cel environment: %w", err)
+	}
+	ast, iss := env.Compile(expr)
+	if iss != nil && iss.Err() != nil {
+		return 0, false, fmt.Errorf("%w: cost %q: %v", ErrUnmodelled, expr, iss.Err())
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		return 0, false, fmt.Errorf("cost %q: %w", expr, err)
+	}
+	llm := map[string]any{}
+	if !r.NoUsage {
+		llm[LLMInputTokens] = r.InputTokens
+		llm[LLMOutputTokens] = r.OutputTokens
+		llm[LLMTotalTokens] = r.InputTokens + r.OutputTokens
+	}
+	v, _, err := prg.Eval(map[string]any{"llm": llm})
+	if err != nil {
+		return 0, false, nil
+	}
+	switch n := v.Value().(type) {
+	case uint64:
+		return n, true, nil
+	case int64:
+		if n >= 0 {
+			return uint64(n), true, nil
+		}
+	}
+	return 0, false, nil
+}
+
 // LLMFields parses a CEL expression and returns the fields of llm it reads
 // (llm.outputTokens, llm["outputTokens"]), sorted.
 func LLMFields(expr string) ([]string, error) {

@@ -1,8 +1,6 @@
 package agentgateway
 
 import (
-	"fmt"
-
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -18,6 +16,10 @@ type LLMRequest struct {
 	EstimatedInputTokens uint64
 	// InputTokens and OutputTokens are the response's counts.
 	InputTokens, OutputTokens uint64
+	// NoUsage: the response reported no token counts (an upstream error:
+	// agentgateway keeps a default LLMResponse, llm/mod.rs process_response),
+	// so InputTokens and OutputTokens are not known.
+	NoUsage bool
 }
 
 // Requests returns the two ShouldRateLimit calls agentgateway's remote rate
@@ -26,7 +28,11 @@ type LLMRequest struct {
 // and the amend after the response, whose answer is ignored. A descriptor
 // whose entry does not evaluate to a string is dropped; when all are, the
 // call is nil (not made). Request-level hits_addend is 0; every descriptor
-// carries its own. Descriptors with a cost expression are not simulated.
+// carries its own: without a cost, the estimate at request time and
+// (response input - estimate) + output in the amend (amend_tokens in
+// llm/mod.rs: 0 for a response without usage, a negative delta left out);
+// with a cost, 0 at request time and the cost's value in the amend, the
+// descriptor left out of the amend when the cost fails.
 func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRequest, err error) {
 	ev, err := NewEvaluator()
 	if err != nil {
@@ -34,26 +40,21 @@ func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRe
 	}
 	check = &rlsv3.RateLimitRequest{Domain: g.Domain}
 	amend = &rlsv3.RateLimitRequest{Domain: g.Domain}
-	// "(response input - request input) + output"; negative amends are skipped.
-	delta := int64(r.InputTokens) - int64(r.EstimatedInputTokens) + int64(r.OutputTokens)
 	for _, d := range g.Descriptors {
 		if d.Unit != UnitTokens {
 			continue
-		}
-		if d.Cost != "" {
-			return nil, nil, fmt.Errorf("descriptor cost expressions are not simulated")
 		}
 		entries, ok := evalEntries(ev, d.Entries, r.Claims)
 		if !ok {
 			continue
 		}
-		check.Descriptors = append(check.Descriptors, &rlcommon.RateLimitDescriptor{
-			Entries: entries, HitsAddend: wrapperspb.UInt64(r.EstimatedInputTokens),
-		})
-		if delta >= 0 {
-			amend.Descriptors = append(amend.Descriptors, &rlcommon.RateLimitDescriptor{
-				Entries: entries, HitsAddend: wrapperspb.UInt64(uint64(delta)),
-			})
+		atRequest, charge, charged, err := descriptorHits(d, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		check.Descriptors = append(check.Descriptors, &rlcommon.RateLimitDescriptor{Entries: entries, HitsAddend: wrapperspb.UInt64(atRequest)})
+		if charged {
+			amend.Descriptors = append(amend.Descriptors, &rlcommon.RateLimitDescriptor{Entries: entries, HitsAddend: wrapperspb.UInt64(charge)})
 		}
 	}
 	if len(check.Descriptors) == 0 {
@@ -63,6 +64,22 @@ func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRe
 		amend = nil
 	}
 	return check, amend, nil
+}
+
+// descriptorHits is what a Tokens descriptor adds at request time and in
+// the amend; charged is false when the amend leaves it out.
+func descriptorHits(d Descriptor, r LLMRequest) (atRequest, charge uint64, charged bool, err error) {
+	if d.Cost != "" {
+		charge, charged, err = evalCost(d.Cost, r)
+		return 0, charge, charged, err
+	}
+	// "(response input - request input) + output"; with no usage in the
+	// response the input mismatch is 0 and the output 0.
+	delta := int64(r.InputTokens) - int64(r.EstimatedInputTokens) + int64(r.OutputTokens)
+	if r.NoUsage {
+		delta = 0
+	}
+	return r.EstimatedInputTokens, uint64(max(delta, 0)), delta >= 0, nil
 }
 
 // evalEntries evaluates a descriptor's entries (EvalEntry); false when one

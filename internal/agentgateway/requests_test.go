@@ -81,3 +81,37 @@ func TestRequestsWithoutClaimUseNoClaimBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestsWithCost: with a cost expression the request-time call is a
+// check (hits_addend 0) even for a tokenized prompt and the amend carries
+// the cost; a response without usage (an upstream error) leaves
+// llm.totalTokens unset, so the descriptor is left out of the amend, where
+// without a cost agentgateway amends it with 0 (which the service cannot
+// tell from a new check).
+func TestRequestsWithCost(t *testing.T) {
+	withCost := budgetLimit()
+	withCost.Descriptors[0].Cost = CostTotalTokens
+	run := map[string]any{"run_id": "r1"}
+	check, amend, err := Requests(withCost, LLMRequest{Claims: run, EstimatedInputTokens: 320, InputTokens: 300, OutputTokens: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := check.Descriptors[0].HitsAddend; got == nil || got.GetValue() != 0 {
+		t.Errorf("tokenized with a cost: check hits %v, want 0", got)
+	}
+	if got := amend.Descriptors[0].HitsAddend.GetValue(); got != 500 {
+		t.Errorf("amend %d, want the 500 tokens of the response", got)
+	}
+	if _, amend, _ = Requests(withCost, LLMRequest{Claims: run, NoUsage: true}); amend != nil {
+		t.Errorf("a response without usage amended with a cost: %v, want the descriptor left out", amend)
+	}
+	_, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: run, NoUsage: true})
+	if amend == nil || amend.Descriptors[0].HitsAddend.GetValue() != 0 {
+		t.Errorf("without a cost, a response without usage: amend %v, want hits_addend 0", amend)
+	}
+	part := budgetLimit()
+	part.Descriptors[0].Cost = "llm.outputTokens"
+	if _, amend, _ = Requests(part, LLMRequest{Claims: run, InputTokens: 300, OutputTokens: 200}); amend.Descriptors[0].HitsAddend.GetValue() != 200 {
+		t.Errorf("cost llm.outputTokens: amend %v, want 200", amend)
+	}
+}

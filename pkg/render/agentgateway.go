@@ -92,11 +92,14 @@ func agentgatewayPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*agentgateway.P
 				entries = append(entries, agentgateway.Entry{Name: AgwEntryWindow, Expression: celString(string(w))})
 			}
 			descs = append(descs, agentgateway.Descriptor{
-				// Tokens with no cost: the total token count, charged after
-				// the response; the request-time call only checks
-				// (docs/agentgateway.md). Each window's descriptor carries
-				// the same count, so every window is charged.
+				// Tokens charging the total token count after the response,
+				// named as a cost so that the request-time call only checks
+				// and a response without usage amends nothing
+				// (agentgateway.CostTotalTokens; docs/agentgateway.md). Each
+				// window's descriptor carries the same count, so every
+				// window is charged.
 				Unit:    agentgateway.UnitTokens,
+				Cost:    agentgateway.CostTotalTokens,
 				Entries: append(entries, agentgateway.Entry{Name: second, Expression: ClaimExpression(claim)}),
 			})
 		}

@@ -64,8 +64,8 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 		t.Fatalf("descriptors = %+v, want per-run and agent-fleet", g.Descriptors)
 	}
 	for _, d := range g.Descriptors {
-		if d.Unit != agentgateway.UnitTokens || d.Cost != "" {
-			t.Errorf("descriptor %+v: want unit Tokens and the default (total token) cost", d)
+		if d.Unit != agentgateway.UnitTokens || d.Cost != agentgateway.CostTotalTokens {
+			t.Errorf("descriptor %+v: want unit Tokens and the cost llm.totalTokens", d)
 		}
 		vars, err := agentgateway.Variables(d.Entries[1].Expression)
 		if err != nil || len(vars) != 1 || vars[0] != "jwt" {

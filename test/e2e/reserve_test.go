@@ -383,8 +383,12 @@ func fanOutOf(mk func(uint64) gatewayCall) []gatewayCall {
 
 // TestLostChargeReleasesItsHold: a call admitted whose charge never comes
 // (an upstream error: Envoy AI Gateway writes no token count, so Envoy
-// sends no stream-done call) holds its reservation until the expiry, then
-// the budget is whole again; the missing count reserves nothing new.
+// sends no stream-done call; agentgateway leaves the rendered cost
+// llm.totalTokens unset, so its amend carries no descriptor) holds its
+// reservation until the expiry, then the budget is whole again; the missing
+// count reserves nothing new. The control: an agentgateway descriptor
+// without the cost amends an upstream error with 0, which is a second
+// check and holds a second reservation.
 func TestLostChargeReleasesItsHold(t *testing.T) {
 	vk := valkeytest.Start(t, valkeytest.Options{})
 	for _, name := range []string{"valkey", "embedded"} {
@@ -395,19 +399,57 @@ func TestLostChargeReleasesItsHold(t *testing.T) {
 			if lost.done != nil {
 				t.Fatalf("Envoy sends a stream-done call without a token count: %v", lost.done)
 			}
-			// Each admitted check answers what is left with its own hold set
-			// aside; the lost call's charge never comes and holds nothing new.
-			if got := r.remaining(lost); got != 2_000_000-50_000 {
-				t.Fatalf("first check: remaining %d, want %d", got, 2_000_000-50_000)
+			failed := r.agentFailure("failed-"+name, "")
+			if failed.done != nil {
+				t.Fatalf("agentgateway amends an upstream error with the rendered cost: %v", failed.done)
 			}
-			if got := r.remaining(lost); got != 2_000_000-2*50_000 {
-				t.Fatalf("second check: remaining %d, want %d", got, 2_000_000-2*50_000)
+			for _, c := range []gatewayCall{lost, failed} {
+				// Each admitted check answers what is left with its own hold
+				// set aside; the lost call's charge never comes and holds
+				// nothing new.
+				if got := r.remaining(c); got != 2_000_000-50_000 {
+					t.Fatalf("first check: remaining %d, want %d", got, 2_000_000-50_000)
+				}
+				if got := r.remaining(c); got != 2_000_000-2*50_000 {
+					t.Fatalf("second check: remaining %d, want %d", got, 2_000_000-2*50_000)
+				}
 			}
 			clk.Add(charge.DefaultHoldExpiry + time.Second)
-			// Both holds expired: only this check's own hold is set aside.
-			if got := r.remaining(lost); got != 2_000_000-50_000 {
-				t.Fatalf("after the hold expiry: remaining %d, want %d (the lost calls' holds released)", got, 2_000_000-50_000)
+			for _, c := range []gatewayCall{lost, failed} {
+				// Both holds expired: only this check's own hold is set aside.
+				if got := r.remaining(c); got != 2_000_000-50_000 {
+					t.Fatalf("after the hold expiry: remaining %d, want %d (the lost calls' holds released)", got, 2_000_000-50_000)
+				}
+			}
+			// Without the cost, the upstream error's amend is a check.
+			zero := r.agentFailure("zero-"+name, "without cost")
+			if zero.done == nil || zero.done.Descriptors[0].HitsAddend.GetValue() != 0 {
+				t.Fatalf("without a cost agentgateway amends an upstream error with 0, got %v", zero.done)
+			}
+			r.send(zero.check)
+			r.send(zero.done)
+			if got := r.remaining(zero); got != 2_000_000-3*50_000 {
+				t.Fatalf("control: remaining %d, want %d (the zero amend held a second reservation)", got, 2_000_000-3*50_000)
 			}
 		})
 	}
+}
+
+// agentFailure is an agent run's request through agentgateway whose
+// upstream answered an error (no usage in the response); mode "without
+// cost" drops the rendered cost expression from the descriptors.
+func (r *replicas) agentFailure(run, mode string) gatewayCall {
+	r.t.Helper()
+	g := *r.agw
+	if mode == "without cost" {
+		g.Descriptors = append([]agentgateway.Descriptor(nil), g.Descriptors...)
+		for i := range g.Descriptors {
+			g.Descriptors[i].Cost = ""
+		}
+	}
+	check, amend, err := agentgateway.Requests(&g, agentgateway.LLMRequest{Claims: map[string]any{"run_id": run}, NoUsage: true})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return gatewayCall{check: check, done: amend}
 }
