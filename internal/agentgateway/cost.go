@@ -21,8 +21,8 @@ const (
 
 // CostTotalTokens is the cost budgetgen renders on a Tokens descriptor: the
 // whole token count, as without a cost, but with two differences that make
-// a budget's reservations hold (docs/agentgateway.md, "Two calls per
-// request"): with a cost the request-time call always has hits_addend 0 (a
+// a budget's reservations hold (docs/agentgateway.md, "Descriptors of unit
+// Tokens"): with a cost the request-time call always has hits_addend 0 (a
 // check, even when agentgateway tokenizes the prompt), and a response that
 // reports no usage (an upstream error) leaves llm.totalTokens unset, so the
 // cost fails and the descriptor is left out of the amend
