@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 const base = `apiVersion: budgetgen.dev/v1alpha1
@@ -177,9 +179,9 @@ func TestLoadErrors(t *testing.T) {
 			if err.Error() != tc.want {
 				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
 			}
-			var fe *FieldError
+			var fe *yamlpos.Error
 			if !errors.As(err, &fe) {
-				t.Errorf("error %T does not unwrap to *FieldError", err)
+				t.Errorf("error %T does not unwrap to *yamlpos.Error", err)
 			}
 		})
 	}
@@ -188,7 +190,7 @@ func TestLoadErrors(t *testing.T) {
 func TestLoadReportsEveryError(t *testing.T) {
 	doc := strings.Replace(base, "5000000", "0", 1) + "      mode: loud\n"
 	_, err := Load([]byte(doc), "b.yaml")
-	var list ErrorList
+	var list yamlpos.List
 	if !errors.As(err, &list) || len(list) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
@@ -229,7 +231,7 @@ func FuzzLoad(f *testing.F) {
 			if bs != nil {
 				t.Fatal("BudgetSet returned with an error")
 			}
-			var fe *FieldError
+			var fe *yamlpos.Error
 			if !errors.As(err, &fe) || fe.File != "f.yaml" {
 				t.Fatalf("error without position: %v", err)
 			}
