@@ -54,11 +54,11 @@ func TestListSortsAndUnwraps(t *testing.T) {
 func TestPositionsOf(t *testing.T) {
 	p := Positions{"": {1, 1}, "spec": {2, 1}, "spec.budgets[0]": {4, 7}}
 	for path, want := range map[string]Pos{
-		"spec.budgets[0]":          {4, 7},
-		"spec.budgets[0].mode":     {4, 7}, // absent: its parent
-		"spec.budgets[3].name":     {2, 1},
-		"metadata.name":            {1, 1},
-		"":                         {1, 1},
+		"spec.budgets[0]":           {4, 7},
+		"spec.budgets[0].mode":      {4, 7}, // absent: its parent
+		"spec.budgets[3].name":      {2, 1},
+		"metadata.name":             {1, 1},
+		"":                          {1, 1},
 		"spec.budgets[0].limits[2]": {4, 7},
 	} {
 		if got := p.Of(path); got != want {
