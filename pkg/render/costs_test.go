@@ -300,13 +300,13 @@ func TestBudgetMapFollowsDeployedPolicy(t *testing.T) {
 			}
 			domain := btp.Namespace + "/" + btp.Name
 			for _, rb := range rbs {
-				e, ok := entries[domain+" "+RuleDescriptor(domain, rb.Rule)]
+				e, ok := entries[domain+" "+budgetmap.RuleDescriptor(domain, rb.Rule)]
 				if !ok {
 					t.Fatalf("%s: rule %d of %s is not in the budget map", name, rb.Rule, domain)
 				}
 				n++
 				_, budget, _, measure, ok := budgetmap.ParseBucket(e.Bucket)
-				if !ok || budget != rb.Budget || (rb.Kind == RuleKindTokens && measure != rb.Measure) {
+				if !ok || budget != rb.Budget || (rb.Kind == budgetmap.KindTokens && measure != rb.Measure) {
 					t.Errorf("%s: rule %d bucket %q, want budget %s measure %q", name, rb.Rule, e.Bucket, rb.Budget, rb.Measure)
 				}
 			}
