@@ -101,77 +101,17 @@ func Requests(routeLimits map[string][]*routev3.RateLimit, req Request, phase Ph
 	return out, nil
 }
 
+// descriptor is what Envoy sends for one rate limit of a route: one entry
+// per action, in order. false (no descriptor) when an action does not
+// apply to the request, as Envoy skips the whole rate limit then.
 func descriptor(rl *routev3.RateLimit, headers map[string]string, req Request) (*rlcommonv3.RateLimitDescriptor, bool, error) {
 	d := &rlcommonv3.RateLimitDescriptor{}
-	add := func(k, v string) {
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
 	for _, a := range rl.Actions {
-		switch s := a.ActionSpecifier.(type) {
-		case *routev3.RateLimit_Action_GenericKey_:
-			add(s.GenericKey.DescriptorKey, s.GenericKey.DescriptorValue)
-		case *routev3.RateLimit_Action_RequestHeaders_:
-			v, ok := headers[strings.ToLower(s.RequestHeaders.HeaderName)]
-			if !ok {
-				return nil, false, nil
-			}
-			add(s.RequestHeaders.DescriptorKey, v)
-		case *routev3.RateLimit_Action_HeaderValueMatch_:
-			hv := s.HeaderValueMatch
-			matched := true
-			for _, hm := range hv.Headers {
-				v, present := headers[strings.ToLower(hm.Name)]
-				ok, err := stringMatches(hm.GetStringMatch(), v, present)
-				if err != nil {
-					return nil, false, err
-				}
-				matched = matched && ok
-			}
-			if matched != expectMatch(hv.ExpectMatch) {
-				return nil, false, nil
-			}
-			add(hv.DescriptorKey, hv.DescriptorValue)
-		case *routev3.RateLimit_Action_QueryParameters_:
-			v, ok := queryParam(headers[":path"], s.QueryParameters.QueryParameterName)
-			if !ok {
-				return nil, false, nil
-			}
-			add(s.QueryParameters.DescriptorKey, v)
-		case *routev3.RateLimit_Action_QueryParameterValueMatch_:
-			qv := s.QueryParameterValueMatch
-			matched := true
-			for _, qm := range qv.QueryParameters {
-				v, present := queryParam(headers[":path"], qm.Name)
-				ok, err := stringMatches(qm.GetStringMatch(), v, present)
-				if err != nil {
-					return nil, false, err
-				}
-				matched = matched && ok
-			}
-			if matched != expectMatch(qv.ExpectMatch) {
-				return nil, false, nil
-			}
-			add(qv.DescriptorKey, qv.DescriptorValue)
-		case *routev3.RateLimit_Action_RemoteAddressMatch_:
-			ram := s.RemoteAddressMatch
-			if !req.RemoteAddress.IsValid() {
-				return nil, false, nil
-			}
-			in := false
-			for _, r := range ram.GetAddressMatcher().GetRanges() {
-				p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.Itoa(int(r.GetPrefixLen().GetValue())))
-				if err != nil {
-					return nil, false, fmt.Errorf("remote_address_match range: %w", err)
-				}
-				in = in || p.Contains(req.RemoteAddress)
-			}
-			if in == ram.GetAddressMatcher().GetInvertMatch() {
-				return nil, false, nil
-			}
-			add(ram.DescriptorKey, strings.ReplaceAll(ram.DescriptorValue, remoteAddressFormat, req.RemoteAddress.String()))
-		default:
-			return nil, false, fmt.Errorf("action %T is not simulated", s)
+		e, ok, err := actionEntry(a, headers, req)
+		if err != nil || !ok {
+			return nil, false, err
 		}
+		d.Entries = append(d.Entries, e)
 	}
 	if h := rl.HitsAddend; h != nil {
 		switch {
@@ -188,7 +128,84 @@ func descriptor(rl *routev3.RateLimit, headers map[string]string, req Request) (
 	return d, true, nil
 }
 
-// expectMatch applies Envoy's default: an unset expect_match means true.
+// actionEntry is the descriptor entry of one action; false when the action does
+// not apply to the request.
+func actionEntry(a *routev3.RateLimit_Action, headers map[string]string, req Request) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
+	kv := func(k, v string) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
+		return &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: v}, true, nil
+	}
+	switch s := a.ActionSpecifier.(type) {
+	case *routev3.RateLimit_Action_GenericKey_:
+		return kv(s.GenericKey.DescriptorKey, s.GenericKey.DescriptorValue)
+	case *routev3.RateLimit_Action_RequestHeaders_:
+		v, ok := headers[strings.ToLower(s.RequestHeaders.HeaderName)]
+		if !ok {
+			return nil, false, nil
+		}
+		return kv(s.RequestHeaders.DescriptorKey, v)
+	case *routev3.RateLimit_Action_HeaderValueMatch_:
+		hv := s.HeaderValueMatch
+		matched := true
+		for _, hm := range hv.Headers {
+			v, present := headers[strings.ToLower(hm.Name)]
+			ok, err := stringMatches(hm.GetStringMatch(), v, present)
+			if err != nil {
+				return nil, false, err
+			}
+			matched = matched && ok
+		}
+		if matched != expectMatch(hv.ExpectMatch) {
+			return nil, false, nil
+		}
+		return kv(hv.DescriptorKey, hv.DescriptorValue)
+	case *routev3.RateLimit_Action_QueryParameters_:
+		v, ok := queryParam(headers[":path"], s.QueryParameters.QueryParameterName)
+		if !ok {
+			return nil, false, nil
+		}
+		return kv(s.QueryParameters.DescriptorKey, v)
+	case *routev3.RateLimit_Action_QueryParameterValueMatch_:
+		qv := s.QueryParameterValueMatch
+		matched := true
+		for _, qm := range qv.QueryParameters {
+			v, present := queryParam(headers[":path"], qm.Name)
+			ok, err := stringMatches(qm.GetStringMatch(), v, present)
+			if err != nil {
+				return nil, false, err
+			}
+			matched = matched && ok
+		}
+		if matched != expectMatch(qv.ExpectMatch) {
+			return nil, false, nil
+		}
+		return kv(qv.DescriptorKey, qv.DescriptorValue)
+	case *routev3.RateLimit_Action_RemoteAddressMatch_:
+		return remoteAddressEntry(s.RemoteAddressMatch, req)
+	}
+	return nil, false, fmt.Errorf("action %T is not simulated", a.ActionSpecifier)
+}
+
+// remoteAddressEntry is a remote_address_match action's entry: the
+// request's address in (or, inverted, out of) the ranges.
+func remoteAddressEntry(ram *routev3.RateLimit_Action_RemoteAddressMatch, req Request) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
+	if !req.RemoteAddress.IsValid() {
+		return nil, false, nil
+	}
+	in := false
+	for _, r := range ram.GetAddressMatcher().GetRanges() {
+		p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.Itoa(int(r.GetPrefixLen().GetValue())))
+		if err != nil {
+			return nil, false, fmt.Errorf("remote_address_match range: %w", err)
+		}
+		in = in || p.Contains(req.RemoteAddress)
+	}
+	if in == ram.GetAddressMatcher().GetInvertMatch() {
+		return nil, false, nil
+	}
+	value := strings.ReplaceAll(ram.DescriptorValue, remoteAddressFormat, req.RemoteAddress.String())
+	return &rlcommonv3.RateLimitDescriptor_Entry{Key: ram.DescriptorKey, Value: value}, true, nil
+}
+
 func expectMatch(b *wrapperspb.BoolValue) bool { return b == nil || b.Value }
 
 var dynamicMetadataFormat = regexp.MustCompile(`^%DYNAMIC_METADATA\(([^:)]+):([^)]+)\)%$`)
