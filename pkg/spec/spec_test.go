@@ -225,6 +225,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("- 1\n- 2\n"))
 	f.Add([]byte("spec: {budgets: [{overrides: [{principal: a, tokensPerDay: 0x10}]}]}"))
+	f.Add([]byte(base + "---\nkind: [\n"))
+	f.Add([]byte(base + "      limits: [{tokens: 1.5, per: day}, ~]\n      reserve: {a: b}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		bs, err := Load(data, "f.yaml")
 		if err != nil {
@@ -232,8 +234,8 @@ func FuzzLoad(f *testing.F) {
 				t.Fatal("BudgetSet returned with an error")
 			}
 			var fe *yamlpos.Error
-			if !errors.As(err, &fe) || fe.File != "f.yaml" {
-				t.Fatalf("error without position: %v", err)
+			if !errors.As(err, &fe) || fe.File != "f.yaml" || fe.Column != 0 || fe.Line > len(data)+1 { // a line ends in at least one byte
+				t.Fatalf("error without its line: %v", err)
 			}
 			return
 		}

@@ -18,7 +18,7 @@ func splitLine(text string) (line int, msg string) {
 		return 0, msg
 	}
 	digits, problem, ok := strings.Cut(rest, ": ")
-	if !ok || digits == "" || len(digits) > 9 || strings.Trim(digits, "0123456789") != "" {
+	if !ok || digits == "" || digits[0] == '0' || len(digits) > 9 || strings.Trim(digits, "0123456789") != "" {
 		return 0, msg
 	}
 	n, err := strconv.Atoi(digits)

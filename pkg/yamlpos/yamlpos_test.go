@@ -105,6 +105,7 @@ func TestSplitLine(t *testing.T) {
 		{"yaml: line 12: found a tab", 12, "found a tab"},
 		{"yaml: unknown anchor 'x' referenced", 0, "unknown anchor 'x' referenced"},
 		{"yaml: line 0: x", 0, "line 0: x"},
+		{"yaml: line 07: x", 0, "line 07: x"},
 		{"yaml: line -3: x", 0, "line -3: x"},
 		{"yaml: line +3: x", 0, "line +3: x"},
 		{"yaml: line 99999999999999999999: x", 0, "line 99999999999999999999: x"},
@@ -212,7 +213,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("name: x\nlist: [{n: 1, b: true}, {n: -1}]\nmap: {k: v, k: w}\n"))
 	f.Add([]byte("\t- x\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		lines := strings.Count(string(data), "\n") + 1
+		lines := MaxLine(data)
 		check := func(err error) {
 			var e *Error
 			if !errors.As(err, &e) || e.File != "fuzz.yaml" || e.Line < 0 || e.Line > lines {
@@ -239,6 +240,17 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// MaxLine is the most lines YAML can see in data: one more than its line
+// breaks, which are \n, \r, NEL, LS and PS (\r\n counted twice).
+func MaxLine(data []byte) int {
+	s := string(data)
+	n := 1
+	for _, br := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+		n += strings.Count(s, br)
+	}
+	return n
 }
 
 type sample struct {

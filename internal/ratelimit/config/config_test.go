@@ -323,11 +323,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n"))
 	f.Add([]byte("domain: &a d\nx: *a\n"))
 	f.Add([]byte("- [\n"))
+	f.Add([]byte("name: [{key: 1}, {value: [a]}]\ndomain: d\ndescriptors:\n  - {key: k, value: 2026-12-14, rate_limit: {unit: day, requests_per_unit: 0x10, replaces: [{name: x}]}}\n"))
+	f.Add([]byte("domain: d\ndescriptors: [~, {key: k, shadow_mode: yes, rate_limit: {requests_per_unit: 1.5}}]\n---\n["))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Load([]File{{Name: "f.yaml", Data: data}})
 		if err != nil {
-			if e := (*yamlpos.Error)(nil); !errors.As(err, &e) || e.File != "f.yaml" {
-				t.Fatalf("error not a *yamlpos.Error naming the file: %T %v", err, err)
+			var e *yamlpos.Error
+			if !errors.As(err, &e) || e.File != "f.yaml" || e.Line > len(data)+1 { // a line ends in at least one byte
+				t.Fatalf("error not a *yamlpos.Error in the file: %T %v", err, err)
 			}
 			return
 		}
