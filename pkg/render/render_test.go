@@ -18,6 +18,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/crdvalidate"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files and examples/rendered from the current render")
@@ -422,7 +423,7 @@ func TestBasePolicyErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := Render(bs)
-		var be *BaseError
+		var be *yamlpos.Error
 		if err == nil || !errors.As(err, &be) || err.Error()[:len(tc.want)] != tc.want {
 			t.Errorf("%s: render = %v, %v; want error starting %q", tc.base, res, err, tc.want)
 		}
