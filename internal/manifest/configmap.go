@@ -51,7 +51,7 @@ func configMapRateLimitConfigs(cm *Object, src []byte, opts Options) []*Object {
 // rateLimitDocuments parses text and returns its rate limit config
 // documents, within the same bounds as a file; nil on any parse failure.
 func rateLimitDocuments(text string, opts Options) (roots []*yaml.Node) {
-	r := yamlpos.NewReader([]byte(text), opts.yamlpos(""))
+	r := yamlpos.NewReader([]byte(text), opts.readerOptions(""))
 	for doc := 0; doc < opts.MaxDocuments; doc++ {
 		n, err := r.Next()
 		if err != nil {

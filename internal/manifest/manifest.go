@@ -56,8 +56,8 @@ type Options struct {
 	SkipForeign func(file string)
 }
 
-// yamlpos is the YAML reader's bounds for input name.
-func (o Options) yamlpos(name string) yamlpos.Options {
+// readerOptions are the YAML reader's bounds for input name.
+func (o Options) readerOptions(name string) yamlpos.Options {
 	return yamlpos.Options{File: name, MaxNodes: o.MaxNodes, MaxDepth: o.MaxDepth}
 }
 
@@ -191,7 +191,7 @@ func Parse(name string, data []byte, opts Options) ([]*Object, error) {
 		return nil, &Error{File: name, Err: fmt.Errorf("%w: more than %d bytes (raise --max-file-size to read it)", ErrTooLarge, opts.MaxFileBytes)}
 	}
 	var objs []*Object
-	r := yamlpos.NewReader(data, opts.yamlpos(name))
+	r := yamlpos.NewReader(data, opts.readerOptions(name))
 	for doc := 0; ; doc++ {
 		if doc >= opts.MaxDocuments {
 			return nil, &Error{File: name, Err: fmt.Errorf("%w: more than %d", ErrTooManyDocs, opts.MaxDocuments)}
