@@ -79,9 +79,6 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Pos is the error's position.
-func (e *Error) Pos() Pos { return Pos{Line: e.Line, Column: e.Column} }
-
 // List is every problem found in an input. Loaders return it, sorted, as
 // their error when it is not empty (see Err).
 type List []*Error

@@ -142,15 +142,24 @@ func One(data []byte, opts Options, kind, file string) (*yaml.Node, *Error) {
 		return nil, r.opts.errorAt(Pos{}, "", "empty document: expected a "+kind, nil)
 	}
 	if err != nil {
-		return nil, err.(*Error)
+		return nil, r.positioned(err)
 	}
 	switch extra, err := r.Next(); {
 	case err == nil:
 		return nil, r.opts.errorAt(At(extra), "", fmt.Sprintf("more than one YAML document: a %s holds exactly one %s", file, kind), nil)
 	case !errors.Is(err, io.EOF):
-		return nil, err.(*Error)
+		return nil, r.positioned(err)
 	}
 	return doc.Content[0], nil
+}
+
+// positioned is err, one of Next's, as the *Error it is.
+func (r *Reader) positioned(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return r.opts.errorAt(Pos{}, "", "", err)
 }
 
 // checkSize counts the nodes a document expands to when aliases are
