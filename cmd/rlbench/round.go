@@ -20,6 +20,8 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 const domain = "default/llm-budgets"
@@ -32,7 +34,7 @@ func writeConfig(root string, o options) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", domain)
 	for i := 0; i < o.descriptors; i++ {
-		rule := fmt.Sprintf("%s/rule/%d", domain, i)
+		rule := budgetmap.RuleDescriptor(domain, i)
 		fmt.Fprintf(&b, "  - key: %s\n    value: %s\n    descriptors:\n      - key: rule-%d-match-0\n        rate_limit:\n          unit: day\n          requests_per_unit: %d\n", rule, rule, i, o.limit)
 	}
 	return os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(b.String()), 0o644)

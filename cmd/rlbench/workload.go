@@ -10,6 +10,8 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // Mixes of calls (-mix).
@@ -39,7 +41,7 @@ type workload struct {
 
 func (w workload) principals() int        { return len(w.perPrincipal) }
 func (w workload) calls(p int) []prepared { return w.perPrincipal[p] }
-func rule(i int) string                   { return fmt.Sprintf("%s/rule/%d", domain, i) }
+func rule(i int) string                   { return budgetmap.RuleDescriptor(domain, i) }
 func entries(i int, user string) []*rlcommon.RateLimitDescriptor_Entry {
 	return []*rlcommon.RateLimitDescriptor_Entry{{Key: rule(i), Value: rule(i)}, {Key: fmt.Sprintf("rule-%d-match-0", i), Value: user}}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ctxio"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // defaultSpecFile is read when render gets no SPEC argument; init writes it.
@@ -185,7 +186,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 // (exit 1) for a spec with errors, a usage error (exit 2) for one that
 // could not be read.
 func specError(err error) error {
-	var list spec.ErrorList
+	var list yamlpos.List
 	if errors.As(err, &list) {
 		return failure(err)
 	}

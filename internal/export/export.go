@@ -14,6 +14,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/report"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // Charge period lengths.
@@ -119,7 +120,7 @@ func Build(data []ledger.Data, m report.Mapping, o Options) ([]Row, error) {
 	for i := range data {
 		d := &data[i]
 		info, _ := m.Rule(d.Rule)
-		if info.Kind == report.KindKillSwitch {
+		if info.Kind == budgetmap.KindKillSwitch {
 			continue
 		}
 		s := src{info.Budget, info.Measure}

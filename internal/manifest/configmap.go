@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // configMapRateLimitConfigs returns the rate limit service config documents
@@ -49,27 +51,19 @@ func configMapRateLimitConfigs(cm *Object, src []byte, opts Options) []*Object {
 // rateLimitDocuments parses text and returns its rate limit config
 // documents, within the same bounds as a file; nil on any parse failure.
 func rateLimitDocuments(text string, opts Options) (roots []*yaml.Node) {
-	defer func() {
-		if recover() != nil { // yaml.v3 panics on some malformed input: not a config
-			roots = nil
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(text)))
+	r := yamlpos.NewReader([]byte(text), opts.readerOptions(""))
 	for doc := 0; doc < opts.MaxDocuments; doc++ {
-		var n yaml.Node
-		if err := dec.Decode(&n); err != nil {
+		n, err := r.Next()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return roots
 			}
-			return nil
+			return nil // malformed or past the bounds: not a config
 		}
 		if len(n.Content) == 0 {
 			continue
 		}
 		root := Resolve(n.Content[0])
-		if checkSize(n.Content[0], opts) != nil {
-			return nil
-		}
 		if root.Kind == yaml.MappingNode && Get(root, "apiVersion") == nil && Get(root, "kind") == nil && isRateLimitConfig(root) {
 			roots = append(roots, root)
 		}

@@ -9,17 +9,14 @@
 package manifest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/internal/safetext"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // Defaults for Options fields left at zero.
@@ -32,12 +29,10 @@ const (
 	// DefaultMaxDocuments is the most YAML documents read from one file.
 	DefaultMaxDocuments = 100_000
 	// DefaultMaxNodes is the most YAML nodes one document may expand to once
-	// aliases are followed. A billion-laughs document is tiny on disk but
-	// expands to ~10^9 nodes; a real BackendTrafficPolicy with 256 rules has
-	// a few tens of thousands.
-	DefaultMaxNodes = 1_000_000
+	// aliases are followed (yamlpos.DefaultMaxNodes).
+	DefaultMaxNodes = yamlpos.DefaultMaxNodes
 	// DefaultMaxDepth is the deepest nesting accepted in a document.
-	DefaultMaxDepth = 256
+	DefaultMaxDepth = yamlpos.DefaultMaxDepth
 )
 
 // Options bound what Read accepts. The zero value uses the defaults above.
@@ -59,6 +54,11 @@ type Options struct {
 	// directly, or one that mixes objects with other documents, still fails
 	// with ErrNotAnObject.
 	SkipForeign func(file string)
+}
+
+// readerOptions are the YAML reader's bounds for input name.
+func (o Options) readerOptions(name string) yamlpos.Options {
+	return yamlpos.Options{File: name, MaxNodes: o.MaxNodes, MaxDepth: o.MaxDepth}
 }
 
 func (o Options) withDefaults() Options {
@@ -153,37 +153,20 @@ func (o *Object) Decode() (map[string]any, error) {
 }
 
 // Error is a reading error with the position it refers to (Line 0 when the
-// whole input is at fault, such as a missing file or one too large).
-type Error struct {
-	File   string
-	Line   int
-	Column int
-	Err    error
-}
+// whole input is at fault, such as a missing file or one too large): the
+// positioned error of every YAML reader, here with its cause in Err.
+type Error = yamlpos.Error
 
-func (e *Error) Error() string {
-	file := safetext.Inline(e.File) // the message stays one line whatever the file name holds
-	switch {
-	case e.Line > 0 && e.Column > 0:
-		return fmt.Sprintf("%s:%d:%d: %v", file, e.Line, e.Column, e.Err)
-	case e.Line > 0:
-		return fmt.Sprintf("%s:%d: %v", file, e.Line, e.Err)
-	default:
-		return fmt.Sprintf("%s: %v", file, e.Err)
-	}
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-// Sentinel errors, matched with errors.Is.
+// Sentinel errors, matched with errors.Is. The YAML reader's own are
+// yamlpos's.
 var (
 	ErrTooLarge    = errors.New("input too large")
-	ErrAliasBomb   = errors.New("document expands to too many nodes through aliases")
-	ErrAliasCycle  = errors.New("document refers to itself through an alias")
-	ErrTooDeep     = errors.New("document nested too deeply")
+	ErrAliasBomb   = yamlpos.ErrAliasBomb
+	ErrAliasCycle  = yamlpos.ErrAliasCycle
+	ErrTooDeep     = yamlpos.ErrTooDeep
 	ErrNotAnObject = errors.New("not a Kubernetes object")
 	ErrTooManyDocs = errors.New("too many documents")
-	ErrInvalidYAML = errors.New("invalid YAML")
+	ErrInvalidYAML = yamlpos.ErrSyntax
 )
 
 // Read parses every document of one input. name is used in positions and
@@ -202,39 +185,28 @@ func Read(name string, r io.Reader, opts Options) ([]*Object, error) {
 }
 
 // Parse is Read over bytes already in memory.
-func Parse(name string, data []byte, opts Options) (objs []*Object, err error) {
+func Parse(name string, data []byte, opts Options) ([]*Object, error) {
 	opts = opts.withDefaults()
 	if int64(len(data)) > opts.MaxFileBytes {
 		return nil, &Error{File: name, Err: fmt.Errorf("%w: more than %d bytes (raise --max-file-size to read it)", ErrTooLarge, opts.MaxFileBytes)}
 	}
-	// yaml.v3 reports some malformed input by panicking inside its decoder
-	// (it recovers its own failf panics, not every runtime error). A reader of
-	// untrusted files must not take the process down: turn it into an error.
-	defer func() {
-		if r := recover(); r != nil {
-			objs = nil
-			err = &Error{File: name, Err: fmt.Errorf("%w: parser failed: %v", ErrInvalidYAML, r)}
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var objs []*Object
+	r := yamlpos.NewReader(data, opts.readerOptions(name))
 	for doc := 0; ; doc++ {
 		if doc >= opts.MaxDocuments {
 			return nil, &Error{File: name, Err: fmt.Errorf("%w: more than %d", ErrTooManyDocs, opts.MaxDocuments)}
 		}
-		var n yaml.Node
-		if err := dec.Decode(&n); err != nil {
+		n, err := r.Next() // syntax errors and documents past the bounds are positioned *Errors
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return objs, nil
 			}
-			return nil, yamlError(name, err)
+			return nil, err
 		}
-		if n.Kind == 0 || len(n.Content) == 0 {
+		if len(n.Content) == 0 {
 			continue
 		}
 		root := n.Content[0]
-		if err := checkSize(root, opts); err != nil {
-			return nil, &Error{File: name, Line: root.Line, Column: root.Column, Err: err}
-		}
 		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 			continue
 		}
@@ -244,18 +216,6 @@ func Parse(name string, data []byte, opts Options) (objs []*Object, err error) {
 		}
 		objs = append(objs, got...)
 	}
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError keeps the parser's message and moves its line into the position.
-func yamlError(name string, err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{File: name, Line: line, Err: fmt.Errorf("%w: %s", ErrInvalidYAML, m[2])}
-	}
-	return &Error{File: name, Err: fmt.Errorf("%w: %s", ErrInvalidYAML, strings.TrimPrefix(msg, "yaml: "))}
 }
 
 func objects(name string, doc int, root *yaml.Node, src []byte, opts Options) ([]*Object, error) {
@@ -298,46 +258,4 @@ func kindName(n *yaml.Node) string {
 	default:
 		return "non-mapping node"
 	}
-}
-
-// checkSize counts the nodes a document expands to when aliases are
-// followed, without expanding them: an anchor's size is computed once and
-// reused by every alias, so a billion-laughs document costs its own size.
-func checkSize(root *yaml.Node, opts Options) error {
-	const inProgress = -1
-	memo := map[*yaml.Node]int{}
-	var walk func(n *yaml.Node, depth int) (int, error)
-	walk = func(n *yaml.Node, depth int) (int, error) {
-		if depth > opts.MaxDepth {
-			return 0, fmt.Errorf("%w: deeper than %d", ErrTooDeep, opts.MaxDepth)
-		}
-		if n.Kind == yaml.AliasNode {
-			if n.Alias == nil {
-				return 0, fmt.Errorf("%w: alias %q has no anchor", ErrInvalidYAML, n.Value)
-			}
-			n = n.Alias
-		}
-		if v, ok := memo[n]; ok {
-			if v == inProgress {
-				return 0, fmt.Errorf("%w: *%s", ErrAliasCycle, n.Anchor)
-			}
-			return v, nil
-		}
-		memo[n] = inProgress
-		total := 1
-		for _, c := range n.Content {
-			s, err := walk(c, depth+1)
-			if err != nil {
-				return 0, err
-			}
-			total += s
-			if total > opts.MaxNodes {
-				return 0, fmt.Errorf("%w: more than %d nodes", ErrAliasBomb, opts.MaxNodes)
-			}
-		}
-		memo[n] = total
-		return total, nil
-	}
-	_, err := walk(root, 0)
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // capRow is one ledger rule-window of a cap, with what its rule counts.
@@ -82,7 +83,7 @@ func groupData(data []ledger.Data, m Mapping, p plan) *grouped {
 	for i := range data {
 		d := &data[i]
 		info, mapped := m.Rule(d.Rule)
-		if info.Kind == KindKillSwitch {
+		if info.Kind == budgetmap.KindKillSwitch {
 			continue // request counts, not tokens
 		}
 		if !mapped && len(m.Rules) > 0 {

@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // chartCases are report shapes that stress the chart layout.
 func chartCases() map[string]*Report {
 	out := map[string]*Report{}
 	mk := func(name string, capv uint64, usage func(i int) map[string]uint64) {
-		m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: name, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{name: {Mode: "shadow", Caps: dayCap(capv)}}}
+		m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: name, Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{name: {Mode: "shadow", Caps: dayCap(capv)}}}
 		var data []ledger.Data
 		for i := 0; i < 7; i++ {
 			data = append(data, dd(ruleRun, ledger.DayOf(now)-ledger.Day(7-i), usage(i), ledger.Denials{Shadow: 3}, nil))

@@ -12,16 +12,10 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
-// Rule kinds as rendered (render's rule-budgets annotation).
-const (
-	KindTokens     = "tokens"
-	KindKillSwitch = "killswitch"
-)
-
 // RuleInfo ties a ledger rule to its budget and says what its usage counts.
 type RuleInfo struct {
 	Budget string
-	Kind   string // KindTokens or KindKillSwitch
+	Kind   string // budgetmap.KindTokens or KindKillSwitch
 	// Principal is set for an override's own rule: the rule's bucket is that
 	// one principal.
 	Principal string
@@ -79,7 +73,7 @@ func (m Mapping) Rule(r ledger.RuleID) (RuleInfo, bool) {
 			return bucketRule(budget, measure), true
 		}
 	}
-	return RuleInfo{Budget: "rule " + r.Rule, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}, false
+	return RuleInfo{Budget: "rule " + r.Rule, Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}, false
 }
 
 // BucketSet is the budget set a budget map bucket names ("" for a name that
@@ -94,14 +88,14 @@ func BucketSet(bucket string) string {
 
 // bucketRule is what a bucket's name says of its rows.
 func bucketRule(budget, measure string) RuleInfo {
-	info := RuleInfo{Budget: budget, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}
+	info := RuleInfo{Budget: budget, Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}
 	switch measure {
 	case budgetmap.MeasureCost:
 		info.Measure = MeasureCost
 	case budgetmap.MeasureKiloTokens:
 		info.Scale = spec.TokenUnit
-	case "killswitch":
-		info.Kind = KindKillSwitch
+	case budgetmap.KindKillSwitch:
+		info.Kind = budgetmap.KindKillSwitch
 	}
 	return info
 }
@@ -221,10 +215,10 @@ func MappingFromPolicies(btps []*egv1a1.BackendTrafficPolicy) (Mapping, error) {
 		}
 		domain := btp.Namespace + "/" + btp.Name
 		for _, rb := range rbs {
-			id := ledger.RuleID{Domain: domain, Rule: domain + "/rule/" + strconv.Itoa(rb.Rule)}
+			id := ledger.RuleID{Domain: domain, Rule: budgetmap.RuleDescriptor(domain, rb.Rule)}
 			info := bucketRule(rb.Budget, rb.Measure)
-			if rb.Kind == render.RuleKindKillSwitch {
-				info.Kind = KindKillSwitch
+			if rb.Kind == budgetmap.KindKillSwitch {
+				info.Kind = budgetmap.KindKillSwitch
 			}
 			info.Principal = rb.Principal
 			m.Rules[id] = info

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -35,14 +36,14 @@ func dayCap(c uint64) map[CapKey]CapInfo {
 
 func mapping() Mapping {
 	tok := func(budget, principal string) RuleInfo {
-		return RuleInfo{Budget: budget, Kind: KindTokens, Principal: principal, Measure: MeasureTokens, Scale: 1}
+		return RuleInfo{Budget: budget, Kind: budgetmap.KindTokens, Principal: principal, Measure: MeasureTokens, Scale: 1}
 	}
 	return Mapping{
 		Rules: map[ledger.RuleID]RuleInfo{
 			ruleRun: tok("per-run", ""),
 			ruleKey: tok("per-api-key", ""),
 			ruleOvr: tok("per-api-key", "acme-batch"),
-			ruleKS:  {Budget: "frontier", Kind: KindKillSwitch},
+			ruleKS:  {Budget: "frontier", Kind: budgetmap.KindKillSwitch},
 		},
 		Budgets: map[string]BudgetInfo{
 			"per-run":     {Mode: "shadow", Caps: dayCap(1000), Reserve: "200"},
@@ -396,7 +397,7 @@ func TestHTMLElements(t *testing.T) {
 }
 
 func TestHTMLEscapesNames(t *testing.T) {
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: `<script>alert(1)</script>`, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}}
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: `<script>alert(1)</script>`, Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}}}
 	r, err := Build([]ledger.Data{dd(ruleRun, ledger.DayOf(now)-1, map[string]uint64{"a": 5}, ledger.Denials{}, nil)}, m, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +416,7 @@ func TestHTMLEscapesNames(t *testing.T) {
 // Markdown reports.
 func TestTextAndMarkdownEscapeNames(t *testing.T) {
 	evil := "run\n::error file=x::forged\r\x1b[31m|cell"
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: evil, Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}}
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: evil, Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}}}
 	r, err := Build([]ledger.Data{dd(ruleRun, ledger.DayOf(now)-1, map[string]uint64{"a": 5}, ledger.Denials{}, nil)}, m, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +538,7 @@ func TestTopNAndSharedBuckets(t *testing.T) {
 	for i := 1; i <= 30; i++ {
 		row.Usage[fmt.Sprintf("p%02d", i)] = uint64(100 + i)
 	}
-	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "b", Kind: KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{"b": {Caps: dayCap(100)}}}
+	m := Mapping{Rules: map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "b", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}}, Budgets: map[string]BudgetInfo{"b": {Caps: dayCap(100)}}}
 	r, err := Build([]ledger.Data{row}, m, Options{Now: now, TopN: 3})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -81,12 +82,12 @@ func reservationReport(t *testing.T) *Report {
 	rule := func(r string) ledger.RuleID { return ledger.RuleID{Domain: ledger.BudgetDomain, Rule: r} }
 	m := Mapping{
 		Rules: map[ledger.RuleID]RuleInfo{
-			rule("s/big#ktokens"): {Budget: "big", Kind: KindTokens, Measure: MeasureTokens, Scale: 1000},
-			rule("s/big#cost"):    {Budget: "big", Kind: KindTokens, Measure: MeasureCost, Scale: 1},
-			rule("s/big/vip"):     {Budget: "big", Kind: KindTokens, Principal: "vip", Measure: MeasureTokens, Scale: 1000},
-			rule("s/hourly"):      {Budget: "hourly", Kind: KindTokens, Measure: MeasureTokens, Scale: 1},
-			rule("s/idle"):        {Budget: "idle", Kind: KindTokens, Measure: MeasureTokens, Scale: 1},
-			rule("s/plain"):       {Budget: "plain", Kind: KindTokens, Measure: MeasureTokens, Scale: 1},
+			rule("s/big#ktokens"): {Budget: "big", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1000},
+			rule("s/big#cost"):    {Budget: "big", Kind: budgetmap.KindTokens, Measure: MeasureCost, Scale: 1},
+			rule("s/big/vip"):     {Budget: "big", Kind: budgetmap.KindTokens, Principal: "vip", Measure: MeasureTokens, Scale: 1000},
+			rule("s/hourly"):      {Budget: "hourly", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1},
+			rule("s/idle"):        {Budget: "idle", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1},
+			rule("s/plain"):       {Budget: "plain", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1},
 		},
 		Budgets: map[string]BudgetInfo{
 			"big": {Mode: "shadow", Reserve: "auto", Caps: map[CapKey]CapInfo{

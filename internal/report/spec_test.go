@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -23,7 +24,7 @@ func TestMappingFromExampleSpec(t *testing.T) {
 	}
 	d := "ai-gateway/ai-budgets-agent-router"
 	rule := func(i string) RuleInfo { return m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/" + i}] }
-	if r := rule("0"); r.Budget != "per-human" || r.Kind != KindTokens || r.Principal != "" || r.Measure != MeasureTokens || r.Scale != 1 {
+	if r := rule("0"); r.Budget != "per-human" || r.Kind != budgetmap.KindTokens || r.Principal != "" || r.Measure != MeasureTokens || r.Scale != 1 {
 		t.Fatalf("rule 0: %+v", r)
 	}
 	// per-api-key (rule 1) then its overrides sorted by principal: acme-batch, trial-42.
@@ -46,7 +47,7 @@ func TestMappingFromExampleSpec(t *testing.T) {
 	// value (no budget map), and by the bucket (with one).
 	agw := "agents/ai-budgets-agent-gateway"
 	for _, b := range []string{"per-run", "agent-fleet"} {
-		if r := m.Rules[ledger.RuleID{Domain: agw, Rule: b}]; r.Budget != b || r.Kind != KindTokens || r.Principal != "" {
+		if r := m.Rules[ledger.RuleID{Domain: agw, Rule: b}]; r.Budget != b || r.Kind != budgetmap.KindTokens || r.Principal != "" {
 			t.Fatalf("agentgateway rule %s: %+v", b, r)
 		}
 		if r := m.Rules[ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "ai-budgets/" + b}]; r.Budget != b {

@@ -101,14 +101,17 @@ func Requests(routeLimits map[string][]*routev3.RateLimit, req Request, phase Ph
 	return out, nil
 }
 
+// descriptor is what Envoy sends for one rate limit of a route: one entry
+// per action, in order. false (no descriptor) when an action does not
+// apply to the request, as Envoy skips the whole rate limit then.
 func descriptor(rl *routev3.RateLimit, headers map[string]string, req Request) (*rlcommonv3.RateLimitDescriptor, bool, error) {
 	d := &rlcommonv3.RateLimitDescriptor{}
 	for _, a := range rl.Actions {
-		k, v, ok, err := actionEntry(a, headers, req)
+		e, ok, err := actionEntry(a, headers, req)
 		if err != nil || !ok {
 			return nil, false, err
 		}
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		d.Entries = append(d.Entries, e)
 	}
 	if h := rl.HitsAddend; h != nil {
 		switch {
@@ -125,75 +128,84 @@ func descriptor(rl *routev3.RateLimit, headers map[string]string, req Request) (
 	return d, true, nil
 }
 
-// actionEntry is the descriptor entry one action adds; ok is false when the
-// action produces none, which drops the whole descriptor (as Envoy does).
-func actionEntry(a *routev3.RateLimit_Action, headers map[string]string, req Request) (key, value string, ok bool, err error) {
+// actionEntry is the descriptor entry of one action; false when the action does
+// not apply to the request.
+func actionEntry(a *routev3.RateLimit_Action, headers map[string]string, req Request) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
+	kv := func(k, v string) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
+		return &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: v}, true, nil
+	}
 	switch s := a.ActionSpecifier.(type) {
 	case *routev3.RateLimit_Action_GenericKey_:
-		return s.GenericKey.DescriptorKey, s.GenericKey.DescriptorValue, true, nil
+		return kv(s.GenericKey.DescriptorKey, s.GenericKey.DescriptorValue)
 	case *routev3.RateLimit_Action_RequestHeaders_:
 		v, ok := headers[strings.ToLower(s.RequestHeaders.HeaderName)]
-		return s.RequestHeaders.DescriptorKey, v, ok, nil
+		if !ok {
+			return nil, false, nil
+		}
+		return kv(s.RequestHeaders.DescriptorKey, v)
 	case *routev3.RateLimit_Action_HeaderValueMatch_:
 		hv := s.HeaderValueMatch
-		ok, err := allMatch(len(hv.Headers), func(i int) (string, bool, *matcherv3.StringMatcher) {
-			v, present := headers[strings.ToLower(hv.Headers[i].Name)]
-			return v, present, hv.Headers[i].GetStringMatch()
-		})
-		return hv.DescriptorKey, hv.DescriptorValue, err == nil && ok == expectMatch(hv.ExpectMatch), err
+		matched := true
+		for _, hm := range hv.Headers {
+			v, present := headers[strings.ToLower(hm.Name)]
+			ok, err := stringMatches(hm.GetStringMatch(), v, present)
+			if err != nil {
+				return nil, false, err
+			}
+			matched = matched && ok
+		}
+		if matched != expectMatch(hv.ExpectMatch) {
+			return nil, false, nil
+		}
+		return kv(hv.DescriptorKey, hv.DescriptorValue)
 	case *routev3.RateLimit_Action_QueryParameters_:
 		v, ok := queryParam(headers[":path"], s.QueryParameters.QueryParameterName)
-		return s.QueryParameters.DescriptorKey, v, ok, nil
+		if !ok {
+			return nil, false, nil
+		}
+		return kv(s.QueryParameters.DescriptorKey, v)
 	case *routev3.RateLimit_Action_QueryParameterValueMatch_:
 		qv := s.QueryParameterValueMatch
-		ok, err := allMatch(len(qv.QueryParameters), func(i int) (string, bool, *matcherv3.StringMatcher) {
-			v, present := queryParam(headers[":path"], qv.QueryParameters[i].Name)
-			return v, present, qv.QueryParameters[i].GetStringMatch()
-		})
-		return qv.DescriptorKey, qv.DescriptorValue, err == nil && ok == expectMatch(qv.ExpectMatch), err
+		matched := true
+		for _, qm := range qv.QueryParameters {
+			v, present := queryParam(headers[":path"], qm.Name)
+			ok, err := stringMatches(qm.GetStringMatch(), v, present)
+			if err != nil {
+				return nil, false, err
+			}
+			matched = matched && ok
+		}
+		if matched != expectMatch(qv.ExpectMatch) {
+			return nil, false, nil
+		}
+		return kv(qv.DescriptorKey, qv.DescriptorValue)
 	case *routev3.RateLimit_Action_RemoteAddressMatch_:
 		return remoteAddressEntry(s.RemoteAddressMatch, req)
-	default:
-		return "", "", false, fmt.Errorf("action %T is not simulated", s)
 	}
+	return nil, false, fmt.Errorf("action %T is not simulated", a.ActionSpecifier)
 }
 
-// allMatch reports whether each of n values matches its string matcher
-// (every matcher is evaluated, so an invalid one is always reported).
-func allMatch(n int, at func(i int) (value string, present bool, m *matcherv3.StringMatcher)) (bool, error) {
-	matched := true
-	for i := range n {
-		v, present, m := at(i)
-		ok, err := stringMatches(m, v, present)
-		if err != nil {
-			return false, err
-		}
-		matched = matched && ok
-	}
-	return matched, nil
-}
-
-// remoteAddressEntry is a remote_address_match action's entry: the client's
-// address in (or, inverted, outside) one of the ranges.
-func remoteAddressEntry(ram *routev3.RateLimit_Action_RemoteAddressMatch, req Request) (key, value string, ok bool, err error) {
+// remoteAddressEntry is a remote_address_match action's entry: the
+// request's address in (or, inverted, out of) the ranges.
+func remoteAddressEntry(ram *routev3.RateLimit_Action_RemoteAddressMatch, req Request) (*rlcommonv3.RateLimitDescriptor_Entry, bool, error) {
 	if !req.RemoteAddress.IsValid() {
-		return "", "", false, nil
+		return nil, false, nil
 	}
 	in := false
 	for _, r := range ram.GetAddressMatcher().GetRanges() {
 		p, err := netip.ParsePrefix(r.AddressPrefix + "/" + strconv.Itoa(int(r.GetPrefixLen().GetValue())))
 		if err != nil {
-			return "", "", false, fmt.Errorf("remote_address_match range: %w", err)
+			return nil, false, fmt.Errorf("remote_address_match range: %w", err)
 		}
 		in = in || p.Contains(req.RemoteAddress)
 	}
 	if in == ram.GetAddressMatcher().GetInvertMatch() {
-		return "", "", false, nil
+		return nil, false, nil
 	}
-	return ram.DescriptorKey, strings.ReplaceAll(ram.DescriptorValue, remoteAddressFormat, req.RemoteAddress.String()), true, nil
+	value := strings.ReplaceAll(ram.DescriptorValue, remoteAddressFormat, req.RemoteAddress.String())
+	return &rlcommonv3.RateLimitDescriptor_Entry{Key: ram.DescriptorKey, Value: value}, true, nil
 }
 
-// expectMatch applies Envoy's default: an unset expect_match means true.
 func expectMatch(b *wrapperspb.BoolValue) bool { return b == nil || b.Value }
 
 var dynamicMetadataFormat = regexp.MustCompile(`^%DYNAMIC_METADATA\(([^:)]+):([^)]+)\)%$`)

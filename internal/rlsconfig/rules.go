@@ -28,6 +28,8 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // ErrNotShared is wrapped by the error for a global rule without shared: true.
@@ -131,8 +133,8 @@ func policyRules(p *egv1a1.BackendTrafficPolicy) ([]*rule, error) {
 			return nil, fmt.Errorf("%s: %s: %w", where, field, err)
 		}
 		r.domain = p.Namespace + "/" + p.Name
-		r.name = fmt.Sprintf("%s/%s/rule/%d", p.Namespace, p.Name, i) // EG irRuleName: index within the policy
-		r.domainIdx = shared                                          // EG getDomainRuleIndex: count of earlier shared rules
+		r.name = budgetmap.RuleDescriptor(r.domain, i) // EG irRuleName: index within the policy
+		r.domainIdx = shared                           // EG getDomainRuleIndex: count of earlier shared rules
 		shared++
 		out = append(out, r)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // API groups the gate reads.
@@ -108,7 +109,7 @@ func (r *RateRule) Path() string { return fmt.Sprintf("spec.rateLimit.global.rul
 
 // ID is EG's descriptor name of the rule when shared: <ns>/<policy>/rule/<i>.
 func (r *RateRule) ID() string {
-	return fmt.Sprintf("%s/%s/rule/%d", r.Policy.Obj.Namespace, r.Policy.Obj.Name, r.Index)
+	return budgetmap.RuleDescriptor(r.Policy.Obj.Namespace+"/"+r.Policy.Obj.Name, r.Index)
 }
 
 // HeaderMatch is one clientSelectors[s].headers[h] entry.
@@ -213,9 +214,9 @@ func newPolicy(o *manifest.Object) *Policy {
 		if rb, ok := byRule[i]; ok {
 			r.Budget, r.Principal, r.Window, r.Measure = rb.Budget, rb.Principal, rb.Window, rb.Measure
 			switch rb.Kind {
-			case "tokens":
+			case budgetmap.KindTokens:
 				r.Kind = TokenRule
-			case "killswitch":
+			case budgetmap.KindKillSwitch:
 				r.Kind = KillSwitchRule
 			}
 		}

@@ -9,6 +9,7 @@ package budgetmap
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -18,14 +19,22 @@ const (
 	Kind       = "BudgetMap"
 )
 
-// Entry kinds.
+// Rule kinds: of a map entry, and of a rule in pkg/render's rule-budgets
+// annotation (so of the gate's and the report's view of a rule).
 const (
-	// KindTokens is a daily token budget rule: counted in its bucket.
+	// KindTokens is a token budget rule: counted in its bucket.
 	KindTokens = "tokens"
 	// KindKillSwitch is the frontier kill switch (requests: 0): it denies
 	// without counting anything worth sharing, so it keeps its own counter.
 	KindKillSwitch = "killswitch"
 )
+
+// RuleDescriptor is the generic_key Envoy Gateway gives rule i of a policy
+// whose domain is <ns>/<policy>: <ns>/<policy>/rule/<i> (its irRuleName,
+// the rule's index within the policy), which is also the descriptor's value.
+func RuleDescriptor(domain string, i int) string {
+	return domain + "/rule/" + strconv.Itoa(i)
+}
 
 // Gateway kinds, as in the spec.
 const (

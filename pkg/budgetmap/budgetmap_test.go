@@ -12,6 +12,7 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -112,8 +113,8 @@ entries:
 
 func TestLoadErrors(t *testing.T) {
 	tests := []struct{ name, from, to, want string }{
-		{"unknown field", "    window: day\n", "    windw: day\n", "m.yaml:13: field windw not found in type budgetmap.Entry"},
-		{"wrong type", "tokensPerDay: 10", "tokensPerDay: ten", "m.yaml:12: cannot unmarshal !!str `ten` into int64"},
+		{"unknown field", "    window: day\n", "    windw: day\n", "m.yaml:13: entries[0].windw: unknown field (known: domain, descriptor, gateway, budget, bucket, kind, principal, overridePrincipal, tokensPerDay, window, mode, measure, reserve)"},
+		{"wrong type", "tokensPerDay: 10", "tokensPerDay: ten", `m.yaml:12: entries[0].tokensPerDay: must be an integer, got "ten"`},
 		{"version", "budgetgen.dev/v1alpha1", "budgetgen.dev/v2", `m.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v2"`},
 		{"bad kind", "kind: tokens", "kind: coins", `m.yaml:10: entries[0].kind: must be tokens or killswitch, got "coins"`},
 		{"zero cap", "tokensPerDay: 10", "tokensPerDay: 0", "m.yaml:12: entries[0].tokensPerDay: must be > 0 for a token budget"},
@@ -121,8 +122,8 @@ func TestLoadErrors(t *testing.T) {
 		{"no descriptor", "    descriptor: [{key: a/s-gw1/rule/0, value: a/s-gw1/rule/0}]\n", "", "m.yaml:5: entries[0].descriptor: needs at least one level"},
 		{"two principals", "principal: {header: x-key}", "principal: {header: x-key, expression: jwt.sub}", "m.yaml:11: entries[0].principal: set header or expression, not both"},
 		{"gateway kind", "kind: envoy", "kind: nginx", `m.yaml:7: entries[0].gateway.kind: must be envoy or agentgateway, got "nginx"`},
-		{"two documents", "mode: shadow\n", "mode: shadow\n---\na: 1\n", "m.yaml:15: more than one YAML document; a budget map is one document"},
-		{"empty", valid, "", "m.yaml: empty file: want a BudgetMap document"},
+		{"two documents", "mode: shadow\n", "mode: shadow\n---\na: 1\n", "m.yaml:15: more than one YAML document: a budget map file holds exactly one BudgetMap"},
+		{"empty", valid, "", "m.yaml: empty document: expected a BudgetMap"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,9 +135,9 @@ func TestLoadErrors(t *testing.T) {
 			if err.Error() != tc.want {
 				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
 			}
-			var e *budgetmap.Error
+			var e *yamlpos.Error
 			if !errors.As(err, &e) {
-				t.Errorf("error %T is no *budgetmap.Error", err)
+				t.Errorf("error %T is no *yamlpos.Error", err)
 			}
 		})
 	}

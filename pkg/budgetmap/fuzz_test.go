@@ -1,10 +1,13 @@
 package budgetmap
 
 import (
+	"errors"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // FuzzLoad: any input either loads, and then encodes to a file that loads
@@ -20,13 +23,15 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Add([]byte("entries: [{descriptor: 1}]"))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: budgetgen.dev/v1alpha1\nkind: BudgetMap\nentries: [{reserve: {auto: yes}, tokensPerDay: 1e3, windw: day}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Load(data, "f.yaml")
 		if err != nil {
 			if m != nil {
 				t.Fatal("map returned with an error")
 			}
-			if !strings.HasPrefix(err.Error(), "f.yaml") {
+			var e *yamlpos.Error
+			if !strings.HasPrefix(err.Error(), "f.yaml") || !errors.As(err, &e) || e.File != "f.yaml" {
 				t.Fatalf("error without the file name: %v", err)
 			}
 			return

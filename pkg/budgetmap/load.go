@@ -2,62 +2,21 @@ package budgetmap
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // MaxFileSize bounds what Load reads: a map has a few entries per budget and
 // Gateway, far below this.
 const MaxFileSize = 4 << 20
-
-// Error is a problem in a map file, with its position (Line 0 when none).
-type Error struct {
-	File  string
-	Line  int
-	Field string
-	Msg   string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	if e.Field != "" {
-		b.WriteString(": " + e.Field)
-	}
-	b.WriteString(": " + e.Msg)
-	return b.String()
-}
-
-// ErrorList is every problem found in one file, in line order.
-type ErrorList []*Error
-
-func (l ErrorList) Error() string {
-	parts := make([]string, len(l))
-	for i, e := range l {
-		parts[i] = e.Error()
-	}
-	return strings.Join(parts, "\n")
-}
-
-// Unwrap exposes the individual errors to errors.As.
-func (l ErrorList) Unwrap() []error {
-	out := make([]error, len(l))
-	for i, e := range l {
-		out[i] = e
-	}
-	return out
-}
 
 // LoadFile reads and validates a map file.
 func LoadFile(path string) (*Map, error) {
@@ -73,113 +32,41 @@ func LoadFile(path string) (*Map, error) {
 	return Load(data, path)
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+): `)
-
 // Load decodes and validates one map document. Unknown fields, wrong types,
 // more than one document and every semantic problem are reported with
-// file:line: field.
+// file:line: field; a non-nil error is a yamlpos.List.
 func Load(data []byte, file string) (*Map, error) {
 	if len(data) > MaxFileSize {
-		return nil, &Error{File: file, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
+		return nil, yamlpos.List{{File: file, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}}
 	}
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &Error{File: file, Msg: "empty file: want a BudgetMap document"}
-		}
-		return nil, yamlError(file, err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, &Error{File: file, Line: extra.Line, Msg: "more than one YAML document; a budget map is one document"}
+	opts := yamlpos.Options{File: file, Tag: "yaml", LinesOnly: true}
+	root, perr := yamlpos.One(data, opts, "BudgetMap", "budget map file")
+	if perr != nil {
+		return nil, yamlpos.List{perr}
 	}
 	var m Map
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	if err := strict.Decode(&m); err != nil {
-		return nil, yamlError(file, err)
-	}
-	if errs := validate(&m, positions(&root), file); len(errs) > 0 {
+	pos, errs := yamlpos.Decode(root, &m, opts)
+	if len(errs) > 0 {
 		return nil, errs
+	}
+	if err := validate(&m, pos, file); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
 
-func yamlError(file string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	msg = strings.TrimPrefix(msg, "unmarshal errors:\n  ")
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i] // the first problem; the rest repeat the pattern
-	}
-	line := 0
-	if m := yamlLineRE.FindStringSubmatchIndex(msg); m != nil {
-		line, _ = strconv.Atoi(msg[m[2]:m[3]])
-		msg = msg[:m[0]] + msg[m[1]:]
-	}
-	return &Error{File: file, Line: line, Msg: strings.TrimSpace(msg)}
-}
-
-// positions maps field paths (entries[2].bucket) to lines.
-func positions(root *yaml.Node) map[string]int {
-	pos := map[string]int{}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		if path != "" {
-			if _, ok := pos[path]; !ok {
-				pos[path] = n.Line
-			}
-		}
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := n.Content[i].Value
-				if path != "" {
-					p = path + "." + p
-				}
-				pos[p] = n.Content[i].Line
-				walk(n.Content[i+1], p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				walk(c, fmt.Sprintf("%s[%d]", path, i))
-			}
-		}
-	}
-	walk(root, "")
-	return pos
-}
-
 type checker struct {
 	file string
-	pos  map[string]int
-	errs ErrorList
+	pos  yamlpos.Positions
+	errs yamlpos.List
 }
 
-// line finds the line of path or of its nearest parent that has one.
-func (c *checker) line(path string) int {
-	for p := path; p != ""; {
-		if l, ok := c.pos[p]; ok {
-			return l
-		}
-		i := strings.LastIndexAny(p, ".[")
-		if i < 0 {
-			break
-		}
-		p = p[:i]
-	}
-	return 0
-}
-
+// fail reports a problem at path's line, or its nearest parent's.
 func (c *checker) fail(path, format string, args ...any) {
-	c.errs = append(c.errs, &Error{File: c.file, Line: c.line(path), Field: path, Msg: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &yamlpos.Error{File: c.file, Line: c.pos.Of(path).Line, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-func validate(m *Map, pos map[string]int, file string) ErrorList {
+func validate(m *Map, pos yamlpos.Positions, file string) error {
 	c := &checker{file: file, pos: pos}
 	if m.APIVersion != APIVersion {
 		c.fail("apiVersion", "must be %s, got %q", APIVersion, m.APIVersion)
@@ -251,8 +138,7 @@ func validate(m *Map, pos map[string]int, file string) ErrorList {
 			c.reserve(p+".reserve", e, r)
 		}
 	}
-	slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
-	return c.errs
+	return c.errs.Err()
 }
 
 // reserve checks one entry's reservation: a fixed number of tokens, or auto

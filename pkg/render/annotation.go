@@ -3,14 +3,8 @@ package render
 import (
 	"encoding/json"
 	"fmt"
-)
 
-// Kinds of rule in the rule-budgets annotation.
-const (
-	// RuleKindTokens is a daily token budget rule (cost from response metadata).
-	RuleKindTokens = "tokens"
-	// RuleKindKillSwitch is the frontier kill switch (request count, requests: 0).
-	RuleKindKillSwitch = "killswitch"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // RuleBudget says which budget one rule of a BackendTrafficPolicy implements.
@@ -21,7 +15,9 @@ type RuleBudget struct {
 	Rule int `json:"rule"`
 	// Budget is the budget name ("frontier" for the frontier cap).
 	Budget string `json:"budget"`
-	// Kind is RuleKindTokens or RuleKindKillSwitch.
+	// Kind is budgetmap.KindTokens (a token budget rule, charged from
+	// response metadata) or budgetmap.KindKillSwitch (the frontier kill
+	// switch: a request count, requests: 0).
 	Kind string `json:"kind"`
 	// Principal is set on an override's own rule only.
 	Principal string `json:"principal,omitempty"`
@@ -55,7 +51,7 @@ func RuleBudgets(annotations map[string]string) ([]RuleBudget, error) {
 		if rb.Budget == "" {
 			return nil, fmt.Errorf("annotation %s: entry %d has no budget", AnnotationRuleBudgets, i)
 		}
-		if rb.Kind != RuleKindTokens && rb.Kind != RuleKindKillSwitch {
+		if rb.Kind != budgetmap.KindTokens && rb.Kind != budgetmap.KindKillSwitch {
 			return nil, fmt.Errorf("annotation %s: entry %d has unknown kind %q", AnnotationRuleBudgets, i, rb.Kind)
 		}
 	}

@@ -9,24 +9,13 @@ import (
 
 	yamlobj "github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
-
-// BaseError is a base policy render cannot merge the budgets into, at a
-// line of the base policy file.
-type BaseError struct {
-	File  string
-	Line  int
-	Field string
-	Msg   string
-}
-
-func (e *BaseError) Error() string {
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
-}
 
 // basePolicy decodes and checks gw's base policy. Decoding is strict: a field
 // EG v1.9.1's API does not know would otherwise be dropped from the merged
-// policy, and "unchanged" would be a lie.
+// policy, and "unchanged" would be a lie. A base policy render cannot merge
+// the budgets into is a *yamlpos.Error at the line of the base policy file.
 func basePolicy(gw spec.GatewayRef) (*egv1a1.BackendTrafficPolicy, error) {
 	f := gw.Base
 	objs, err := yamlobj.Parse(f.Path, f.Data, yamlobj.Options{})
@@ -34,15 +23,15 @@ func basePolicy(gw spec.GatewayRef) (*egv1a1.BackendTrafficPolicy, error) {
 		return nil, fmt.Errorf("base policy: %w", err)
 	}
 	if len(objs) != 1 {
-		return nil, &BaseError{File: f.Path, Line: 1, Field: "", Msg: fmt.Sprintf("holds %d objects, want exactly one BackendTrafficPolicy", len(objs))}
+		return nil, &yamlpos.Error{File: f.Path, Line: 1, Msg: fmt.Sprintf("holds %d objects, want exactly one BackendTrafficPolicy", len(objs))}
 	}
 	o := objs[0]
+	at := yamlpos.Options{File: f.Path, LinesOnly: true}
 	fail := func(n *yaml.Node, field, format string, args ...any) error {
-		line := o.Node.Line
-		if n != nil {
-			line = n.Line
+		if n == nil {
+			n = o.Node
 		}
-		return &BaseError{File: f.Path, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}
+		return at.Errorf(n, field, format, args...)
 	}
 	if o.Group() != egv1a1.GroupName || o.Kind != egv1a1.KindBackendTrafficPolicy {
 		return nil, fail(yamlobj.Key(o.Node, "kind"), "kind", "is %s %s, want a BackendTrafficPolicy (%s)", o.APIVersion, o.Kind, egv1a1.GroupVersion)

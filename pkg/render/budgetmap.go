@@ -1,8 +1,6 @@
 package render
 
 import (
-	"strconv"
-
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
@@ -36,7 +34,7 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 		domain := btp.Namespace + "/" + btp.Name
 		ruleList := btp.Spec.RateLimit.Global.Rules
 		for _, rb := range index {
-			id := RuleDescriptor(domain, rb.Rule)
+			id := budgetmap.RuleDescriptor(domain, rb.Rule)
 			e := budgetmap.Entry{
 				Domain:            domain,
 				Descriptor:        []budgetmap.DescriptorEntry{{Key: id, Value: id}},
@@ -54,7 +52,7 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			if rb.Budget == spec.FrontierName {
 				f := bs.Spec.Frontier
 				bucket, e.TokensPerDay, e.Mode, res = f.Bucket, f.TokensPerDay, string(f.Mode), f.Reservation
-				if rb.Kind == RuleKindKillSwitch {
+				if rb.Kind == budgetmap.KindKillSwitch {
 					e.Kind, e.TokensPerDay, e.Mode, res = budgetmap.KindKillSwitch, 0, budgetmap.ModeEnforce, spec.Reservation{}
 				}
 			} else if ref, err := bs.Budget(rb.Budget); err == nil && ref.Budget != nil {
@@ -74,7 +72,7 @@ func BudgetMap(bs *spec.BudgetSet) *budgetmap.Map {
 			e.Bucket = bucketName(bs, rb.Budget, bucket, gw)
 			switch {
 			case e.Kind == budgetmap.KindKillSwitch:
-				e.Bucket += "#killswitch"
+				e.Bucket = budgetmap.MeasureBucket(e.Bucket, budgetmap.KindKillSwitch)
 			case rb.Measure != MeasureTokens:
 				// A money or kilotoken rule counts other units than the
 				// budget's token rules, maybe in the same window: its own
@@ -108,12 +106,6 @@ func reserveOf(bs *spec.BudgetSet, r spec.Reservation, measure string) *budgetma
 		return nil
 	}
 	return &budgetmap.Reserve{Tokens: n}
-}
-
-// RuleDescriptor is the generic_key Envoy Gateway gives rule i of a policy
-// whose domain is <ns>/<policy>: <ns>/<policy>/rule/<i>.
-func RuleDescriptor(domain string, i int) string {
-	return domain + "/rule/" + strconv.Itoa(i)
 }
 
 func bucketName(bs *spec.BudgetSet, budget string, bucket spec.Bucket, gw spec.GatewayRef) string {

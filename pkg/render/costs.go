@@ -98,9 +98,9 @@ func checkCEL(bs *spec.BudgetSet, path, expr string) error {
 		if p := bs.Spec.Pricing; p != nil {
 			n = len(p.Models)
 		}
-		return &spec.FieldError{File: bs.File(), Line: bs.Line(path), Path: path, Msg: fmt.Sprintf(
+		return bs.Errorf(path,
 			"the cost expression rendered from %d model prices (%d characters) is refused by Envoy AI Gateway's CEL compiler: %v; merge models into fewer entries with one regular expression each (gpt-5|gpt-5-2026.*)",
-			n, len(expr), err)}
+			n, len(expr), err)
 	}
 	return nil
 }

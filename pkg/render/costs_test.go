@@ -14,6 +14,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // The expressions are compiled and run in internal/aigateway's environment,
@@ -218,7 +219,7 @@ func TestCostExpressionWithinAIGatewayLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Render(withModels(300))
-	var fe *spec.FieldError
+	var fe *yamlpos.Error
 	if err == nil || !asFieldError(err, &fe) || fe.File != "big.yaml" || fe.Line != 11 || fe.Path != "spec.pricing.models" ||
 		!strings.Contains(err.Error(), "refused by Envoy AI Gateway's CEL compiler") {
 		t.Fatalf("300 models: err = %v, want a positioned refusal", err)
@@ -241,8 +242,8 @@ MODELS
     - {name: per-team, perPrincipal: x-team, limits: [{cost: 500, per: month}]}
 `
 
-func asFieldError(err error, target **spec.FieldError) bool {
-	fe, ok := err.(*spec.FieldError)
+func asFieldError(err error, target **yamlpos.Error) bool {
+	fe, ok := err.(*yamlpos.Error)
 	if ok {
 		*target = fe
 	}
@@ -299,13 +300,13 @@ func TestBudgetMapFollowsDeployedPolicy(t *testing.T) {
 			}
 			domain := btp.Namespace + "/" + btp.Name
 			for _, rb := range rbs {
-				e, ok := entries[domain+" "+RuleDescriptor(domain, rb.Rule)]
+				e, ok := entries[domain+" "+budgetmap.RuleDescriptor(domain, rb.Rule)]
 				if !ok {
 					t.Fatalf("%s: rule %d of %s is not in the budget map", name, rb.Rule, domain)
 				}
 				n++
 				_, budget, _, measure, ok := budgetmap.ParseBucket(e.Bucket)
-				if !ok || budget != rb.Budget || (rb.Kind == RuleKindTokens && measure != rb.Measure) {
+				if !ok || budget != rb.Budget || (rb.Kind == budgetmap.KindTokens && measure != rb.Measure) {
 					t.Errorf("%s: rule %d bucket %q, want budget %s measure %q", name, rb.Rule, e.Bucket, rb.Budget, rb.Measure)
 				}
 			}

@@ -18,6 +18,7 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -492,13 +493,13 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 					header(b.Group.Header, egv1a1.HeaderMatchExact, b.Group.Equals, false),
 				}}}
 			}
-			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: RuleKindTokens}); err != nil {
+			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens}); err != nil {
 				return nil, nil, err
 			}
 		default:
 			overrides := b.SortedOverrides()
 			sel := func() []egv1a1.RateLimitSelectCondition { return distinctSelectors(b.PerPrincipal, overrides) }
-			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: RuleKindTokens}); err != nil {
+			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens}); err != nil {
 				return nil, nil, err
 			}
 			for _, o := range overrides {
@@ -508,7 +509,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 					}}}
 				}
 				if err := addLimits(path+".overrides["+o.Principal+"]", o.AllLimits(), &b.Rollout, sel,
-					RuleBudget{Budget: b.Name, Kind: RuleKindTokens, Principal: o.Principal}); err != nil {
+					RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens, Principal: o.Principal}); err != nil {
 					return nil, nil, err
 				}
 			}
@@ -520,7 +521,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 				header(f.Header, egv1a1.HeaderMatchRegularExpression, ModelRegex(f.Models), false),
 			}}}
 		}
-		if err := addLimits("spec.frontier", f.AllLimits(), &f.Rollout, models, RuleBudget{Budget: spec.FrontierName, Kind: RuleKindTokens}); err != nil {
+		if err := addLimits("spec.frontier", f.AllLimits(), &f.Rollout, models, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindTokens}); err != nil {
 			return nil, nil, err
 		}
 		if f.KillSwitch {
@@ -531,7 +532,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 				Limit:           egv1a1.RateLimitValue{Requests: 0, Unit: egv1a1.RateLimitUnitDay},
 				Shared:          ptr(true),
 				ShadowMode:      ptr(false),
-			}, RuleBudget{Budget: spec.FrontierName, Kind: RuleKindKillSwitch})
+			}, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindKillSwitch})
 		}
 	}
 	return out, index, nil

@@ -16,7 +16,9 @@ import (
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
 	"github.com/budgetgen/budgetgen/internal/crdvalidate"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files and examples/rendered from the current render")
@@ -236,7 +238,7 @@ func TestKillSwitchAndEnforce(t *testing.T) {
 		t.Errorf("kill switch regex = %s", got)
 	}
 	rbs, _ := RuleBudgets(btp.Annotations)
-	if rbs[1].Kind != RuleKindKillSwitch || rbs[1].Budget != "frontier" {
+	if rbs[1].Kind != budgetmap.KindKillSwitch || rbs[1].Budget != "frontier" {
 		t.Errorf("annotation = %+v", rbs)
 	}
 	if len(res.Objects) != 1 {
@@ -344,7 +346,7 @@ func TestRuleBudgetsParser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rbs) != 3 || rbs[1].Principal != "p" || rbs[2].Kind != RuleKindKillSwitch {
+	if len(rbs) != 3 || rbs[1].Principal != "p" || rbs[2].Kind != budgetmap.KindKillSwitch {
 		t.Errorf("parsed %+v", rbs)
 	}
 	for _, bad := range []map[string]string{
@@ -421,7 +423,7 @@ func TestBasePolicyErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := Render(bs)
-		var be *BaseError
+		var be *yamlpos.Error
 		if err == nil || !errors.As(err, &be) || err.Error()[:len(tc.want)] != tc.want {
 			t.Errorf("%s: render = %v, %v; want error starting %q", tc.base, res, err, tc.want)
 		}
@@ -451,7 +453,7 @@ func TestBasePolicyMerge(t *testing.T) {
 		t.Fatalf("rules: base first, then budgets: %+v", rules)
 	}
 	rbs, err := RuleBudgets(btp.Annotations)
-	if err != nil || len(rbs) != 4 || rbs[0].Rule != 2 || rbs[3].Rule != 5 || rbs[3].Kind != RuleKindKillSwitch {
+	if err != nil || len(rbs) != 4 || rbs[0].Rule != 2 || rbs[3].Rule != 5 || rbs[3].Kind != budgetmap.KindKillSwitch {
 		t.Fatalf("rule budgets %+v, %v", rbs, err)
 	}
 	gc := res.Objects[2]

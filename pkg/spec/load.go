@@ -1,51 +1,27 @@
 package spec
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
-	"regexp"
-	"strings"
 
-	"gopkg.in/yaml.v3"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // Load parses, defaults and validates one BudgetSet document. filename is only
-// used in error messages. A non-nil error is an ErrorList of FieldErrors, each
-// naming file:line and the field path.
+// used in error messages. A non-nil error is a yamlpos.List of every problem,
+// each naming file:line and the field path.
 func Load(data []byte, filename string) (*BudgetSet, error) {
-	var errs ErrorList
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			errs.add(filename, 0, "", "empty document: expected a BudgetSet")
-			return nil, errs
-		}
-		errs.add(filename, yamlErrLine(err), "", "invalid YAML: "+yamlErrMsg(err))
-		return nil, errs
+	opts := yamlpos.Options{File: filename, LinesOnly: true}
+	root, perr := yamlpos.One(data, opts, "BudgetSet", "spec file")
+	if perr != nil {
+		return nil, yamlpos.List{perr}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		errs.add(filename, extra.Line, "", "more than one YAML document: a spec file holds exactly one BudgetSet")
-		return nil, errs
-	} else if !errors.Is(err, io.EOF) {
-		errs.add(filename, yamlErrLine(err), "", "invalid YAML: "+yamlErrMsg(err))
-		return nil, errs
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	bs := &BudgetSet{pos: map[string]int{}, file: filename}
-	d := &decoder{pos: bs.pos, errs: &errs, file: filename}
-	d.decode(root, reflect.ValueOf(bs).Elem(), "")
+	bs := &BudgetSet{file: filename}
+	pos, errs := yamlpos.Decode(root, bs, opts)
+	bs.pos = pos
 	if len(errs) > 0 {
-		errs.sort()
 		return nil, errs
 	}
 	Default(bs)
@@ -89,7 +65,7 @@ func LoadFile(path string, stdin io.Reader) (*BudgetSet, error) {
 // (the spec's directory), into the gateway's Base. A file that cannot be read
 // is an error naming the spec's line.
 func (s *BudgetSet) ReadBasePolicies(dir string) error {
-	var errs ErrorList
+	var errs yamlpos.List
 	for i := range s.Spec.Gateways {
 		g := &s.Spec.Gateways[i]
 		if g.BasePolicy == "" {
@@ -99,34 +75,12 @@ func (s *BudgetSet) ReadBasePolicies(dir string) error {
 		path := filepath.Join(dir, g.BasePolicy)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			errs.add(s.file, s.Line(field), field, fmt.Sprintf("read base policy: %v", err))
+			errs = append(errs, s.Errorf(field, "read base policy: %v", err))
 			continue
 		}
 		g.Base = &File{Path: path, Data: data}
 	}
-	if len(errs) > 0 {
-		errs.sort()
-		return errs
-	}
-	return nil
-}
-
-var yamlLineRE = regexp.MustCompile(`line (\d+):`)
-
-// yamlErrLine digs the line out of yaml.v3's syntax error text ("yaml: line 3: ...").
-func yamlErrLine(err error) int {
-	m := yamlLineRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0
-	}
-	var n int
-	_, _ = fmt.Sscanf(m[1], "%d", &n) // the regexp matched digits; 0 (no line) if it overflows
-	return n
-}
-
-func yamlErrMsg(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return strings.TrimSpace(yamlLineRE.ReplaceAllString(msg, ""))
+	return errs.Err()
 }
 
 // File is the file name the spec was loaded from ("" when built in Go).
@@ -135,15 +89,10 @@ func (s *BudgetSet) File() string { return s.file }
 // Line is the source line of a field path such as "spec.budgets[2].mode", or of
 // its nearest present ancestor when the field itself is absent; 0 when the
 // BudgetSet was not loaded from YAML.
-func (s *BudgetSet) Line(path string) int {
-	for {
-		if l, ok := s.pos[path]; ok {
-			return l
-		}
-		i := strings.LastIndexAny(path, ".[")
-		if i < 0 {
-			return s.pos[""]
-		}
-		path = path[:i]
-	}
+func (s *BudgetSet) Line(path string) int { return s.pos.Of(path).Line }
+
+// Errorf is a problem with the field at path, positioned at its line (or
+// its nearest present ancestor's) in the spec file.
+func (s *BudgetSet) Errorf(path, format string, args ...any) *yamlpos.Error {
+	return &yamlpos.Error{File: s.file, Line: s.Line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
 }

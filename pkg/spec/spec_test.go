@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 const base = `apiVersion: budgetgen.dev/v1alpha1
@@ -177,9 +179,9 @@ func TestLoadErrors(t *testing.T) {
 			if err.Error() != tc.want {
 				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
 			}
-			var fe *FieldError
+			var fe *yamlpos.Error
 			if !errors.As(err, &fe) {
-				t.Errorf("error %T does not unwrap to *FieldError", err)
+				t.Errorf("error %T does not unwrap to *yamlpos.Error", err)
 			}
 		})
 	}
@@ -188,7 +190,7 @@ func TestLoadErrors(t *testing.T) {
 func TestLoadReportsEveryError(t *testing.T) {
 	doc := strings.Replace(base, "5000000", "0", 1) + "      mode: loud\n"
 	_, err := Load([]byte(doc), "b.yaml")
-	var list ErrorList
+	var list yamlpos.List
 	if !errors.As(err, &list) || len(list) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
@@ -223,15 +225,17 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("- 1\n- 2\n"))
 	f.Add([]byte("spec: {budgets: [{overrides: [{principal: a, tokensPerDay: 0x10}]}]}"))
+	f.Add([]byte(base + "---\nkind: [\n"))
+	f.Add([]byte(base + "      limits: [{tokens: 1.5, per: day}, ~]\n      reserve: {a: b}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		bs, err := Load(data, "f.yaml")
 		if err != nil {
 			if bs != nil {
 				t.Fatal("BudgetSet returned with an error")
 			}
-			var fe *FieldError
-			if !errors.As(err, &fe) || fe.File != "f.yaml" {
-				t.Fatalf("error without position: %v", err)
+			var fe *yamlpos.Error
+			if !errors.As(err, &fe) || fe.File != "f.yaml" || fe.Column != 0 || fe.Line > len(data)+1 { // a line ends in at least one byte
+				t.Fatalf("error without its line: %v", err)
 			}
 			return
 		}

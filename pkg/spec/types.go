@@ -3,6 +3,8 @@
 // defaults, and lookups used by render, assert, promote and report.
 package spec
 
+import "github.com/budgetgen/budgetgen/pkg/yamlpos"
+
 // APIVersion and Kind identify a BudgetSet document.
 const (
 	APIVersion = "budgetgen.dev/v1alpha1"
@@ -49,9 +51,9 @@ type BudgetSet struct {
 	Metadata   Metadata `json:"metadata"`
 	Spec       Spec     `json:"spec"`
 
-	// pos maps field paths (spec.budgets[3].tokensPerDay) to source lines;
-	// filled by Load, empty for a BudgetSet built in Go.
-	pos  map[string]int
+	// pos maps field paths (spec.budgets[3].tokensPerDay) to source
+	// positions; filled by Load, empty for a BudgetSet built in Go.
+	pos  yamlpos.Positions
 	file string
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // DateLayout is the layout of shadowSince and enforcedSince (UTC dates).
@@ -18,25 +20,21 @@ var (
 	headerNameRE = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~` + "`" + `-]+$`)
 )
 
-// Validate checks a defaulted BudgetSet and returns an ErrorList naming every
+// Validate checks a defaulted BudgetSet and returns a yamlpos.List naming every
 // problem by file, line and field path, or nil.
 func (s *BudgetSet) Validate() error {
 	v := &validator{s: s}
 	v.check()
-	if len(v.errs) == 0 {
-		return nil
-	}
-	v.errs.sort()
-	return v.errs
+	return v.errs.Err()
 }
 
 type validator struct {
 	s    *BudgetSet
-	errs ErrorList
+	errs yamlpos.List
 }
 
 func (v *validator) fail(path, format string, args ...any) {
-	v.errs.add(v.s.file, v.s.Line(path), path, fmt.Sprintf(format, args...))
+	v.errs = append(v.errs, v.s.Errorf(path, format, args...))
 }
 
 func (v *validator) check() {

@@ -83,7 +83,7 @@ type Scope struct {
 type Budget struct {
 	// Name is the budget's name ("frontier" for the frontier cap).
 	Name string
-	// Kind is "tokens" or "killswitch" (budgetmap.KindTokens, KindKillSwitch).
+	// Kind is budgetmap.KindTokens or KindKillSwitch.
 	Kind string
 	// Window is the rule's window (hour, day, week, month).
 	Window string

@@ -1,7 +1,7 @@
 package config
 
 import (
-	"github.com/budgetgen/budgetgen/internal/ledger"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +10,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/internal/ledger"
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 const sample = `domain: mongo_cps
@@ -179,19 +182,19 @@ func TestParseErrorsNamePosition(t *testing.T) {
 		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", "descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"},
 		{"unknown unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: unknown, requests_per_unit: 1}\n", "invalid rate limit unit 'unknown'"},
 		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, unlimited: true}\n", "should not specify rate limit unit when unlimited"},
-		{"negative", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "x.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: expected an integer between"},
-		{"too big", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "expected an integer between 0 and 4294967295"},
-		{"string count", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n", "expected a non-negative integer"},
-		{"bool type", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n", "descriptors[0].shadow_mode: expected true or false"},
+		{"negative", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "x.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: must be an integer between 0 and 4294967295, got \"-1\""},
+		{"too big", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "must be an integer between 0 and 4294967295, got \"4294967296\""},
+		{"string count", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n", "x.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: must be a non-negative integer, got \"5\""},
+		{"bool type", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n", "x.yaml:4:18: descriptors[0].shadow_mode: must be true or false, got \"yes\""},
 		{"dup descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a_b\n", "x.yaml:5:5: descriptors[1]: duplicate descriptor composite key 'd.a_b'"},
-		{"dup yaml key", "domain: d\ndomain: e\n", "x.yaml:2:1: domain: duplicate key"},
+		{"dup yaml key", "domain: d\ndomain: e\n", "x.yaml:2:1: domain: duplicate field (first at line 1)"},
 		{"replaces self", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n", "replaces should not contain name of same descriptor"},
 		{"replaces empty", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n", "should not have an empty replaces entry"},
 		{"share non wildcard", "domain: d\ndescriptors:\n  - key: a\n    share_threshold: true\n", "share_threshold can only be used with wildcard values"},
-		{"list of scalars", "domain: d\ndescriptors: [a]\n", "x.yaml:2:15: descriptors[0]: expected a mapping, got a scalar"},
-		{"float value", "domain: d\ndescriptors:\n  - key: a\n    value: 1.5\n", "descriptors[0].value: expected a string"},
-		{"top list", "- a\n", "x.yaml:1:1: expected a mapping at the top level"},
-		{"bad yaml", "domain: [\n", "x.yaml: invalid yaml"},
+		{"list of scalars", "domain: d\ndescriptors: [a]\n", "x.yaml:2:15: descriptors[0]: must be a mapping, got \"a\""},
+		{"float value", "domain: d\ndescriptors:\n  - key: a\n    value: 1.5\n", "x.yaml:4:12: descriptors[0].value: must be a string, got \"1.5\" (a float)"},
+		{"top list", "- a\n", "x.yaml:1:1: the top level must be a mapping, got a list"},
+		{"bad yaml", "domain: [\n", "x.yaml:1: invalid YAML: did not find expected node content"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,15 +205,15 @@ func TestParseErrorsNamePosition(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
-			if _, ok := AsError(err); !ok {
-				t.Fatalf("error %T is not a *config.Error", err)
+			if e := (*yamlpos.Error)(nil); !errors.As(err, &e) || e.File != "x.yaml" {
+				t.Fatalf("error %T is not a *yamlpos.Error naming the file", err)
 			}
 		})
 	}
 }
 
 func TestParseAcceptsScalarsAsStrings(t *testing.T) {
-	c := mustLoad(t, "domain: 5\ndescriptors:\n  - key: code\n    value: 429\n    rate_limit: {unit: SECOND, requests_per_unit: 0}\n  - key: flag\n    value: true\n    rate_limit: {unit: Minute, requests_per_unit: 1_000}\n")
+	c := mustLoad(t, "domain: 5\ndescriptors:\n  - key: code\n    value: 429\n    rate_limit: {unit: SECOND, requests_per_unit: 0}\n  - key: flag\n    value: true\n    rate_limit: {unit: Minute, requests_per_unit: 1_000}\n  - key: day\n    value: 2026-12-14\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
 	m, _ := c.Lookup("5", desc("code", "429"), nil)
 	if m.Limit == nil || m.Limit.RequestsPerUnit != 0 {
 		t.Fatalf("int value not matched as string: %+v", m.Limit)
@@ -218,6 +221,12 @@ func TestParseAcceptsScalarsAsStrings(t *testing.T) {
 	m, _ = c.Lookup("5", desc("flag", "true"), nil)
 	if m.Limit == nil || m.Limit.RequestsPerUnit != 1000 || m.Limit.Divider != 60 {
 		t.Fatalf("bool value / mixed-case unit: %+v", m.Limit)
+	}
+	// yaml.v3 tags 2026-12-14 a timestamp; the reference's yaml.v2 keeps it
+	// text, and so does this loader.
+	m, _ = c.Lookup("5", desc("day", "2026-12-14"), nil)
+	if m.Limit == nil || m.Limit.RequestsPerUnit != 7 {
+		t.Fatalf("timestamp-like value not matched as written: %+v", m.Limit)
 	}
 }
 
@@ -314,11 +323,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n"))
 	f.Add([]byte("domain: &a d\nx: *a\n"))
 	f.Add([]byte("- [\n"))
+	f.Add([]byte("name: [{key: 1}, {value: [a]}]\ndomain: d\ndescriptors:\n  - {key: k, value: 2026-12-14, rate_limit: {unit: day, requests_per_unit: 0x10, replaces: [{name: x}]}}\n"))
+	f.Add([]byte("domain: d\ndescriptors: [~, {key: k, shadow_mode: yes, rate_limit: {requests_per_unit: 1.5}}]\n---\n["))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Load([]File{{Name: "f.yaml", Data: data}})
 		if err != nil {
-			if _, ok := AsError(err); !ok {
-				t.Fatalf("error not a *config.Error: %T %v", err, err)
+			var e *yamlpos.Error
+			if !errors.As(err, &e) || e.File != "f.yaml" || e.Line > len(data)+1 { // a line ends in at least one byte
+				t.Fatalf("error not a *yamlpos.Error in the file: %T %v", err, err)
 			}
 			return
 		}

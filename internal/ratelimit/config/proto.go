@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
 // FromProto builds a config from xDS RateLimitConfig resources (what Envoy
@@ -15,7 +17,7 @@ func FromProto(cfgs []*rlsconfv3.RateLimitConfig) (*Config, error) {
 	names := make([]string, 0, len(cfgs))
 	for i, pc := range cfgs {
 		if pc == nil {
-			return nil, &Error{File: fmt.Sprintf("resource[%d]", i), Msg: "nil RateLimitConfig"}
+			return nil, &yamlpos.Error{File: fmt.Sprintf("resource[%d]", i), Msg: "nil RateLimitConfig"}
 		}
 		name := pc.GetName()
 		if name == "" {
@@ -43,7 +45,7 @@ func descriptorsFromProto(in []*rlsconfv3.RateLimitDescriptor) []Descriptor {
 				Unlimited: p.GetUnlimited(), Name: p.GetName(),
 			}
 			for _, r := range p.GetReplaces() {
-				pol.Replaces = append(pol.Replaces, r.GetName())
+				pol.Replaces = append(pol.Replaces, Replace{Name: r.GetName()})
 			}
 			out[i].RateLimit = pol
 		}

@@ -38,6 +38,7 @@ var referenceCorpus = map[string]string{
 	"duplicate descriptor":    "domain: d\ndescriptors:\n  - key: k\n  - key: k\n",
 	"empty key":               "domain: d\ndescriptors:\n  - value: v\n",
 	"non-string key":          "domain: d\n5: x\n",
+	"timestamp-like value":    "domain: d\ndescriptors:\n  - key: day\n    value: 2026-12-14\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: k\n    name: 2026-12-14\n",
 }
 
 // TestVerdictsMatchReference loads every file of the corpus with our
@@ -84,9 +85,9 @@ func TestNotAppliedReported(t *testing.T) {
 	}
 	got := c.NotApplied()
 	want := []string{
-		"m.yaml:3:5: descriptors[0].detailed_metric: accepted, not applied",
-		"m.yaml:3:5: descriptors[0].value_to_metric: accepted, not applied",
-		"m.yaml:8:5: descriptors[1].value: a '*' before the end is matched literally",
+		"m.yaml:5:22: descriptors[0].detailed_metric: accepted, not applied",
+		"m.yaml:6:22: descriptors[0].value_to_metric: accepted, not applied",
+		"m.yaml:9:12: descriptors[1].value: a '*' before the end is matched literally",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %q", got)
