@@ -94,8 +94,9 @@ func TestRunRejectsBadBudgetMap(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: budgetgen.dev/v1alpha1\nkind: BudgetMap\nbudgetSet: s\nentries: [{domain: x}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	state := t.TempDir() // the embedded store's snapshot, not the machine's shared default
 	err := Run(t.Context(), []string{"--config-dir", dir, "--budget-map", bad}, func(k string) string {
-		return map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1"}[k]
+		return map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": state}[k]
 	}, &syncBuffer{}, nil)
 	if err == nil {
 		t.Fatal("service started with an invalid budget map")
