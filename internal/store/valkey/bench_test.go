@@ -144,3 +144,74 @@ func serverCPU(b *testing.B, addr string) int64 {
 	}
 	return int64(total * 1e9)
 }
+
+// BenchmarkChargeReserving: the llm mix of a reserving budget as the
+// service's charger sends it: calls carrying 8 requests (its batching), each
+// request two reserving counters (a budget and a frontier cap), a check
+// (holds 50,000 if admitted) or the charge of a finished request (its
+// tokens, one release, a ledger increment), over 10,000 principals. CPU per
+// request, ours and Valkey's: Valkey runs the script and is the service's
+// neighbour on the same cores.
+func BenchmarkChargeReserving(b *testing.B) {
+	srv := valkeytest.Start(b, valkeytest.Options{})
+	for _, holds := range []bool{true, false} {
+		b.Run("holds="+strconv.FormatBool(holds), func(b *testing.B) { benchLLMMix(b, srv, holds) })
+	}
+}
+
+// benchLLMMix runs the llm mix, with the counters' holds or (the control)
+// as a budget without a reserve.
+func benchLLMMix(b *testing.B, srv *valkeytest.Server, holds bool) {
+	keys := benchKeys()
+	s, err := New(Options{Addresses: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	const perCall = 8
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	self0, srv0 := selfCPU(b), serverCPU(b, srv.Addr)
+	defer func() {
+		b.ReportMetric(float64(selfCPU(b)-self0)/float64(b.N)/1e3, "client-cpu-us/req")
+		b.ReportMetric(float64(serverCPU(b, srv.Addr)-srv0)/float64(b.N)/1e3, "valkey-cpu-us/req")
+	}()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		cs := make([]store.Counter, 0, 2*perCall)
+		res := make([]store.Result, 2*perCall)
+		for {
+			cs = cs[:0]
+			for r := 0; r < perCall; r++ {
+				if !pb.Next() {
+					break
+				}
+				i := next.Add(1)
+				p := keys[(i/2)%uint64(len(keys))]
+				for j, k := range []string{p, "frontier|" + p} {
+					c := store.Counter{Key: k, ExpireAt: exp, Start: j == 0, Limit: 1 << 40, Enforce: true,
+						Hold: store.Hold{Reserve: 50_000, Expiry: 10 * time.Minute}}
+					if i%2 == 1 { // the request's charge
+						c.Hits, c.Hold = 1_234, store.Hold{Release: 1, Expiry: 10 * time.Minute}
+						c.Ledger = store.HashIncr{Key: "bench|ledger", Field: k}
+					}
+					if !holds {
+						c.Hold, c.Limit, c.Enforce = store.Hold{}, 0, false
+					}
+					cs = append(cs, c)
+				}
+			}
+			if len(cs) == 0 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := s.Charge(ctx, cs, res[:len(cs)])
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -206,13 +206,13 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 		keys = append(keys, g.ops[0].key)
 		args = append(args, "-1", "0")
 	}
-	usual := g.usualExpiry()
-	args = append(args, s.nowString(now), s.maxHolds, s.msString(usual))
+	usual, period := g.usualExpiry(), g.usualPeriod()
+	args = append(args, s.nowString(now), s.maxHolds, s.msString(usual), strconv.FormatInt(period, 10))
 	last := uint64(0) // the hits of the last counter op ("0" in the script until one)
 	for i := range g.ops {
 		o := &g.ops[i]
 		keys = append(keys, o.key)
-		args = s.appendOp(args, o, usual, last)
+		args = s.appendOp(args, o, usual, period, last)
 		if o.flags&flagHash != 0 {
 			continue
 		}
@@ -233,8 +233,9 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 }
 
 // appendOp appends an op's kind and arguments (chargeScript): the common
-// ops in their short forms.
-func (s *Store) appendOp(args []string, o *op, usual int64, last uint64) []string {
+// ops in their short forms, a counter op of a reserving request with only
+// the arguments its flags name.
+func (s *Store) appendOp(args []string, o *op, usual, period int64, last uint64) []string {
 	hits := strconv.FormatUint(o.hits, 10)
 	switch {
 	case o.flags == flagHash && o.hits == last:
@@ -246,14 +247,44 @@ func (s *Store) appendOp(args []string, o *op, usual int64, last uint64) []strin
 	case o.flags == 0:
 		return append(args, "C", hits, s.msString(o.exp))
 	}
-	args = append(args, strconv.Itoa(int(o.flags)), hits, s.msString(o.exp))
+	wire := int(o.flags)
+	var opt [5]string
+	extra := opt[:0]
+	if o.exp != usual {
+		wire |= wireOwnExpiry
+		extra = append(extra, s.msString(o.exp))
+	}
 	if o.flags&flagLimit != 0 {
-		args = append(args, strconv.FormatUint(o.limit, 10))
+		extra = append(extra, strconv.FormatUint(o.limit, 10))
 	}
 	if o.flags&flagHold != 0 {
-		args = append(args, strconv.FormatUint(o.reserve, 10), strconv.FormatInt(o.period, 10), strconv.FormatUint(o.releases, 10))
+		if o.reserve > 0 {
+			wire |= wireReserve
+			extra = append(extra, strconv.FormatUint(o.reserve, 10))
+		}
+		if o.releases > 0 {
+			wire |= wireRelease
+			extra = append(extra, strconv.FormatUint(o.releases, 10))
+		}
+		if o.period != period {
+			wire |= wirePeriod
+			extra = append(extra, strconv.FormatInt(o.period, 10))
+		}
 	}
-	return args
+	args = append(args, strconv.Itoa(wire), hits)
+	return append(args, extra...)
+}
+
+// usualPeriod is the hold generation of the group's first
+// reservation-aware op (1 when it has none): the holds of a store share
+// RESERVATION_EXPIRY.
+func (g *group) usualPeriod() int64 {
+	for i := range g.ops {
+		if g.ops[i].flags&flagHold != 0 && g.ops[i].flags&flagHash == 0 {
+			return g.ops[i].period
+		}
+	}
+	return 1
 }
 
 // usualExpiry is the expiry of the group's first counter: most counters of

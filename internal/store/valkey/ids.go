@@ -158,14 +158,15 @@ type keyNames struct {
 	cluster bool
 }
 
-// hold returns the hold hash of counter key k: k + "|h" (counter keys end in
-// digits, so no counter key is a hold key), hash-tagged into k's slot on a
-// cluster.
+// hold returns the hold key of counter key k: k + "|hs" (counter keys end
+// in digits, so no counter key is a hold key; "|h" named the hash format
+// before the packed string, so the two never meet), hash-tagged into k's
+// slot on a cluster.
 func (n keyNames) hold(k string, tags []string) string {
 	if !n.cluster || len(k) < len(n.prefix) || k[:len(n.prefix)] != n.prefix {
-		return k + "|h"
+		return k + "|hs"
 	}
-	return n.prefix + "bgh|{" + tags[keySlot(k)] + "}" + k[len(n.prefix):] + "|h"
+	return n.prefix + "bgh|{" + tags[keySlot(k)] + "}" + k[len(n.prefix):] + "|hs"
 }
 
 // keySlot is the cluster slot of key (CRC16 of its hash tag, or of the whole
@@ -218,9 +219,9 @@ func slotTags() []string {
 }
 
 // OwnKey reports whether key is one of the store's own keys (a call id
-// bitmap or a hold hash) rather than a counter, for tools and tests that
+// bitmap or a hold key) rather than a counter, for tools and tests that
 // list a Valkey's keys; prefix is Options.KeyPrefix.
 func OwnKey(prefix, key string) bool {
 	rest, ok := strings.CutPrefix(key, prefix)
-	return ok && (strings.HasPrefix(rest, "bgid|") || strings.HasPrefix(rest, "bgh|")) || strings.HasSuffix(key, "|h")
+	return ok && (strings.HasPrefix(rest, "bgid|") || strings.HasPrefix(rest, "bgh|")) || strings.HasSuffix(key, "|hs")
 }

@@ -13,7 +13,7 @@
 // plain GETs; the usage ledger's increments (Counter.Ledger) ride inside the
 // scripts, so they too land exactly once.
 //
-// Reservations. A counter with a Hold keeps a hold hash next to it (in its
+// Reservations. A counter with a Hold keeps a hold key next to it (in its
 // slot), in two generations (store.Hold): a check admitted by its request
 // holds tokens, the request's charge releases a hold of the older generation
 // first, and a generation whose holds' charges never came expires as a whole
