@@ -11,7 +11,6 @@
 package reserve
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
@@ -43,7 +42,8 @@ type Learner struct {
 type history struct {
 	mu       sync.Mutex
 	ring     [Window]uint64
-	n        int // charges seen (capped at a large value)
+	scratch  [Window]uint64 // percentile's working copy: no allocation per refresh
+	n        int            // charges seen (capped at a large value)
 	next     int
 	estimate uint64
 }
@@ -94,12 +94,55 @@ func (l *Learner) Observe(b *config.Budget, tokens uint64) {
 }
 
 // percentile is the Percentile-th percentile of the recent charges
-// (nearest rank, rounded up).
+// (nearest rank, rounded up), selected in linear time: a sort of the window
+// at every refresh cost more than the rest of a charge's decision.
 func (h *history) percentile() uint64 {
-	s := slices.Clone(h.ring[:min(h.n, Window)])
-	slices.Sort(s)
+	s := h.scratch[:min(h.n, Window)]
+	copy(s, h.ring[:len(s)])
 	rank := (Percentile*len(s) + 99) / 100
-	return s[max(rank-1, 0)]
+	return selectNth(s, max(rank-1, 0))
+}
+
+// selectNth returns the value that would be at index k if s were sorted
+// (Hoare's quickselect with a median-of-three pivot; s is reordered).
+func selectNth(s []uint64, k int) uint64 {
+	lo, hi := 0, len(s)-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if s[mid] < s[lo] {
+			s[mid], s[lo] = s[lo], s[mid]
+		}
+		if s[hi] < s[lo] {
+			s[hi], s[lo] = s[lo], s[hi]
+		}
+		if s[hi] < s[mid] {
+			s[hi], s[mid] = s[mid], s[hi]
+		}
+		pivot := s[mid]
+		i, j := lo, hi
+		for i <= j {
+			for s[i] < pivot {
+				i++
+			}
+			for s[j] > pivot {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return s[k]
+		}
+	}
+	return s[k]
 }
 
 // Forget drops what was learned of rules no longer configured (a config

@@ -1,6 +1,8 @@
 package reserve
 
 import (
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -122,4 +124,49 @@ func TestConcurrentObserve(t *testing.T) {
 	if got := l.Size(b); got != 8_000 {
 		t.Errorf("p95 of 8 equal groups 1000..8000 = %d, want 8000", got)
 	}
+}
+
+// TestSelectNthMatchesSort: the linear-time selection picks what a sort
+// would put at each rank, on random, sorted, reversed and constant input.
+func TestSelectNthMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	inputs := [][]uint64{{7}, {2, 1}, {5, 5, 5, 5}}
+	for _, n := range []int{3, 10, 100, 512} {
+		r, asc, desc := make([]uint64, n), make([]uint64, n), make([]uint64, n)
+		for i := range r {
+			r[i], asc[i], desc[i] = rng.Uint64N(50), uint64(i), uint64(n-i)
+		}
+		inputs = append(inputs, r, asc, desc)
+	}
+	for _, in := range inputs {
+		sorted := slices.Sorted(slices.Values(in))
+		for k := range in {
+			if got := selectNth(slices.Clone(in), k); got != sorted[k] {
+				t.Fatalf("selectNth(%v, %d) = %d, want %d", in, k, got, sorted[k])
+			}
+		}
+	}
+}
+
+// BenchmarkPercentile: one estimate refresh over a full window, by
+// selection and (the control) by sorting a copy, as before.
+func BenchmarkPercentile(b *testing.B) {
+	var h history
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range h.ring {
+		h.ring[i] = 200 + rng.Uint64N(4000)
+	}
+	h.n = Window
+	b.Run("select", func(b *testing.B) {
+		for b.Loop() {
+			_ = h.percentile()
+		}
+	})
+	b.Run("sort", func(b *testing.B) {
+		for b.Loop() {
+			s := slices.Clone(h.ring[:])
+			slices.Sort(s)
+			_ = s[(Percentile*len(s)+99)/100-1]
+		}
+	})
 }
