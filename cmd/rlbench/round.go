@@ -429,19 +429,27 @@ func report(w io.Writer, results map[string][]result) error {
 	return nil
 }
 
-// fetchProfile saves a CPU profile of our service taken during the measured phase.
+// fetchProfile saves a CPU profile of our service taken during the measured
+// phase to path, then its allocation profile (since start) to path.allocs.
 func fetchProfile(debugAddr string, d time.Duration, path string, logw io.Writer) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())))
+	save(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())), path, logw)
+	save(fmt.Sprintf("http://%s/debug/pprof/allocs", debugAddr), path+".allocs", logw)
+}
+
+// save writes what url answers to path; a profile is best-effort, so a
+// failure is only logged.
+func save(url, path string, logw io.Writer) {
+	resp, err := http.Get(url)
 	if err != nil {
-		_, _ = fmt.Fprintln(logw, "profile:", err) // a profile is best-effort
+		_, _ = fmt.Fprintln(logw, "profile:", err)
 		return
 	}
 	defer func() { _ = resp.Body.Close() }() // fully read by io.Copy
 	f, err := os.Create(path)
 	if err != nil {
-		_, _ = fmt.Fprintln(logw, "profile:", err) // a profile is best-effort
+		_, _ = fmt.Fprintln(logw, "profile:", err)
 		return
 	}
-	defer func() { _ = f.Close() }() // best-effort profile, like the io.Copy below
+	defer func() { _ = f.Close() }() // best-effort, like the io.Copy below
 	_, _ = io.Copy(f, resp.Body)
 }

@@ -77,14 +77,31 @@ func satAdd(a, b uint64) uint64 {
 	return a + b
 }
 
-// oneResponse holds a single-descriptor response and its parts, so the
-// common answer costs one allocation.
+// oneResponse, twoResponse and smallResponse hold a response of one, two or
+// up to smallN descriptors and its parts, so the common answers (a budget; a budget and
+// a frontier cap, or a few windows) cost one allocation.
 type oneResponse struct {
 	resp rlpb.RateLimitResponse
 	st   [1]rlpb.RateLimitResponse_DescriptorStatus
 	p    [1]*rlpb.RateLimitResponse_DescriptorStatus
 	d    [1]durationpb.Duration
 }
+
+type twoResponse struct {
+	resp rlpb.RateLimitResponse
+	st   [2]rlpb.RateLimitResponse_DescriptorStatus
+	p    [2]*rlpb.RateLimitResponse_DescriptorStatus
+	d    [2]durationpb.Duration
+}
+
+type smallResponse struct {
+	resp rlpb.RateLimitResponse
+	st   [smallN]rlpb.RateLimitResponse_DescriptorStatus
+	p    [smallN]*rlpb.RateLimitResponse_DescriptorStatus
+	d    [smallN]durationpb.Duration
+}
+
+const smallN = 4
 
 // Answer builds the response from the charged items (their Total, and for a
 // reserving budget Reserved and Held, set by the charger), storeErr the
@@ -115,10 +132,17 @@ func Answer(items []Item, storeErr error, now int64, p Policy) (*rlpb.RateLimitR
 		ptrs     []*rlpb.RateLimitResponse_DescriptorStatus
 		durs     []durationpb.Duration
 	)
-	if n == 1 {
+	switch {
+	case n == 1:
 		one := new(oneResponse)
 		resp, statuses, ptrs, durs = &one.resp, one.st[:], one.p[:], one.d[:]
-	} else {
+	case n == 2:
+		two := new(twoResponse)
+		resp, statuses, ptrs, durs = &two.resp, two.st[:], two.p[:], two.d[:]
+	case n <= smallN:
+		sm := new(smallResponse)
+		resp, statuses, ptrs, durs = &sm.resp, sm.st[:n], sm.p[:n], sm.d[:n]
+	default:
 		resp = &rlpb.RateLimitResponse{}
 		statuses = make([]rlpb.RateLimitResponse_DescriptorStatus, n)
 		ptrs = make([]*rlpb.RateLimitResponse_DescriptorStatus, n)
