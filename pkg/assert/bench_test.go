@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 	"github.com/budgetgen/budgetgen/pkg/assert/crd"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // benchManifests is 1,000 objects: 200 tenants, each with a Gateway, an

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleRouteCoverage: BG006 accepts identity headers set by SecurityPolicies

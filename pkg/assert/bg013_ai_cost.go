@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleAICost: since Envoy AI Gateway v1.0, llmRequestCosts are route-scoped.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleGatewayScope: a budget is one bucket per principal across every route

@@ -5,7 +5,7 @@ import (
 	"regexp"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // llmRequestCostsAnnotation is where budgetgen render lists the costs its

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // API groups the gate reads.

@@ -3,7 +3,7 @@ package assert
 import (
 	"sort"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // xRoute is a route Envoy Gateway attaches policies to: an HTTPRoute or

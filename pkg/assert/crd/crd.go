@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/budgetgen/budgetgen/internal/crdvalidate"
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 var leadingPath = regexp.MustCompile(`^((?:metadata|spec)(?:\.[A-Za-z0-9_-]+|\[\d+\])*): `)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 func TestValidatorMapsCausesToPaths(t *testing.T) {
