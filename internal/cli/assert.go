@@ -166,7 +166,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 		}
 	}
 	if !o.skips("BG007") {
-		v, err := crd.Validator(nil)
+		v, err := crd.Validator()
 		if err != nil {
 			return inputError(err)
 		}

@@ -73,7 +73,7 @@ func checkRouteScope(p *Pass) {
 					}
 				}
 			}
-			for _, ar := range p.Index.AIGatewayRoutes {
+			for _, ar := range p.Index.aiRoutes {
 				name := ar.Obj.Namespace + "/" + ar.Obj.Name
 				if covered[name] {
 					continue

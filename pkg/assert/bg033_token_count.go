@@ -95,7 +95,7 @@ func checkGatewayCosts(p *Pass, pol *manifest.Object, gk GatewayKey, keys map[st
 			check(gc.Obj, gc.Cost(km[0]), km[1])
 		}
 	}
-	for _, rt := range p.Index.AIGatewayRoutes {
+	for _, rt := range p.Index.aiRoutes {
 		if !slices.ContainsFunc(rt.Parents, func(pr aigateway.ParentRef) bool { return pr.Namespace == gk.Namespace && pr.Name == gk.Name }) {
 			continue
 		}
@@ -123,7 +123,7 @@ func gatewayConfigOf(ix *Index, gk GatewayKey) *aigateway.GatewayConfig {
 		return nil
 	}
 	name := aigateway.GatewayConfigName(gw)
-	for _, gc := range ix.GatewayConfigs {
+	for _, gc := range ix.aiConfigs {
 		if name != "" && gc.Obj.Namespace == gk.Namespace && gc.Obj.Name == name {
 			return gc
 		}

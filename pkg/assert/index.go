@@ -32,12 +32,15 @@ type Index struct {
 	SecurityPolicies []*manifest.Object
 	ClientPolicies   []*manifest.Object // ClientTrafficPolicies
 	Namespaces       map[string]*manifest.Object
-	// AIGatewayRoutes and GatewayConfigs are Envoy AI Gateway objects (any served version).
-	AIGatewayRoutes []*aigateway.Route
-	GatewayConfigs  []*aigateway.GatewayConfig
 	// SelectorErrors are targetSelectors found invalid while resolving targets.
 	SelectorErrors []SelectorError
 
+	// aiRoutes and aiConfigs are Envoy AI Gateway's AIGatewayRoutes and
+	// GatewayConfigs (any served version), read into budgetgen's own model
+	// of the few fields the rules check (internal/aigateway), which is not
+	// part of this package's API.
+	aiRoutes  []*aigateway.Route
+	aiConfigs []*aigateway.GatewayConfig
 	selectors map[*yaml.Node]labels.Selector // compiled selectors (nil: invalid)
 	xroutes   []*xRoute                      // allRoutes, computed once
 	units     []routeUnit                    // allUnits, computed once
@@ -184,9 +187,9 @@ func NewIndex(objs []*manifest.Object) *Index {
 		case o.Group() == "" && o.Kind == "Namespace":
 			ix.Namespaces[o.Name] = o
 		case o.Group() == aigateway.Group && o.Kind == aigateway.KindRoute:
-			ix.AIGatewayRoutes = append(ix.AIGatewayRoutes, aigateway.ReadRoute(o))
+			ix.aiRoutes = append(ix.aiRoutes, aigateway.ReadRoute(o))
 		case o.Group() == aigateway.Group && o.Kind == aigateway.KindGatewayConfig:
-			ix.GatewayConfigs = append(ix.GatewayConfigs, aigateway.ReadGatewayConfig(o))
+			ix.aiConfigs = append(ix.aiConfigs, aigateway.ReadGatewayConfig(o))
 		}
 	}
 	return ix
@@ -318,7 +321,7 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 			}
 			// Envoy AI Gateway generates an HTTPRoute of the same name from
 			// each AIGatewayRoute (its docs attach BackendTrafficPolicies to it).
-			for _, ar := range ix.AIGatewayRoutes {
+			for _, ar := range ix.aiRoutes {
 				if ar.Obj.Namespace == obj.Namespace && ar.Obj.Name == name {
 					for _, pr := range ar.Parents {
 						add(Target{Gateway: GatewayKey{Namespace: pr.Namespace, Name: pr.Name}, Node: ref, Path: paths[i], Via: ar.Obj.Namespace + "/" + ar.Obj.Name})

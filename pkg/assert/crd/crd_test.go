@@ -9,7 +9,7 @@ import (
 )
 
 func TestValidatorMapsCausesToPaths(t *testing.T) {
-	v, err := Validator(nil)
+	v, err := Validator()
 	if err != nil {
 		t.Fatal(err)
 	}
