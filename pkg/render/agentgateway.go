@@ -22,8 +22,15 @@ const (
 	AgwEntryGroup     = "group"
 )
 
-// KindAgentgatewayPolicy is the Object.Kind of a rendered AgentgatewayPolicy.
-const KindAgentgatewayPolicy = agentgateway.KindPolicy
+// Kinds of rendered objects whose Go model is budgetgen's own (their
+// projects publish no Go API module): Object.Kind, with Object.Object an
+// *unstructured.Unstructured.
+const (
+	// KindAgentgatewayPolicy is agentgateway's AgentgatewayPolicy (agentgateway.dev/v1alpha1).
+	KindAgentgatewayPolicy = "AgentgatewayPolicy"
+	// KindGatewayConfig is Envoy AI Gateway's GatewayConfig (aigateway.envoyproxy.io/v1beta1).
+	KindGatewayConfig = "GatewayConfig"
+)
 
 // AgentgatewayDomain is the rate limit domain of an agentgateway Gateway's
 // policy: <namespace>/<policy>, the same shape as Envoy Gateway's.
