@@ -11,7 +11,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -244,5 +246,38 @@ func TestRenderedValuesArePublic(t *testing.T) {
 		if !kinds[k] {
 			t.Errorf("the examples render no %s: the check above did not see one", k)
 		}
+	}
+}
+
+// TestEveryPublicPackageHasAnExample: a package offered to other modules
+// shows its use in a runnable Example (with an Output, so go test runs it).
+func TestEveryPublicPackageHasAnExample(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{if .GoFiles}}{{.ImportPath}} {{.Dir}}{{end}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	example := regexp.MustCompile(`(?m)^func Example\w*\(\) \{$[\s\S]*?^\s*// Output:`)
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, dir, _ := strings.Cut(line, " ")
+		files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = found || example.Match(src)
+		}
+		if !found {
+			t.Errorf("%s has no runnable Example (func Example... with // Output:)", path)
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("checked %d packages: the listing missed pkg/", n)
 	}
 }
