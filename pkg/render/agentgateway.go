@@ -45,9 +45,9 @@ func celString(s string) string { return strconv.Quote(s) }
 // agentgateway's jwt variable holds the claims of the token its
 // jwtAuthentication verified. It cannot fail: a request without the claim,
 // or without a verified JWT (jwtAuthentication mode Optional or Permissive),
-// gets the value agentgateway.NoClaim through agentgateway's coalesce
-// (crates/celx/src/general.rs), so it is charged to that one shared, capped
-// bucket. A failing entry would drop its descriptor, and with every
+// gets the value "budgetgen/no-claim" (internal/agentgateway.NoClaim)
+// through agentgateway's coalesce (crates/celx/src/general.rs), so it is
+// charged to that one shared, capped bucket. A failing entry would drop its descriptor, and with every
 // descriptor dropped agentgateway makes no rate limit call at all
 // (crates/agentgateway/src/http/remoteratelimit.rs, build_request).
 func ClaimExpression(claim string) string {
