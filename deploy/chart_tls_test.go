@@ -193,7 +193,7 @@ func TestChartTLSWithRenderedPolicy(t *testing.T) {
 	}
 	var pol *agentgateway.Policy
 	for _, o := range res.Objects {
-		if p, ok := o.Object.(*agentgateway.Policy); ok && p.Spec.Backend != nil {
+		if p, ok := agentgateway.Model(o.Object).(*agentgateway.Policy); ok && p.Spec.Backend != nil {
 			pol = p
 		}
 	}

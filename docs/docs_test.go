@@ -135,7 +135,8 @@ var foreignPaths = map[string]string{
 }
 
 // repoPath matches a path under one of the repository's top-level
-// directories, or a relative link climbing to one.
+// directories (also as a go command's ./pkg/... argument), or a relative
+// link climbing to one.
 func repoPath(t *testing.T) *regexp.Regexp {
 	t.Helper()
 	entries, err := os.ReadDir("..")
@@ -148,7 +149,7 @@ func repoPath(t *testing.T) *regexp.Regexp {
 			tops = append(tops, regexp.QuoteMeta(e.Name()))
 		}
 	}
-	return regexp.MustCompile(`(?:^|[^\w./-])((?:\.\./)*(?:` + strings.Join(tops, "|") + `)/[\w./-]*[\w/])`)
+	return regexp.MustCompile(`(?:^|[^\w./-])(?:\./)?((?:\.\./)*(?:` + strings.Join(tops, "|") + `)/[\w./-]*[\w/])`)
 }
 
 // TestRepositoryPathsExist: every repository path the docs, the README and

@@ -39,121 +39,153 @@ var (
 // checks that every CEL expression parses (the controller rejects one that
 // does not). It returns every problem, in field order; nil means valid.
 func Validate(p *Policy) []FieldError {
-	var errs []FieldError
-	fail := func(path, format string, args ...any) {
-		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	var errs problems
+	validateHead(p, &errs)
+	backendOnly := p.Spec.Traffic == nil && p.Spec.Backend != nil
+	validateTargets(p.Spec, backendOnly, &errs)
+	if backendOnly {
+		return append(errs, validateBackend(p.Spec.Backend)...)
 	}
+	if p.Spec.Backend != nil {
+		errs.fail("spec.backend", "budgetgen renders backend settings in a policy of their own, not beside traffic")
+	}
+	t := p.Spec.Traffic
+	if t == nil || t.RateLimit == nil || t.RateLimit.Global == nil {
+		errs.fail("spec.traffic.rateLimit.global", "is required (budgetgen renders a global rate limit)")
+		return errs
+	}
+	validateGlobal(t.RateLimit.Global, &errs)
+	return errs
+}
+
+// problems collects the FieldErrors of one object, in field order.
+type problems []FieldError
+
+func (p *problems) fail(path, format string, args ...any) {
+	*p = append(*p, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// validateHead checks apiVersion, kind and metadata.
+func validateHead(p *Policy, errs *problems) {
 	if p.APIVersion != APIVersion {
-		fail("apiVersion", "must be %s, got %q", APIVersion, p.APIVersion)
+		errs.fail("apiVersion", "must be %s, got %q", APIVersion, p.APIVersion)
 	}
 	if p.Kind != KindPolicy {
-		fail("kind", "must be %s, got %q", KindPolicy, p.Kind)
+		errs.fail("kind", "must be %s, got %q", KindPolicy, p.Kind)
 	}
 	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {
-		fail("metadata", "name and namespace are required")
+		errs.fail("metadata", "name and namespace are required")
 	}
-	refs, sels := p.Spec.TargetRefs, p.Spec.TargetSelectors
+}
+
+// validateTargets checks spec.targetRefs or spec.targetSelectors: exactly one
+// list, kinds the policy's section may target (a backend-only policy may
+// target more), one kind per policy.
+func validateTargets(spec PolicySpec, backendOnly bool, errs *problems) {
+	refs, sels := spec.TargetRefs, spec.TargetSelectors
 	switch {
 	case (len(refs) == 0) == (len(sels) == 0):
-		fail("spec.targetRefs", "exactly one of targetRefs and targetSelectors is required (budgetgen renders targetRefs)")
+		errs.fail("spec.targetRefs", "exactly one of targetRefs and targetSelectors is required (budgetgen renders targetRefs)")
 	case len(refs) > MaxTargetRefs:
-		fail("spec.targetRefs", "at most %d items, got %d", MaxTargetRefs, len(refs))
+		errs.fail("spec.targetRefs", "at most %d items, got %d", MaxTargetRefs, len(refs))
 	case len(sels) > MaxTargetRefs:
-		fail("spec.targetSelectors", "at most %d items, got %d", MaxTargetRefs, len(sels))
+		errs.fail("spec.targetSelectors", "at most %d items, got %d", MaxTargetRefs, len(sels))
 	}
-	backendOnly := p.Spec.Traffic == nil && p.Spec.Backend != nil
 	target := func(path, group, kind, firstKind string) {
 		if backendOnly {
 			if g, ok := backendOK[kind]; !ok || g != group {
-				fail(path, "targetRefs may only reference Gateway, HTTPRoute, GRPCRoute, ListenerSet, Service, AgentgatewayBackend, or InferencePool resources, got %s/%s", group, kind)
+				errs.fail(path, "targetRefs may only reference Gateway, HTTPRoute, GRPCRoute, ListenerSet, Service, AgentgatewayBackend, or InferencePool resources, got %s/%s", group, kind)
 			}
 		} else if g, ok := trafficOK[kind]; !ok || g != group {
-			fail(path, "a traffic policy can only target a Gateway, ListenerSet, GRPCRoute, HTTPRoute (group %s) or InferencePool, got %s/%s", gatewayAPIGroup, group, kind)
+			errs.fail(path, "a traffic policy can only target a Gateway, ListenerSet, GRPCRoute, HTTPRoute (group %s) or InferencePool, got %s/%s", gatewayAPIGroup, group, kind)
 		}
 		if kind != firstKind {
-			fail(path, "only one kind of targetRef can be set on one policy")
+			errs.fail(path, "only one kind of targetRef can be set on one policy")
 		}
 	}
 	for i, r := range refs {
 		path := fmt.Sprintf("spec.targetRefs[%d]", i)
 		if r.Kind == "" || r.Name == "" {
-			fail(path, "group, kind and name are required")
+			errs.fail(path, "group, kind and name are required")
 		}
 		target(path, r.Group, r.Kind, refs[0].Kind)
 	}
 	for i, s := range sels {
 		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
 		if s.Kind == "" || s.MatchLabels == nil {
-			fail(path, "group, kind and matchLabels are required")
+			errs.fail(path, "group, kind and matchLabels are required")
 		}
 		target(path, s.Group, s.Kind, sels[0].Kind)
 	}
-	if backendOnly {
-		return append(errs, validateBackend(p.Spec.Backend)...)
-	}
-	if p.Spec.Backend != nil {
-		fail("spec.backend", "budgetgen renders backend settings in a policy of their own, not beside traffic")
-	}
-	t := p.Spec.Traffic
-	if t == nil || t.RateLimit == nil || t.RateLimit.Global == nil {
-		fail("spec.traffic.rateLimit.global", "is required (budgetgen renders a global rate limit)")
-		return errs
-	}
-	g := t.RateLimit.Global
-	gp := "spec.traffic.rateLimit.global"
+}
+
+// validateGlobal checks spec.traffic.rateLimit.global: where the rate limit
+// service is, the failure mode, the domain, then every descriptor.
+func validateGlobal(g *GlobalRateLimit, errs *problems) {
+	const gp = "spec.traffic.rateLimit.global"
 	if (g.BackendRef == nil) == (g.URL == "") {
-		fail(gp, "exactly one of the fields in [backendRef url] must be set")
+		errs.fail(gp, "exactly one of the fields in [backendRef url] must be set")
 	}
 	if g.URL != "" && (len(g.URL) > 1024 || !urlRE.MatchString(g.URL)) {
-		fail(gp+".url", "must match ^https?://[^/?#]+$ (no path), at most 1024 characters")
+		errs.fail(gp+".url", "must match ^https?://[^/?#]+$ (no path), at most 1024 characters")
 	}
 	if b := g.BackendRef; b != nil {
-		if b.Name == "" || len(b.Name) > 253 {
-			fail(gp+".backendRef.name", "is required, 1..253 characters")
-		}
-		group := ""
-		if b.Group != nil {
-			group = *b.Group
-		}
-		kind := b.Kind
-		if kind == "" {
-			kind = "Service"
-		}
-		if b.Port != nil && (*b.Port < 1 || *b.Port > 65535) {
-			fail(gp+".backendRef.port", "must be 1..65535, got %d", *b.Port)
-		}
-		if group == "" && kind == "Service" && b.Port == nil {
-			fail(gp+".backendRef.port", "Must have port for Service reference")
-		}
+		validateBackendRef(gp+".backendRef", b, errs)
 	}
 	if g.FailureMode != "" && g.FailureMode != FailOpen && g.FailureMode != FailClosed {
-		fail(gp+".failureMode", "must be %s or %s, got %q", FailClosed, FailOpen, g.FailureMode)
+		errs.fail(gp+".failureMode", "must be %s or %s, got %q", FailClosed, FailOpen, g.FailureMode)
 	}
 	if n := len(g.Domain); n < 1 || n > MaxDomainLength {
-		fail(gp+".domain", "is required, 1..%d characters, got %d", MaxDomainLength, n)
+		errs.fail(gp+".domain", "is required, 1..%d characters, got %d", MaxDomainLength, n)
 	}
 	if n := len(g.Descriptors); n < 1 || n > MaxDescriptors {
-		fail(gp+".descriptors", "must have 1..%d items, got %d", MaxDescriptors, n)
+		errs.fail(gp+".descriptors", "must have 1..%d items, got %d", MaxDescriptors, n)
 	}
 	for i, d := range g.Descriptors {
-		dp := fmt.Sprintf("%s.descriptors[%d]", gp, i)
-		if n := len(d.Entries); n < 1 || n > MaxEntries {
-			fail(dp+".entries", "must have 1..%d items, got %d", MaxEntries, n)
-		}
-		for j, e := range d.Entries {
-			ep := fmt.Sprintf("%s.entries[%d]", dp, j)
-			if n := len(e.Name); n < 1 || n > MaxEntryNameLength {
-				fail(ep+".name", "is required, 1..%d characters, got %d", MaxEntryNameLength, n)
-			}
-			checkCEL(ep+".expression", e.Expression, true, fail)
-		}
-		if d.Unit != "" && d.Unit != UnitRequests && d.Unit != UnitTokens {
-			fail(dp+".unit", "must be %s or %s, got %q", UnitRequests, UnitTokens, d.Unit)
-		}
-		checkCEL(dp+".cost", d.Cost, false, fail)
-		checkCEL(dp+".limitOverride", d.LimitOverride, false, fail)
+		validateDescriptor(fmt.Sprintf("%s.descriptors[%d]", gp, i), d, errs)
 	}
-	return errs
+}
+
+// validateBackendRef checks the rate limit service's reference: a Service
+// (the default kind, core group) needs a port.
+func validateBackendRef(path string, b *BackendRef, errs *problems) {
+	if b.Name == "" || len(b.Name) > 253 {
+		errs.fail(path+".name", "is required, 1..253 characters")
+	}
+	group := ""
+	if b.Group != nil {
+		group = *b.Group
+	}
+	kind := b.Kind
+	if kind == "" {
+		kind = "Service"
+	}
+	if b.Port != nil && (*b.Port < 1 || *b.Port > 65535) {
+		errs.fail(path+".port", "must be 1..65535, got %d", *b.Port)
+	}
+	if group == "" && kind == "Service" && b.Port == nil {
+		errs.fail(path+".port", "Must have port for Service reference")
+	}
+}
+
+// validateDescriptor checks one descriptor: its entries (names, CEL), unit,
+// cost and limit override.
+func validateDescriptor(dp string, d Descriptor, errs *problems) {
+	if n := len(d.Entries); n < 1 || n > MaxEntries {
+		errs.fail(dp+".entries", "must have 1..%d items, got %d", MaxEntries, n)
+	}
+	for j, e := range d.Entries {
+		ep := fmt.Sprintf("%s.entries[%d]", dp, j)
+		if n := len(e.Name); n < 1 || n > MaxEntryNameLength {
+			errs.fail(ep+".name", "is required, 1..%d characters, got %d", MaxEntryNameLength, n)
+		}
+		checkCEL(ep+".expression", e.Expression, true, errs.fail)
+	}
+	if d.Unit != "" && d.Unit != UnitRequests && d.Unit != UnitTokens {
+		errs.fail(dp+".unit", "must be %s or %s, got %q", UnitRequests, UnitTokens, d.Unit)
+	}
+	checkCEL(dp+".cost", d.Cost, false, errs.fail)
+	checkCEL(dp+".limitOverride", d.LimitOverride, false, errs.fail)
 }
 
 func checkCEL(path, expr string, required bool, fail func(string, string, ...any)) {

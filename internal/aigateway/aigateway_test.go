@@ -3,7 +3,7 @@ package aigateway
 import (
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // Reading is lenient (unknown fields ignored) and keeps what BG013 needs:

@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 	"github.com/budgetgen/budgetgen/pkg/assert/crd"
 	"github.com/budgetgen/budgetgen/pkg/assert/output"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
@@ -166,7 +166,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 		}
 	}
 	if !o.skips("BG007") {
-		v, err := crd.Validator(nil)
+		v, err := crd.Validator()
 		if err != nil {
 			return inputError(err)
 		}

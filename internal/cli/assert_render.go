@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )

@@ -87,14 +87,8 @@ func loadSpecBytes(src []byte, path string) (*spec.BudgetSet, error) {
 
 // runRollout is promote (up) or demote (!up): read, edit, validate, write atomically.
 func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, up bool) error {
-	if o.specFile == "" {
-		return usageError("--spec FILE is required")
-	}
-	if o.reason != "" && !o.force {
-		return usageError("--reason goes with --force")
-	}
-	if o.maxLimitedShare <= 0 || o.maxLimitedShare > 1 {
-		return usageError("--max-limited-share must be in (0, 1], got %v", o.maxLimitedShare)
+	if err := o.check(); err != nil {
+		return err
 	}
 	now, err := o.clock()
 	if err != nil {
@@ -107,15 +101,43 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	defer unlock()
+	res, err := editSpec(ctx, e, o, budget, up, now)
+	if err != nil {
+		return err
+	}
+	if err := printRollout(e, o.specFile, budget, up, res); err != nil {
+		// The spec is written; only the message was lost.
+		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
+	}
+	return nil
+}
+
+// check refuses flag combinations that cannot be meant.
+func (o *promoteOptions) check() error {
+	if o.specFile == "" {
+		return usageError("--spec FILE is required")
+	}
+	if o.reason != "" && !o.force {
+		return usageError("--reason goes with --force")
+	}
+	if o.maxLimitedShare <= 0 || o.maxLimitedShare > 1 {
+		return usageError("--max-limited-share must be in (0, 1], got %v", o.maxLimitedShare)
+	}
+	return nil
+}
+
+// editSpec reads the spec (the caller holds its lock), promotes or demotes
+// the budget and writes the file atomically; on any error nothing is written.
+func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, error) {
 	src, err := ctxio.ReadFile(ctx, o.specFile)
 	if err != nil {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
+		return promote.Result{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
 	}
 	// The spec must be valid before the edit too, loaded as render loads it
 	// (base policies included): a broken file is not ours to fix.
 	bs, err := loadSpecBytes(src, o.specFile)
 	if err != nil {
-		return specError(err)
+		return promote.Result{}, specError(err)
 	}
 	opts := promote.Options{
 		Now: now, File: o.specFile, Force: o.force, Reason: o.reason, MaxLimitedShare: o.maxLimitedShare,
@@ -124,7 +146,7 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	if up && o.evidence != "" {
 		ev, err := readEvidence(ctx, o.evidence)
 		if err != nil {
-			return &ExitError{Code: ExitUsage, Err: err}
+			return promote.Result{}, &ExitError{Code: ExitUsage, Err: err}
 		}
 		opts.Evidence = ev
 		// An unknown budget is Promote's error, with the known names.
@@ -139,22 +161,28 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	}
 	if err != nil {
 		// Refusals, unknown budgets and invalid edits alike: nothing was written.
-		return failure(err)
+		return promote.Result{}, failure(err)
 	}
 	// Checked after the shadow days, whose refusal says more.
 	if err := requireEvidence(e, o, budget, up); err != nil {
-		return err
+		return promote.Result{}, err
 	}
 	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
-		return failure(err)
+		return promote.Result{}, failure(err)
 	}
+	return res, nil
+}
+
+// printRollout says what was written, any notes, and that a render applies it.
+func printRollout(e *env, specFile, budget string, up bool, res promote.Result) error {
+	var err error
 	switch {
 	case !up:
-		_, err = fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s demoted to shadow on %s (shadow clock restarted)\n", safetext.Inline(specFile), safetext.Inline(budget), res.Date)
 	case res.Forced && len(res.Overridden) > 0:
-		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s, forced: %q (overrode: %v)\n", safetext.Inline(specFile), safetext.Inline(budget), res.Date, res.Reason, res.Overridden)
 	default:
-		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(o.specFile), safetext.Inline(budget), res.Date, res.FullDays)
+		_, err = fmt.Fprintf(e.stdout, "%s: %s promoted to enforce on %s after %d full days in shadow\n", safetext.Inline(specFile), safetext.Inline(budget), res.Date, res.FullDays)
 	}
 	for _, n := range res.Notes {
 		if err == nil {
@@ -164,11 +192,7 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	if err == nil {
 		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
 	}
-	if err != nil {
-		// The spec is written; only the message was lost.
-		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
-	}
-	return nil
+	return err
 }
 
 // requireEvidence refuses a promotion that looked at no measurements: without

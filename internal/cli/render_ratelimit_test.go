@@ -45,7 +45,7 @@ func TestRenderRateLimitConfig(t *testing.T) {
 	var agws []*agentgateway.Policy
 	var want []string
 	for _, o := range res.Objects {
-		switch p := o.Object.(type) {
+		switch p := agentgateway.Model(o.Object).(type) {
 		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 			want = append(want, p.Namespace+"/"+p.Name)

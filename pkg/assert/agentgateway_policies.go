@@ -2,7 +2,7 @@ package assert
 
 import (
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // agentgatewayBudgetPolicies lists the AgentgatewayPolicies whose global rate

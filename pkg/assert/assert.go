@@ -6,6 +6,12 @@
 // (Run) is separate, in the manner of golang.org/x/tools/go/analysis. Findings
 // are data: a rule ID, a severity and a position; a Go error only means the
 // run could not go on.
+//
+// A caller reads the manifests with pkg/manifest, runs the gate with Run
+// (Options: the spec's facts, rules to skip, a schema validator such as
+// pkg/assert/crd's) and reads the Report. Pass, Index and the types they
+// carry are what the registered rules are written against; a caller does
+// not need them.
 package assert
 
 import (
@@ -16,7 +22,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // Severity says whether a finding fails the gate by default.

@@ -7,7 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // How Envoy Gateway v1.9.1 attaches SecurityPolicies, BackendTrafficPolicies

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
 	"github.com/budgetgen/budgetgen/pkg/assert/crd"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // benchManifests is 1,000 objects: 200 tenants, each with a Gateway, an
@@ -115,7 +115,7 @@ func BenchmarkAssert1000(b *testing.B) {
 // BenchmarkAssert1000WithSchema adds BG007 (EG's CRD schema and CEL through
 // kubectl-validate) for every object; the validator is built once, outside the loop.
 func BenchmarkAssert1000WithSchema(b *testing.B) {
-	v, err := crd.Validator(nil)
+	v, err := crd.Validator()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestBenchInputIsClean(t *testing.T) {
 	}
 	// Schema and CEL on one tenant (the other 199 are the same shapes):
 	// kubectl-validate costs ~35 ms per object (see docs/benchmarks.md).
-	v, err := crd.Validator(nil)
+	v, err := crd.Validator()
 	if err != nil {
 		t.Fatal(err)
 	}

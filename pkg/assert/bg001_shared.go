@@ -1,6 +1,6 @@
 package assert
 
-import "github.com/budgetgen/budgetgen/internal/manifest"
+import "github.com/budgetgen/budgetgen/pkg/manifest"
 
 // ruleShared: a non-shared global rule gets a separate counter per route
 // (its descriptor starts with the route name), so a principal spends the

@@ -3,7 +3,7 @@ package assert
 import (
 	"slices"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleShadow: a token rule enforces only when the budget was promoted. With

@@ -1,6 +1,6 @@
 package assert
 
-import "github.com/budgetgen/budgetgen/internal/manifest"
+import "github.com/budgetgen/budgetgen/pkg/manifest"
 
 // ruleCost: the token count arrives after the response, so the request must
 // only check the bucket (cost 0) and the response must charge the metadata

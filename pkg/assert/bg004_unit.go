@@ -1,6 +1,6 @@
 package assert
 
-import "github.com/budgetgen/budgetgen/internal/manifest"
+import "github.com/budgetgen/budgetgen/pkg/manifest"
 
 // ruleUnit: budgets are daily caps unless the rule-budgets annotation gives
 // the rule another window; another unit silently changes the cap.

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleIdentity: a header match selects which bucket a request is charged to

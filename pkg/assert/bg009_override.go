@@ -3,7 +3,7 @@ package assert
 import (
 	"regexp"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleOverride: EG applies every matching rule, and a request is denied when

@@ -3,7 +3,7 @@ package assert
 import (
 	"fmt"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // Envoy Gateway's limits on a global rate limit (api/v1alpha1/ratelimit_types.go).

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleRouteCoverage: BG006 accepts identity headers set by SecurityPolicies
@@ -46,7 +46,7 @@ var ruleRouteCoverage = &Rule{
 		// An AIGatewayRoute is the route of LLM traffic in a GitOps repo:
 		// Envoy AI Gateway generates the HTTPRoute of the same name in the
 		// cluster, and SecurityPolicies target that (Targets resolves it).
-		for _, ar := range p.Index.AIGatewayRoutes {
+		for _, ar := range p.Index.aiRoutes {
 			for _, pr := range ar.Parents {
 				gk := GatewayKey{Namespace: pr.Namespace, Name: pr.Name}
 				attached[gk] = append(attached[gk], ar.Obj.Namespace+"/"+ar.Obj.Name)

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleAICost: since Envoy AI Gateway v1.0, llmRequestCosts are route-scoped.
@@ -30,11 +30,11 @@ var ruleAICost = &Rule{
 			gateways[GatewayKey{gw.Namespace, gw.Name, ""}] = gw
 		}
 		configs := map[GatewayKey]*aigateway.GatewayConfig{} // namespace/name
-		for _, gc := range p.Index.GatewayConfigs {
+		for _, gc := range p.Index.aiConfigs {
 			configs[GatewayKey{gc.Obj.Namespace, gc.Obj.Name, ""}] = gc
 		}
 		routes := map[GatewayKey][]*aigateway.Route{}
-		for _, rt := range p.Index.AIGatewayRoutes {
+		for _, rt := range p.Index.aiRoutes {
 			for _, pr := range rt.Parents {
 				gk := GatewayKey{pr.Namespace, pr.Name, ""}
 				if n := len(routes[gk]); n == 0 || routes[gk][n-1] != rt {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleGatewayScope: a budget is one bucket per principal across every route
@@ -73,7 +73,7 @@ func checkRouteScope(p *Pass) {
 					}
 				}
 			}
-			for _, ar := range p.Index.AIGatewayRoutes {
+			for _, ar := range p.Index.aiRoutes {
 				name := ar.Obj.Namespace + "/" + ar.Obj.Name
 				if covered[name] {
 					continue

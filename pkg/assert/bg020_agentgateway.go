@@ -9,7 +9,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleAgentgateway checks the budgets enforced by agentgateway's
@@ -71,10 +71,29 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 	for _, fe := range agentgateway.Validate(&pol) {
 		p.Report(o, NodeAt(o.Node, fe.Path), fe.Path, "%s (AgentgatewayPolicy CRD schema)", fe.Msg)
 	}
-	// One rate limit policy per target: two on the same Gateway overlap
-	// when they name the same listener, or when one names the whole Gateway
-	// (its limit then applies to every listener, the other's too).
-	for _, ref := range agwRefs(p, o, &pol) {
+	checkAgwTargets(p, o, &pol, targets)
+	g := pol.Spec.Traffic.RateLimit.Global
+	if g.FailureMode == "" {
+		p.Report(o, global, agwGlobalPath+".failureMode", "failureMode is not set, and the CRD defaults to FailClosed (a 500 for every request while the rate limit service is unreachable): set FailOpen (budgetgen's choice) or FailClosed explicitly")
+	}
+	if br := g.BackendRef; br != nil && br.Namespace != "" && br.Namespace != o.Namespace && !referenceGranted(p.Index, o.Namespace, br) {
+		bp := agwGlobalPath + ".backendRef.namespace"
+		p.ReportSeverity(Warning, o, NodeAt(o.Node, bp), bp,
+			"the rate limit Service %s/%s is in another namespace and no ReferenceGrant in the input lets AgentgatewayPolicies of namespace %s reach it: an agentgateway controller in backend reference grant mode route-and-policy accepts this policy as PartiallyValid with no target, and FailOpen then admits every request unlimited (budgetgen render writes the grant; check it is applied if it lives elsewhere)",
+			br.Namespace, br.Name, o.Namespace)
+	}
+	for i, d := range g.Descriptors {
+		checkAgwDescriptor(p, o, fmt.Sprintf("%s.descriptors[%d]", agwGlobalPath, i), d)
+	}
+	return &pol
+}
+
+// checkAgwTargets keeps one rate limit policy per target: two on the same
+// Gateway overlap when they name the same listener, or when one names the
+// whole Gateway (its limit then applies to every listener, the other's too).
+// targets collects the policies seen so far, across the run.
+func checkAgwTargets(p *Pass, o *manifest.Object, pol *agentgateway.Policy, targets map[string][]agwTarget) {
+	for _, ref := range agwRefs(p, o, pol) {
 		id := fmt.Sprintf("%s/%s/%s/%s", o.Namespace, ref.group, ref.kind, ref.name)
 		reported := false
 		for _, prev := range targets[id] {
@@ -101,45 +120,37 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 			targets[id] = append(targets[id], agwTarget{section: ref.section, policy: o})
 		}
 	}
-	g := pol.Spec.Traffic.RateLimit.Global
-	if g.FailureMode == "" {
-		p.Report(o, global, agwGlobalPath+".failureMode", "failureMode is not set, and the CRD defaults to FailClosed (a 500 for every request while the rate limit service is unreachable): set FailOpen (budgetgen's choice) or FailClosed explicitly")
-	}
-	if br := g.BackendRef; br != nil && br.Namespace != "" && br.Namespace != o.Namespace && !referenceGranted(p.Index, o.Namespace, br) {
-		bp := agwGlobalPath + ".backendRef.namespace"
-		p.ReportSeverity(Warning, o, NodeAt(o.Node, bp), bp,
-			"the rate limit Service %s/%s is in another namespace and no ReferenceGrant in the input lets AgentgatewayPolicies of namespace %s reach it: an agentgateway controller in backend reference grant mode route-and-policy accepts this policy as PartiallyValid with no target, and FailOpen then admits every request unlimited (budgetgen render writes the grant; check it is applied if it lives elsewhere)",
-			br.Namespace, br.Name, o.Namespace)
-	}
-	for i, d := range g.Descriptors {
-		dp := fmt.Sprintf("%s.descriptors[%d]", agwGlobalPath, i)
-		budget := ""
-		for _, e := range d.Entries {
-			if e.Name == "budget" {
-				budget = e.Expression
-			}
-		}
-		if budget != "" && d.Unit != agentgateway.UnitTokens {
-			p.Report(o, NodeAt(o.Node, dp), dp+".unit", "descriptor of token budget %s counts %s: set unit: Tokens, or each request counts 1 instead of its tokens", budget, unitOrDefault(d.Unit))
-		}
-		for j, e := range d.Entries {
-			ep := fmt.Sprintf("%s.entries[%d].expression", dp, j)
-			vars, err := agentgateway.Variables(e.Expression)
-			if err != nil {
-				continue // reported by the schema check
-			}
-			if bad := slices.DeleteFunc(vars, func(v string) bool { return v == "jwt" }); len(bad) > 0 {
-				p.Report(o, NodeAt(o.Node, ep), ep, "descriptor entry %q reads %v: a principal must come from the verified JWT (jwt[...]) only, never from what the client sends", e.Name, bad)
-			}
-		}
-		if budget != "" && p.Options.Spec != nil && p.Options.Spec.Budgets != nil {
-			name, ok := celLiteral(budget)
-			if ok && !p.Options.Spec.Budgets[name] {
-				p.Report(o, NodeAt(o.Node, dp), dp, "descriptor names budget %q, which is not in the spec: render again", name)
-			}
+}
+
+// checkAgwDescriptor checks one descriptor at path dp: a token budget's
+// counts Tokens, every entry reads only the verified JWT, and (with --spec)
+// the budget it names is the spec's.
+func checkAgwDescriptor(p *Pass, o *manifest.Object, dp string, d agentgateway.Descriptor) {
+	budget := ""
+	for _, e := range d.Entries {
+		if e.Name == "budget" {
+			budget = e.Expression
 		}
 	}
-	return &pol
+	if budget != "" && d.Unit != agentgateway.UnitTokens {
+		p.Report(o, NodeAt(o.Node, dp), dp+".unit", "descriptor of token budget %s counts %s: set unit: Tokens, or each request counts 1 instead of its tokens", budget, unitOrDefault(d.Unit))
+	}
+	for j, e := range d.Entries {
+		ep := fmt.Sprintf("%s.entries[%d].expression", dp, j)
+		vars, err := agentgateway.Variables(e.Expression)
+		if err != nil {
+			continue // reported by the schema check
+		}
+		if bad := slices.DeleteFunc(vars, func(v string) bool { return v == "jwt" }); len(bad) > 0 {
+			p.Report(o, NodeAt(o.Node, ep), ep, "descriptor entry %q reads %v: a principal must come from the verified JWT (jwt[...]) only, never from what the client sends", e.Name, bad)
+		}
+	}
+	if budget != "" && p.Options.Spec != nil && p.Options.Spec.Budgets != nil {
+		name, ok := celLiteral(budget)
+		if ok && !p.Options.Spec.Budgets[name] {
+			p.Report(o, NodeAt(o.Node, dp), dp, "descriptor names budget %q, which is not in the spec: render again", name)
+		}
+	}
 }
 
 // agwRef is one object a policy attaches to: a targetRef, or an object of

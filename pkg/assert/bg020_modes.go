@@ -6,7 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // rateLimitConfigs indexes the rate limit service config documents of the

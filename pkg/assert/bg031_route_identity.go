@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleRouteIdentity: a budget keyed on an identity header binds a request

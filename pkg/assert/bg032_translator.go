@@ -13,7 +13,7 @@ import (
 	"github.com/envoyproxy/gateway/api/v1alpha1/validation"
 	"gopkg.in/yaml.v3"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleTranslatorValid: objects the CRD schema accepts and Envoy Gateway's

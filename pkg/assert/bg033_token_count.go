@@ -7,7 +7,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleTokenCount: BG003 and BG013 check that a budget charges the token key
@@ -95,7 +95,7 @@ func checkGatewayCosts(p *Pass, pol *manifest.Object, gk GatewayKey, keys map[st
 			check(gc.Obj, gc.Cost(km[0]), km[1])
 		}
 	}
-	for _, rt := range p.Index.AIGatewayRoutes {
+	for _, rt := range p.Index.aiRoutes {
 		if !slices.ContainsFunc(rt.Parents, func(pr aigateway.ParentRef) bool { return pr.Namespace == gk.Namespace && pr.Name == gk.Name }) {
 			continue
 		}
@@ -123,7 +123,7 @@ func gatewayConfigOf(ix *Index, gk GatewayKey) *aigateway.GatewayConfig {
 		return nil
 	}
 	name := aigateway.GatewayConfigName(gw)
-	for _, gc := range ix.GatewayConfigs {
+	for _, gc := range ix.aiConfigs {
 		if name != "" && gc.Obj.Namespace == gk.Namespace && gc.Obj.Name == name {
 			return gc
 		}

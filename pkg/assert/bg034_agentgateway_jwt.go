@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleAgentgatewayJWT: agentgateway evaluates every entry of a rate limit

@@ -6,7 +6,7 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleFilterOrder: Envoy Gateway runs the rate limit filter after the

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // ruleRateLimitReach: an AgentgatewayPolicy's global rate limit renders

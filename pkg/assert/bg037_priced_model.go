@@ -5,7 +5,7 @@ import (
 	"regexp"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // llmRequestCostsAnnotation is where budgetgen render lists the costs its
@@ -27,7 +27,7 @@ var rulePricedModel = &Rule{
 	Severity: Warning,
 	Check: func(p *Pass) error {
 		routes := map[GatewayKey][]*aigateway.Route{}
-		for _, rt := range p.Index.AIGatewayRoutes {
+		for _, rt := range p.Index.aiRoutes {
 			for _, pr := range rt.Parents {
 				routes[GatewayKey{pr.Namespace, pr.Name, ""}] = append(routes[GatewayKey{pr.Namespace, pr.Name, ""}], rt)
 			}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // TestDrift compares committed objects with a rendered set given as data:

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/budgetgen/budgetgen/internal/aigateway"
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // API groups the gate reads.
@@ -32,12 +32,15 @@ type Index struct {
 	SecurityPolicies []*manifest.Object
 	ClientPolicies   []*manifest.Object // ClientTrafficPolicies
 	Namespaces       map[string]*manifest.Object
-	// AIGatewayRoutes and GatewayConfigs are Envoy AI Gateway objects (any served version).
-	AIGatewayRoutes []*aigateway.Route
-	GatewayConfigs  []*aigateway.GatewayConfig
 	// SelectorErrors are targetSelectors found invalid while resolving targets.
 	SelectorErrors []SelectorError
 
+	// aiRoutes and aiConfigs are Envoy AI Gateway's AIGatewayRoutes and
+	// GatewayConfigs (any served version), read into budgetgen's own model
+	// of the few fields the rules check (internal/aigateway), which is not
+	// part of this package's API.
+	aiRoutes  []*aigateway.Route
+	aiConfigs []*aigateway.GatewayConfig
 	selectors map[*yaml.Node]labels.Selector // compiled selectors (nil: invalid)
 	xroutes   []*xRoute                      // allRoutes, computed once
 	units     []routeUnit                    // allUnits, computed once
@@ -184,9 +187,9 @@ func NewIndex(objs []*manifest.Object) *Index {
 		case o.Group() == "" && o.Kind == "Namespace":
 			ix.Namespaces[o.Name] = o
 		case o.Group() == aigateway.Group && o.Kind == aigateway.KindRoute:
-			ix.AIGatewayRoutes = append(ix.AIGatewayRoutes, aigateway.ReadRoute(o))
+			ix.aiRoutes = append(ix.aiRoutes, aigateway.ReadRoute(o))
 		case o.Group() == aigateway.Group && o.Kind == aigateway.KindGatewayConfig:
-			ix.GatewayConfigs = append(ix.GatewayConfigs, aigateway.ReadGatewayConfig(o))
+			ix.aiConfigs = append(ix.aiConfigs, aigateway.ReadGatewayConfig(o))
 		}
 	}
 	return ix
@@ -275,16 +278,40 @@ type Target struct {
 // Gateway (directly) and HTTPRoute/GRPCRoute (through the routes' parentRefs)
 // against the objects in the index. Sorted, without duplicates.
 func (ix *Index) Targets(obj *manifest.Object) []Target {
-	var out []Target
-	add := func(t Target) {
-		for _, o := range out {
-			if o.Gateway == t.Gateway && o.Via == t.Via {
-				return
-			}
-		}
-		out = append(out, t)
-	}
+	var ts targetSet
 	spec := manifest.Get(obj.Node, "spec")
+	ix.refTargets(obj, spec, &ts)
+	ix.selectorTargets(obj, spec, &ts)
+	return ts.sorted()
+}
+
+// targetSet collects the targets of one policy: one per Gateway (and
+// listener) and route it is reached through.
+type targetSet []Target
+
+func (ts *targetSet) add(t Target) {
+	for _, o := range *ts {
+		if o.Gateway == t.Gateway && o.Via == t.Via {
+			return
+		}
+	}
+	*ts = append(*ts, t)
+}
+
+func (ts targetSet) sorted() []Target {
+	out := []Target(ts)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Gateway, out[j].Gateway
+		if a != b {
+			return a.Namespace+"/"+a.Name+"/"+a.Section < b.Namespace+"/"+b.Name+"/"+b.Section
+		}
+		return out[i].Via < out[j].Via
+	})
+	return out
+}
+
+// refTargets resolves spec.targetRef and spec.targetRefs (in that order).
+func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet) {
 	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
 	paths := make([]string, len(refs))
 	for i := range refs {
@@ -300,33 +327,45 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 			continue
 		}
 		name := manifest.Str(manifest.Get(ref, "name"))
-		switch manifest.Str(manifest.Get(ref, "kind")) {
+		switch kind := manifest.Str(manifest.Get(ref, "kind")); kind {
 		case "Gateway":
-			add(Target{Gateway: GatewayKey{obj.Namespace, name, manifest.Str(manifest.Get(ref, "sectionName"))}, Node: ref, Path: paths[i]})
+			ts.add(Target{Gateway: GatewayKey{obj.Namespace, name, manifest.Str(manifest.Get(ref, "sectionName"))}, Node: ref, Path: paths[i]})
 		case "HTTPRoute", "GRPCRoute":
-			found := false
-			for _, rt := range ix.Routes {
-				if rt.Namespace == obj.Namespace && rt.Name == name {
-					found = true
-					for _, gk := range routeParents(rt) {
-						add(Target{Gateway: gk, Node: ref, Path: paths[i], Via: rt.Namespace + "/" + rt.Name})
-					}
-				}
-			}
-			if found || manifest.Str(manifest.Get(ref, "kind")) != "HTTPRoute" {
-				continue
-			}
-			// Envoy AI Gateway generates an HTTPRoute of the same name from
-			// each AIGatewayRoute (its docs attach BackendTrafficPolicies to it).
-			for _, ar := range ix.AIGatewayRoutes {
-				if ar.Obj.Namespace == obj.Namespace && ar.Obj.Name == name {
-					for _, pr := range ar.Parents {
-						add(Target{Gateway: GatewayKey{Namespace: pr.Namespace, Name: pr.Name}, Node: ref, Path: paths[i], Via: ar.Obj.Namespace + "/" + ar.Obj.Name})
-					}
-				}
+			ix.routeRefTargets(obj, ref, paths[i], kind, name, ts)
+		}
+	}
+}
+
+// routeRefTargets resolves a targetRef naming a route: the Gateways of the
+// route of the input with that name, or, for an HTTPRoute the input does not
+// hold, those of the AIGatewayRoute Envoy AI Gateway generates it from.
+func (ix *Index) routeRefTargets(obj *manifest.Object, ref *yaml.Node, path, kind, name string, ts *targetSet) {
+	found := false
+	for _, rt := range ix.Routes {
+		if rt.Namespace == obj.Namespace && rt.Name == name {
+			found = true
+			for _, gk := range routeParents(rt) {
+				ts.add(Target{Gateway: gk, Node: ref, Path: path, Via: rt.Namespace + "/" + rt.Name})
 			}
 		}
 	}
+	if found || kind != "HTTPRoute" {
+		return
+	}
+	// Envoy AI Gateway generates an HTTPRoute of the same name from
+	// each AIGatewayRoute (its docs attach BackendTrafficPolicies to it).
+	for _, ar := range ix.aiRoutes {
+		if ar.Obj.Namespace == obj.Namespace && ar.Obj.Name == name {
+			for _, pr := range ar.Parents {
+				ts.add(Target{Gateway: GatewayKey{Namespace: pr.Namespace, Name: pr.Name}, Node: ref, Path: path, Via: ar.Obj.Namespace + "/" + ar.Obj.Name})
+			}
+		}
+	}
+}
+
+// selectorTargets resolves spec.targetSelectors against the Gateways and
+// routes of the input.
+func (ix *Index) selectorTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet) {
 	for i, sel := range manifest.Items(manifest.Get(spec, "targetSelectors")) {
 		path := fmt.Sprintf("spec.targetSelectors[%d]", i)
 		group := manifest.Str(manifest.Get(sel, "group"))
@@ -337,27 +376,19 @@ func (ix *Index) Targets(obj *manifest.Object) []Target {
 		case "Gateway":
 			for _, gw := range ix.Gateways {
 				if ix.selects(obj, sel, path, gw) {
-					add(Target{Gateway: GatewayKey{gw.Namespace, gw.Name, ""}, Node: sel, Path: path})
+					ts.add(Target{Gateway: GatewayKey{gw.Namespace, gw.Name, ""}, Node: sel, Path: path})
 				}
 			}
 		case "HTTPRoute", "GRPCRoute":
 			for _, rt := range ix.Routes {
 				if ix.selects(obj, sel, path, rt) {
 					for _, gk := range routeParents(rt) {
-						add(Target{Gateway: gk, Node: sel, Path: path, Via: rt.Namespace + "/" + rt.Name})
+						ts.add(Target{Gateway: gk, Node: sel, Path: path, Via: rt.Namespace + "/" + rt.Name})
 					}
 				}
 			}
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Gateway, out[j].Gateway
-		if a != b {
-			return a.Namespace+"/"+a.Name+"/"+a.Section < b.Namespace+"/"+b.Name+"/"+b.Section
-		}
-		return out[i].Via < out[j].Via
-	})
-	return out
 }
 
 // routeParents lists the Gateways a route attaches to (parentRefs of kind

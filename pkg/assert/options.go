@@ -3,7 +3,7 @@ package assert
 import (
 	"context"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // Default token metadata: where Envoy AI Gateway's llmRequestCosts writes a

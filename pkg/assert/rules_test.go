@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // fixtureValidator, when set (by a test file that can build one), is used for

@@ -13,7 +13,7 @@ import (
 // through internal/crdvalidate), so every fixture is also checked by BG007 and the
 // bg007_* fixtures fail for exactly their schema violations.
 func TestMain(m *testing.M) {
-	v, err := crd.Validator(nil)
+	v, err := crd.Validator()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "build CRD validator:", err)
 		os.Exit(1)

@@ -3,7 +3,7 @@ package assert
 import (
 	"sort"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 // xRoute is a route Envoy Gateway attaches policies to: an HTTPRoute or
@@ -111,7 +111,7 @@ func (ix *Index) allRoutes() []*xRoute {
 		seen[r.Kind+" "+r.ID()] = true
 		out = append(out, r)
 	}
-	for _, ar := range ix.AIGatewayRoutes {
+	for _, ar := range ix.aiRoutes {
 		r := &xRoute{Obj: ar.Obj, Kind: "HTTPRoute", Generated: true}
 		if seen[r.String()] {
 			continue

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 	"github.com/budgetgen/budgetgen/pkg/render"
 )
 

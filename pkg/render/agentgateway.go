@@ -22,8 +22,15 @@ const (
 	AgwEntryGroup     = "group"
 )
 
-// KindAgentgatewayPolicy is the Object.Kind of a rendered AgentgatewayPolicy.
-const KindAgentgatewayPolicy = agentgateway.KindPolicy
+// Kinds of rendered objects whose Go model is budgetgen's own (their
+// projects publish no Go API module): Object.Kind, with Object.Object an
+// *unstructured.Unstructured.
+const (
+	// KindAgentgatewayPolicy is agentgateway's AgentgatewayPolicy (agentgateway.dev/v1alpha1).
+	KindAgentgatewayPolicy = "AgentgatewayPolicy"
+	// KindGatewayConfig is Envoy AI Gateway's GatewayConfig (aigateway.envoyproxy.io/v1beta1).
+	KindGatewayConfig = "GatewayConfig"
+)
 
 // AgentgatewayDomain is the rate limit domain of an agentgateway Gateway's
 // policy: <namespace>/<policy>, the same shape as Envoy Gateway's.
@@ -38,9 +45,9 @@ func celString(s string) string { return strconv.Quote(s) }
 // agentgateway's jwt variable holds the claims of the token its
 // jwtAuthentication verified. It cannot fail: a request without the claim,
 // or without a verified JWT (jwtAuthentication mode Optional or Permissive),
-// gets the value agentgateway.NoClaim through agentgateway's coalesce
-// (crates/celx/src/general.rs), so it is charged to that one shared, capped
-// bucket. A failing entry would drop its descriptor, and with every
+// gets the value "budgetgen/no-claim" (internal/agentgateway.NoClaim)
+// through agentgateway's coalesce (crates/celx/src/general.rs), so it is
+// charged to that one shared, capped bucket. A failing entry would drop its descriptor, and with every
 // descriptor dropped agentgateway makes no rate limit call at all
 // (crates/agentgateway/src/http/remoteratelimit.rs, build_request).
 func ClaimExpression(claim string) string {

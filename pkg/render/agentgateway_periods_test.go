@@ -26,7 +26,7 @@ func TestAgentgatewayWindows(t *testing.T) {
 	for _, o := range res.Objects {
 		if o.Kind == KindAgentgatewayPolicy {
 			validateAgentgateway(t, o)
-			if pol := o.Object.(*agentgateway.Policy); pol.Spec.Traffic != nil {
+			if pol := agentgateway.Model(o.Object).(*agentgateway.Policy); pol.Spec.Traffic != nil {
 				p = pol
 			}
 		}

@@ -41,7 +41,7 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 	var agw *agentgateway.Policy
 	for _, o := range res.Objects {
 		kinds = append(kinds, o.Kind+" "+o.Namespace+"/"+o.Name)
-		if p, ok := o.Object.(*agentgateway.Policy); ok && p.Spec.Traffic != nil {
+		if p, ok := agentgateway.Model(o.Object).(*agentgateway.Policy); ok && p.Spec.Traffic != nil {
 			agw = p
 		}
 	}
@@ -279,7 +279,7 @@ func TestRateLimitTLSPolicy(t *testing.T) {
 			}
 			var got *agentgateway.Policy
 			for _, o := range res.Objects {
-				if p, ok := o.Object.(*agentgateway.Policy); ok && p.Spec.Backend != nil {
+				if p, ok := agentgateway.Model(o.Object).(*agentgateway.Policy); ok && p.Spec.Backend != nil {
 					validateAgentgateway(t, o)
 					got = p
 				}

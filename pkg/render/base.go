@@ -7,7 +7,7 @@ import (
 	"gopkg.in/yaml.v3"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	yamlobj "github.com/budgetgen/budgetgen/internal/manifest"
+	yamlobj "github.com/budgetgen/budgetgen/pkg/manifest"
 	"github.com/budgetgen/budgetgen/pkg/spec"
 	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )

@@ -7,7 +7,11 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
+	"github.com/budgetgen/budgetgen/internal/aigateway"
 )
 
 // KustomizationFile is the file listing the rendered objects in an output directory.
@@ -21,7 +25,23 @@ func newObject(kind, namespace, name string, obj any) (Object, error) {
 	if err != nil {
 		return Object{}, fmt.Errorf("encode %s %s/%s: %w", kind, namespace, name, err)
 	}
-	return Object{Kind: kind, Namespace: namespace, Name: name, Object: obj, Manifest: m}, nil
+	o := Object{Kind: kind, Namespace: namespace, Name: name, Object: obj, Manifest: m}
+	switch obj.(type) {
+	case *agentgateway.Policy, *aigateway.GatewayConfigObject:
+		// budgetgen's own models of CRDs whose projects publish no Go API
+		// module stay behind the package boundary: callers get the manifest
+		// as Kubernetes' generic object, decoded from the very bytes written.
+		u := &unstructured.Unstructured{}
+		j, err := yaml.YAMLToJSON(m)
+		if err == nil {
+			err = u.UnmarshalJSON(j)
+		}
+		if err != nil {
+			return Object{}, fmt.Errorf("decode %s %s/%s: %w", kind, namespace, name, err)
+		}
+		o.Object = u
+	}
+	return o, nil
 }
 
 // manifest encodes a typed object as YAML without the noise of a typed

@@ -47,7 +47,12 @@ type Object struct {
 	Kind      string
 	Namespace string
 	Name      string
-	// Object is the typed value (*egv1a1.BackendTrafficPolicy or *egv1a1.ClientTrafficPolicy).
+	// Object is the value the manifest was encoded from: Envoy Gateway's
+	// typed API (*egv1a1.BackendTrafficPolicy, *egv1a1.ClientTrafficPolicy),
+	// Gateway API's (*gwapiv1b1.ReferenceGrant), or, for kinds whose projects
+	// publish no Go API module (agentgateway's AgentgatewayPolicy, Envoy AI
+	// Gateway's GatewayConfig), *unstructured.Unstructured decoded from
+	// Manifest.
 	Object any
 	// Manifest is the object's YAML: apiVersion/kind first-level keys sorted,
 	// no status, no empty creationTimestamp.

@@ -203,7 +203,7 @@ func TestRenderRules(t *testing.T) {
 	}
 	// B1-B2 on agentgateway: one Tokens descriptor each, the principal from
 	// the verified JWT's claim, failing open.
-	agw := res.Objects[3].Object.(*agentgateway.Policy)
+	agw := agentgateway.Model(res.Objects[3].Object).(*agentgateway.Policy)
 	g := agw.Spec.Traffic.RateLimit.Global
 	if agw.Metadata.Namespace != "agents" || len(agw.Spec.TargetRefs) != 1 || agw.Spec.TargetRefs[0].Name != "agent-gateway" ||
 		g.FailureMode != agentgateway.FailOpen || g.Domain != "agents/ai-budgets-agent-gateway" || len(g.Descriptors) != 2 {

@@ -94,7 +94,7 @@ func newWorld(t *testing.T, vk *valkeytest.Server, start time.Time, mutate func(
 	var btps []*egv1a1.BackendTrafficPolicy
 	var agw *agentgateway.GlobalRateLimit
 	for _, o := range res.Objects {
-		switch p := o.Object.(type) {
+		switch p := agentgateway.Model(o.Object).(type) {
 		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 		case *agentgateway.Policy:

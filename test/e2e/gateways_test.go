@@ -75,7 +75,7 @@ func newMesh(t *testing.T, vk *valkeytest.Server, doc string, withMap bool) *mes
 	m := &mesh{t: t, clock: &clock{t: testDay()}, routes: map[string]map[string][]*routev3.RateLimit{}, agw: map[string]*agentgateway.GlobalRateLimit{}}
 	var btps []*egv1a1.BackendTrafficPolicy
 	for _, o := range res.Objects {
-		switch p := o.Object.(type) {
+		switch p := agentgateway.Model(o.Object).(type) {
 		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 			r, err := rlsconfig.RouteRateLimits(p)

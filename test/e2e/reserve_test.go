@@ -78,7 +78,7 @@ func newReplicas(t *testing.T, doc string, clk *clock, stores ...store.Store) *r
 	r := &replicas{t: t, clock: clk}
 	var btps []*egv1a1.BackendTrafficPolicy
 	for _, o := range res.Objects {
-		switch p := o.Object.(type) {
+		switch p := agentgateway.Model(o.Object).(type) {
 		case *egv1a1.BackendTrafficPolicy:
 			btps = append(btps, p)
 			if r.routes, err = rlsconfig.RouteRateLimits(p); err != nil {

@@ -1,7 +1,8 @@
-// Package crd adapts internal/crdvalidate (Envoy Gateway's embedded CRDs through
-// kubectl-validate, schema and CEL) to assert.Validator for rule BG007. It is
-// separate from pkg/assert so the rules build and test without the
-// Kubernetes validation stack.
+// Package crd gives the render gate's rule BG007 its validator: every object
+// checked against the CRDs Envoy Gateway v1.9.1 embeds (its own and Gateway
+// API's), OpenAPI schema and x-kubernetes-validations CEL rules alike, through
+// kubectl-validate (internal/crdvalidate). It is separate from pkg/assert so
+// the rules build and test without the Kubernetes validation stack.
 package crd
 
 import (
@@ -12,19 +13,19 @@ import (
 	"strings"
 
 	"github.com/budgetgen/budgetgen/internal/crdvalidate"
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 var leadingPath = regexp.MustCompile(`^((?:metadata|spec)(?:\.[A-Za-z0-9_-]+|\[\d+\])*): `)
 
-// Validator returns an assert.Validator over v. A nil v uses crdvalidate.Shared.
-func Validator(v *crdvalidate.Validator) (assert.Validator, error) {
-	if v == nil {
-		var err error
-		if v, err = crdvalidate.Shared(); err != nil {
-			return nil, fmt.Errorf("load Envoy Gateway CRDs: %w", err)
-		}
+// Validator returns the assert.Validator to set as assert.Options.Validator.
+// The CRDs are compiled into the binary and parsed once per process (seconds,
+// on the first call); the validator is safe for concurrent use.
+func Validator() (assert.Validator, error) {
+	v, err := crdvalidate.Shared()
+	if err != nil {
+		return nil, fmt.Errorf("load Envoy Gateway CRDs: %w", err)
 	}
 	return assert.ValidatorFunc(func(ctx context.Context, obj *manifest.Object) ([]assert.FieldError, error) {
 		if err := ctx.Err(); err != nil {

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 func TestValidatorMapsCausesToPaths(t *testing.T) {
-	v, err := Validator(nil)
+	v, err := Validator()
 	if err != nil {
 		t.Fatal(err)
 	}

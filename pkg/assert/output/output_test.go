@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/budgetgen/budgetgen/internal/manifest"
 	"github.com/budgetgen/budgetgen/pkg/assert"
+	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -6,6 +6,10 @@
 // it is read, a document whose alias expansion would exceed Options.MaxNodes
 // (a "billion laughs" bomb) or that refers to itself is refused, and every
 // parser error is returned with its file and line, never skipped.
+//
+// Its Object is the input of the render gate (pkg/assert.Run): read the
+// committed manifests with ReadPaths (or Parse bytes already in memory) and
+// hand the objects over.
 package manifest
 
 import (
