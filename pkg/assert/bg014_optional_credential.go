@@ -21,87 +21,104 @@ var ruleOptionalCredential = &Rule{
 	Name:     "credential-required",
 	Doc:      "a SecurityPolicy that sets a budget's identity header does not let requests through without the credential (jwt.optional, jwt.failOpen, extAuth.failOpen)",
 	Severity: Error,
-	Check: func(p *Pass) error {
-		model := strings.ToLower(p.Options.modelHeader())
-		// headers each budgeted Gateway's budget policies select on
-		budgeted := map[GatewayKey]map[string]string{} // gateway -> header -> policy
-		for _, pol := range p.Index.BudgetPolicies() {
-			for _, t := range p.Index.Targets(pol.Obj) {
+	Check:    checkOptionalCredential,
+}
+
+// laxSetting is one setting of a SecurityPolicy that admits requests
+// without the credential, and the identity headers that credential sets.
+type laxSetting struct {
+	node       *yaml.Node
+	path, what string
+	headers    []string
+}
+
+func checkOptionalCredential(p *Pass) error {
+	budgeted := budgetedHeaders(p)
+	if len(budgeted) == 0 {
+		return nil
+	}
+	for _, sp := range p.Index.SecurityPolicies {
+		found := laxSettings(manifest.Get(sp.Node, "spec"))
+		if len(found) == 0 {
+			continue
+		}
+		targets := p.Index.Targets(sp)
+		for _, l := range found {
+			var hit, pols []string
+			for _, t := range targets {
 				gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
-				for _, r := range pol.Rules {
-					for _, hm := range r.Headers() {
-						if hm.Name == model {
-							continue
-						}
-						if budgeted[gk] == nil {
-							budgeted[gk] = map[string]string{}
-						}
-						if _, ok := budgeted[gk][hm.Name]; !ok {
-							budgeted[gk][hm.Name] = pol.Obj.String()
-						}
+				for _, h := range l.headers {
+					if pol, ok := budgeted[gk][h]; ok {
+						hit = append(hit, h)
+						pols = append(pols, pol)
 					}
 				}
 			}
-		}
-		if len(budgeted) == 0 {
-			return nil
-		}
-		for _, sp := range p.Index.SecurityPolicies {
-			spec := manifest.Get(sp.Node, "spec")
-			type lax struct {
-				node       *yaml.Node
-				path, what string
-				headers    []string
-			}
-			var jwtHeaders []string
-			for _, prov := range manifest.Items(manifest.Get(spec, "jwt", "providers")) {
-				for _, c := range manifest.Items(manifest.Get(prov, "claimToHeaders")) {
-					jwtHeaders = append(jwtHeaders, strings.ToLower(manifest.Str(manifest.Get(c, "header"))))
-				}
-			}
-			var extHeaders []string
-			for _, h := range manifest.Items(manifest.Get(spec, "extAuth", "http", "headersToBackend")) {
-				extHeaders = append(extHeaders, strings.ToLower(manifest.Str(h)))
-			}
-			var found []lax
-			for _, c := range []struct {
-				path, what string
-				hs         []string
-			}{
-				{"spec.jwt.optional", "requests without a JWT", jwtHeaders},
-				{"spec.jwt.failOpen", "requests whose JWT fails verification", jwtHeaders},
-				{"spec.extAuth.failOpen", "every request while the ext auth service cannot answer", extHeaders},
-			} {
-				n := manifest.Get(spec, strings.Split(strings.TrimPrefix(c.path, "spec."), ".")...)
-				if on, _ := manifest.Bool(n); on && len(c.hs) > 0 {
-					found = append(found, lax{node: n, path: c.path, what: c.what, headers: c.hs})
-				}
-			}
-			if len(found) == 0 {
+			if len(hit) == 0 {
 				continue
 			}
-			targets := p.Index.Targets(sp)
-			for _, l := range found {
-				var hit []string
-				var pols []string
-				for _, t := range targets {
-					gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
-					for _, h := range l.headers {
-						if pol, ok := budgeted[gk][h]; ok {
-							hit = append(hit, h)
-							pols = append(pols, pol)
-						}
+			hit, pols = dedupe(hit), dedupe(pols)
+			sort.Strings(pols)
+			p.Report(sp, l.node, l.path, "%s: true lets %s through without setting %s: they match no per-principal rule of %s and spend no budget; remove %s (or set it to false)",
+				l.path, l.what, strings.Join(hit, ", "), strings.Join(pols, ", "), l.path)
+		}
+	}
+	return nil
+}
+
+// budgetedHeaders maps each budgeted Gateway to the identity headers its
+// budget policies select on (not the model header), each with the first
+// policy that does.
+func budgetedHeaders(p *Pass) map[GatewayKey]map[string]string {
+	model := strings.ToLower(p.Options.modelHeader())
+	budgeted := map[GatewayKey]map[string]string{}
+	for _, pol := range p.Index.BudgetPolicies() {
+		for _, t := range p.Index.Targets(pol.Obj) {
+			gk := GatewayKey{t.Gateway.Namespace, t.Gateway.Name, ""}
+			for _, r := range pol.Rules {
+				for _, hm := range r.Headers() {
+					if hm.Name == model {
+						continue
+					}
+					if budgeted[gk] == nil {
+						budgeted[gk] = map[string]string{}
+					}
+					if _, ok := budgeted[gk][hm.Name]; !ok {
+						budgeted[gk][hm.Name] = pol.Obj.String()
 					}
 				}
-				if len(hit) == 0 {
-					continue
-				}
-				hit, pols = dedupe(hit), dedupe(pols)
-				sort.Strings(pols)
-				p.Report(sp, l.node, l.path, "%s: true lets %s through without setting %s: they match no per-principal rule of %s and spend no budget; remove %s (or set it to false)",
-					l.path, l.what, strings.Join(hit, ", "), strings.Join(pols, ", "), l.path)
 			}
 		}
-		return nil
-	},
+	}
+	return budgeted
+}
+
+// laxSettings are the settings of a SecurityPolicy spec that admit requests
+// without the credential whose headers they would set.
+func laxSettings(spec *yaml.Node) []laxSetting {
+	var jwtHeaders []string
+	for _, prov := range manifest.Items(manifest.Get(spec, "jwt", "providers")) {
+		for _, c := range manifest.Items(manifest.Get(prov, "claimToHeaders")) {
+			jwtHeaders = append(jwtHeaders, strings.ToLower(manifest.Str(manifest.Get(c, "header"))))
+		}
+	}
+	var extHeaders []string
+	for _, h := range manifest.Items(manifest.Get(spec, "extAuth", "http", "headersToBackend")) {
+		extHeaders = append(extHeaders, strings.ToLower(manifest.Str(h)))
+	}
+	var found []laxSetting
+	for _, c := range []struct {
+		path, what string
+		hs         []string
+	}{
+		{"spec.jwt.optional", "requests without a JWT", jwtHeaders},
+		{"spec.jwt.failOpen", "requests whose JWT fails verification", jwtHeaders},
+		{"spec.extAuth.failOpen", "every request while the ext auth service cannot answer", extHeaders},
+	} {
+		n := manifest.Get(spec, strings.Split(strings.TrimPrefix(c.path, "spec."), ".")...)
+		if on, _ := manifest.Bool(n); on && len(c.hs) > 0 {
+			found = append(found, laxSetting{node: n, path: c.path, what: c.what, headers: c.hs})
+		}
+	}
+	return found
 }

@@ -124,14 +124,18 @@ func TestImportsPointDown(t *testing.T) {
 // maxLines is the longest a function may be (docs/architecture.md).
 const maxLines = 80
 
-// TestNoLongFunction: no function (declared or literal) of the non-test
-// files of internal/ratelimit and internal/store is over maxLines lines,
-// counted from its func keyword to its closing brace.
+// TestNoLongFunction: no function (declared or literal) of the module's
+// non-test files is over maxLines lines, counted from its func keyword to
+// its closing brace. Generated code, test data and the pinned tools'
+// module are not the module's own.
 func TestNoLongFunction(t *testing.T) {
 	var long []string
 	files := 0
-	for _, root := range []string{"..", filepath.Join("..", "..", "store")} {
+	for _, root := range []string{filepath.Join("..", "..", "..")} {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules" || filepath.ToSlash(path) == "../../../hack/tools") {
+				return filepath.SkipDir
+			}
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
@@ -166,7 +170,7 @@ func TestNoLongFunction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if files < 50 {
+	if files < 200 {
 		t.Fatalf("scanned %d files: the walk missed the packages", files)
 	}
 	sort.Strings(long)
