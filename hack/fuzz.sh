@@ -12,7 +12,12 @@
 # instrumented test binary and replay its corpus (FuzzAssert and FuzzRender,
 # which link Kubernetes and Envoy Gateway, are the slowest): 155 s in all.
 # A cold cache first compiles the dependency tree with coverage
-# instrumentation, a one-time cost on top.
+# instrumentation, a one-time cost on top. Each package's instrumented test
+# binary is linked once (`go test -c -fuzz`) and run once per target in the
+# package's directory, as go test runs it (testdata/fuzz and the same fuzz
+# cache): `go test -fuzz` per target linked it again for every target
+# (2026-12-02, 30 targets in 20 packages, warm cache, load average 4-6:
+# 198 s against 223 s the old way, run back to back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,11 +52,27 @@ echo "fuzz: $n targets, $fuzztime each"
 status=0
 start=$SECONDS
 log="${TMPDIR:-/tmp}/fuzz-$$.log"
-trap 'rm -f "$log"' EXIT
+bins=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$bins"' EXIT
+cache="$(go env GOCACHE)/fuzz"
+
+# fuzz_run PKG TARGET FUZZTIME: one target of PKG's binary (linked on first
+# use), in PKG's directory, its corpus cached where go test keeps it.
+fuzz_run() {
+  local pkg=$1 t=$2 ft=$3 bin dir
+  bin="$bins/$(printf '%s' "$pkg" | tr '/.' '__').test"
+  dir=$(go list -f '{{.Dir}}' "$pkg") || return 1
+  if [ ! -x "$bin" ]; then
+    go test -c -fuzz . -o "$bin" "$pkg" || return 1
+  fi
+  (cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^${t}\$" -test.fuzztime "$ft" \
+    -test.fuzzcachedir "$cache/$pkg")
+}
+
 for entry in "${targets[@]}"; do
   read -r pkg t <<<"$entry"
   t0=$SECONDS
-  if go test -run '^$' -fuzz "^${t}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1; then
+  if fuzz_run "$pkg" "$t" "$fuzztime" >"$log" 2>&1; then
     echo "-- ok   $pkg $t ($((SECONDS - t0))s)"
     continue
   fi
@@ -63,7 +84,7 @@ for entry in "${targets[@]}"; do
     execs=$(execs_seen "$log")
     if [ -z "$execs" ] || [ "$execs" -lt 1000 ]; then execs=1000; fi
     echo "-- race $pkg $t: go.dev/issue/75804 at the deadline, no input written; again for ${execs}x"
-    if go test -run '^$' -fuzz "^${t}\$" -fuzztime "${execs}x" "$pkg" >"$log" 2>&1; then
+    if fuzz_run "$pkg" "$t" "${execs}x" >"$log" 2>&1; then
       echo "-- ok   $pkg $t ($((SECONDS - t0))s)"
       continue
     fi
