@@ -147,11 +147,11 @@ func TestPauseWriteExactlyOnce(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, faultOptions(srv.Addr))
 	l := startLoad(s, "pause", 8, callDeadline)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: load before the pause
 	if _, err := srv.Do("CLIENT", "PAUSE", "3000", "WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // stays: load through the 3 s pause and after it
 	l.finish()
 	waitDrained(t, s, 10*time.Second)
 	st := s.Stats()
@@ -174,11 +174,11 @@ func TestBlackHoleExactlyOnce(t *testing.T) {
 			p := valkeytest.StartProxy(t, srv.Addr)
 			s := mustNew(t, faultOptions(p.Addr))
 			l := startLoad(s, "hole", 8, callDeadline)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // stays: load before the hold
 			p.Hold(deliver)
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // stays: the hold lasts 3 s
 			p.Pass()
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // stays: load after the hold
 			l.finish()
 			waitDrained(t, s, 10*time.Second)
 			st := s.Stats()

@@ -247,7 +247,7 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("condition not met within %v", d)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 }
 
