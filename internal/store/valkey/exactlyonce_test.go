@@ -13,6 +13,7 @@ import (
 // TestKeySlotAndTags: our slot function agrees with the server's CLUSTER
 // KEYSLOT (hash tags included), and every slot's id tag hashes to it.
 func TestKeySlotAndTags(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound
 	c := valkeytest.StartCluster(t, 3)
 	for _, k := range []string{"a", "bg1|default/llm|rule-0|user|u1|86400|1764460800", "x{user1}y", "{}a", "a{", "{a}{b}", "pre{}{x}"} {
 		out, err := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", k)
@@ -34,6 +35,7 @@ func TestKeySlotAndTags(t *testing.T) {
 // TestClusterManySlots: one call over counters of the three nodes is one
 // script call per slot, each applied on its own node.
 func TestClusterManySlots(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound
 	c := valkeytest.StartCluster(t, 3)
 	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster})
 	exp := time.Now().Add(time.Hour)
