@@ -8,7 +8,9 @@
 # (and every failed non-test stage as one failure): "total: N passed, N failed".
 # Exit status is 1 when anything failed.
 #
-# Stages can be picked with STAGES="vet test" (default: all).
+# Stages can be picked with STAGES="vet test" (default: all). With
+# TEST_JSON_DIR set, the go test -json events of the test and race stages are
+# kept there (test.json, race.json), e.g. to re-measure the slow packages below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,22 +50,53 @@ gofmt_check() {
 # so the Kubernetes-sized dependency tree is not compiled twice on 2 cores.
 race_pkgs() { go list ./internal/store/... ./internal/ratelimit/...; }
 
-go_test() { # go_test ARGS... -- PACKAGES...
+# The packages whose tests take longest, slowest first (the "elapsed" of
+# their pass events in go test -json, 2-core VM). go test starts packages in
+# the order named, GOMAXPROCS at a time, so these go first: the long ones no
+# longer start last and run alone at the end of a stage. Other packages follow
+# in go list's order; a package missing here is only started later, never
+# skipped. Re-measure with TEST_JSON_DIR:
+#   jq -r 'select(.Action=="pass" and .Test==null) | "\(.Elapsed) \(.Package)"' "$TEST_JSON_DIR"/test.json | sort -rn
+slow_plain=(test/reliability internal/cli test/install internal/valkeytest internal/ledgerpg
+  deploy/monitoring deploy test/week internal/report pkg/assert internal/pgtest)
+slow_race=(internal/ratelimit/server internal/store/valkey internal/ratelimit/service
+  internal/ratelimit/window internal/ratelimit/unarygrpc internal/ratelimit/engine
+  internal/store/memory internal/ratelimit/key)
+
+# slow_first DIR...: the packages on stdin, those in the module directories
+# DIR first (in that order), then the rest in their own order.
+slow_first() {
+  local mod pkgs d
+  mod=$(go list -m) || return 1
+  pkgs=$(cat)
+  for d in "$@"; do
+    grep -F -x -- "$mod/$d" <<<"$pkgs" || true # not a package (any more): nothing to order
+  done
+  grep -v -F -x -f <(printf "$mod/%s\n" "$@") <<<"$pkgs" || true # all of them were slow
+}
+
+go_test() { # go_test NAME ARGS... -- PACKAGES...
+  local name=$1; shift
   go build -o "$logdir/testsum" ./hack/testsum || return 1
-  go test -json "$@" | "$logdir/testsum" -counts "$counts"
+  if [ -n "${TEST_JSON_DIR:-}" ]; then
+    mkdir -p "$TEST_JSON_DIR" || return 1
+    go test -json "$@" | tee "$TEST_JSON_DIR/$name.json" | "$logdir/testsum" -counts "$counts"
+  else
+    go test -json "$@" | "$logdir/testsum" -counts "$counts"
+  fi
 }
 
 plain_tests() {
   local race plain
   race=$(race_pkgs) || return 1
-  plain=$(go list ./... | grep -v -F -x -f <(printf '%s\n' $race)) || return 1
-  go_test -count=1 -timeout 20m $plain
+  plain=$(go list ./... | grep -v -F -x -f <(printf '%s\n' $race) | slow_first "${slow_plain[@]}") || return 1
+  go_test test -count=1 -timeout 20m $plain
 }
 
 race_tests() {
   local race
-  race=$(race_pkgs) || return 1
-  go_test -count=1 -race -timeout 20m $race
+  race=$(race_pkgs | slow_first "${slow_race[@]}") || return 1
+  go_test race -count=1 -race -timeout 20m $race
 }
 
 fuzz() {

@@ -287,7 +287,7 @@ func (p *prometheus) waitFor(t *testing.T, what string, timeout time.Duration, c
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s\nprometheus:\n%s", timeout, what, p.out)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // poll interval
 	}
 }
 

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 			os.Exit(3)
 		}
 		os.Stdout.WriteString("staged\n")
-		time.Sleep(time.Hour)
+		time.Sleep(time.Hour) // stays: the child hangs until the test kills it
 	}
 	os.Exit(m.Run())
 }
@@ -172,7 +172,7 @@ func TestLockExcludes(t *testing.T) {
 		mu.Unlock()
 		u()
 	}()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // stays: time for a Lock that does not wait to return
 	mu.Lock()
 	early := got
 	mu.Unlock()

@@ -55,14 +55,14 @@ func TestReaderReadsAndStops(t *testing.T) {
 		t.Fatalf("Read = %q, %v", buf[:n], err)
 	}
 	clear(buf)
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }() // stays: cancel while the Read below blocks
 	if n, err := cr.Read(buf); n != 0 || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Read after cancel = %d, %v", n, err)
 	}
 	if _, err := w.WriteString("late"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // stays: time for a late write to land in buf, which it must not
 	for _, b := range buf {
 		if b != 0 {
 			t.Fatalf("abandoned read wrote into the caller's buffer: %q", buf)

@@ -14,7 +14,7 @@ import (
 func TestProbeSeesABusyScheduler(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	p := Start()
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // stays: the probe runs before the spin
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -23,7 +23,7 @@ func TestProbeSeesABusyScheduler(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // stays: and after it
 	p99, worst := p.Stop()
 	if p99 > worst {
 		t.Fatalf("p99 %v above worst %v", p99, worst)

@@ -46,6 +46,7 @@ type Proxy struct {
 	links   [2]link // Throttle: one per direction (toServer, toClient)
 
 	accepted, delivered, dropped, resets atomic.Int64
+	received                             atomic.Int64 // bytes read from clients
 
 	mu     sync.Mutex
 	conns  map[*proxyConn]struct{}
@@ -82,6 +83,10 @@ type ProxyStats struct {
 	Delivered int64 // Hold: connections closed by their client whose held requests were delivered
 	Dropped   int64 // Hold: connections closed by their client whose held requests were dropped
 	Resets    int64 // Reset: connections reset
+	// Received counts the bytes read from clients and queued for their
+	// server (to be held, delayed or forwarded as the mode says), so a test
+	// can wait until the proxy has a request instead of sleeping.
+	Received int64
 }
 
 // StartProxy starts a proxy to upstream (a loopback host:port) on a free
@@ -150,7 +155,7 @@ func (p *Proxy) Mode() Mode { return Mode(p.mode.Load()) }
 
 // Stats returns what the proxy did so far.
 func (p *Proxy) Stats() ProxyStats {
-	return ProxyStats{Accepted: p.accepted.Load(), Delivered: p.delivered.Load(), Dropped: p.dropped.Load(), Resets: p.resets.Load()}
+	return ProxyStats{Accepted: p.accepted.Load(), Delivered: p.delivered.Load(), Dropped: p.dropped.Load(), Resets: p.resets.Load(), Received: p.received.Load()}
 }
 
 // set switches the mode and wakes every writer waiting on the old one.
@@ -252,6 +257,9 @@ func (p *Proxy) read(c *proxyConn, src net.Conn, q chan<- chunk) {
 			case q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}:
 			case <-c.done:
 				return
+			}
+			if src == c.client {
+				p.received.Add(int64(n))
 			}
 		}
 		if err != nil {

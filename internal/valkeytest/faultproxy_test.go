@@ -146,7 +146,7 @@ func TestProxyHoldClientCloses(t *testing.T) {
 		if _, err := c.Write([]byte("request")); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // let the proxy read it
+		waitReceived(t, p, int64(len("xrequest")))
 		_ = c.Close()
 		var got []byte
 		select {
@@ -181,7 +181,7 @@ func TestProxyPassClientCloses(t *testing.T) {
 			t.Fatal(err)
 		}
 		if hold {
-			time.Sleep(20 * time.Millisecond) // let the proxy read it
+			waitReceived(t, p, int64(len("xlast")))
 			p.Pass()
 		}
 		_ = c.Close()
@@ -246,5 +246,18 @@ func TestProxyThrottle(t *testing.T) {
 	msg := string(bytes.Repeat([]byte("z"), size))
 	if rt, min := roundTrip(t, c, msg), time.Duration(size-throttlePiece)*time.Second/rate; rt < min {
 		t.Fatalf("%d bytes through a %d B/s link and back in %v, want >= %v", size, rate, rt, min)
+	}
+}
+
+// waitReceived waits until the proxy has read n bytes from its clients, so
+// what a test sends in a mode is known to be taken in that mode.
+func waitReceived(t *testing.T, p *Proxy, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Received < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy read %d bytes from its clients in 10 s, want %d", p.Stats().Received, n)
+		}
+		time.Sleep(time.Millisecond) // poll interval
 	}
 }

@@ -114,7 +114,7 @@ func startReference(t *testing.T, redis string, env ...string) rlpb.RateLimitSer
 // avoidMinuteBoundary waits so the sequence runs inside one minute window.
 func avoidMinuteBoundary() {
 	if s := time.Now().Unix() % 60; s > 45 {
-		time.Sleep(time.Duration(61-s) * time.Second)
+		time.Sleep(time.Duration(61-s) * time.Second) // stays: the wall clock must pass the minute boundary
 	}
 }
 

@@ -44,14 +44,15 @@ func TestServiceValkeyKilled(t *testing.T) {
 	for _, l := range loads {
 		l.start()
 	}
+	// stays: load before the kill
 	time.Sleep(time.Second)
 	vk.Kill() // returns once the port is closed
 	down := time.Now()
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // stays: the outage lasts 5 s
 	restarting := time.Now()
 	vk.Restart() // returns once Valkey answers PING
 	back := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // stays: load after the restart
 	for _, l := range loads {
 		l.stop()
 	}
@@ -104,7 +105,7 @@ func TestServiceValkeyStalled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // stays: settle before the baseline (the bounds below are relative to it)
 	g0, h0 := runtime.NumGoroutine(), heapAfterGC()
 
 	var peakG atomic.Int64
@@ -127,11 +128,11 @@ func TestServiceValkeyStalled(t *testing.T) {
 
 	pr := startProbe()
 	l := newFaultLoad(s, "allow", "rl", "u", 4).start()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: load before the stall
 	vk.Stop()
 	waitUnresponsive(t, vk.Addr)
 	stopped := time.Now()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // stays: the stall has lasted a while before the burst
 
 	// Two controls run in the same waves as the burst, so its bounds are
 	// relative to this run: goroutines that only sleep the store deadline
@@ -208,24 +209,24 @@ func TestServiceValkeyStalled(t *testing.T) {
 				defer burstWG.Done()
 				defer alive.Add(-1)
 				t0 := time.Now()
-				time.Sleep(storeTimeout)
+				time.Sleep(storeTimeout) // stays: the control, a goroutine sleeping the store timeout
 				d := time.Since(t0)
 				burstMu.Lock()
 				control = append(control, d)
 				burstMu.Unlock()
 			}()
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // stays: spaces the burst's waves
 	}
 	burstWG.Wait()
 	burstDone := time.Now()
 	if rest := 5*time.Second - time.Since(stopped); rest > 0 {
-		time.Sleep(rest)
+		time.Sleep(rest) // stays: the stall lasts 5 s
 	}
 	resuming := time.Now()
 	vk.Cont()
 	back := time.Now()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: load after the stall ends
 	l.stop()
 	lag99, lagMax := pr.finish()
 	t.Logf("valkey stopped for %v; burst of %d calls took %v", back.Sub(stopped), waves*perWave, burstDone.Sub(stopped))

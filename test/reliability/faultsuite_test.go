@@ -120,7 +120,7 @@ func runFault(t *testing.T, c faultCase) {
 	if c.after == 0 {
 		c.after = 500 * time.Millisecond
 	}
-	time.Sleep(c.after)
+	time.Sleep(c.after) // stays: the load runs on through the fault for this long
 	r.load.stop()
 	r.load.checkNoWrong(t, c.name)
 	st, total := settle(t, r.svc, r.vk.Addr)

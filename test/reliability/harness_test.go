@@ -303,7 +303,7 @@ func waitUnresponsive(t testing.TB, addr string) {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // poll interval
 	}
 	t.Fatalf("valkey at %s still answers 5 s after SIGSTOP", addr)
 }
@@ -318,7 +318,7 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
@@ -353,7 +353,7 @@ func startProbe() *probe {
 			default:
 			}
 			t0 := time.Now()
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // stays: the probe measures how late this sleep wakes
 			t1 := time.Now()
 			lag := t1.Sub(t0) - 2*time.Millisecond
 			if len(p.lags) < cap(p.lags) {
@@ -404,7 +404,7 @@ func startValkeyProbe(t testing.TB, addr string) *probe {
 			if lat > time.Millisecond && len(p.late) < cap(p.late) {
 				p.late = append(p.late, span{t0, t1})
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // stays: paces the probe
 		}
 	}()
 	return p
@@ -492,7 +492,7 @@ func startControl(s *svc, domain string, slow time.Duration) *control {
 			if t1.Sub(t0) >= slow && len(c.slow) < cap(c.slow) {
 				c.slow = append(c.slow, span{t0, t1})
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // stays: paces the control client
 		}
 	}()
 	return c
@@ -576,7 +576,7 @@ func settledHeap(bound uint64, wait time.Duration) uint64 {
 		if h <= bound || time.Now().After(deadline) {
 			return h
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // poll interval
 	}
 }
 

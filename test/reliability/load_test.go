@@ -181,7 +181,7 @@ func (l *faultLoad) start() *faultLoad {
 				l.fail("control call %d at %s: %v", i, t0.Format("15:04:05.000"), err)
 			}
 			local = append(local, callRec{start: t0, lat: lat})
-			time.Sleep(l.pause)
+			time.Sleep(l.pause) // stays: paces the control calls
 		}
 		l.mu.Lock()
 		l.control = local
@@ -229,7 +229,7 @@ func (l *faultLoad) start() *faultLoad {
 					l.lastTotal[w].Store(total)
 				}
 				local = append(local, callRec{start: t0, lat: lat, kind: kind})
-				time.Sleep(l.pause)
+				time.Sleep(l.pause) // stays: paces the load
 			}
 			l.mu.Lock()
 			l.recs = append(l.recs, local...)

@@ -20,7 +20,7 @@ func awayFromMidnight() {
 	now := time.Now().UTC()
 	next := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
 	if until := next.Sub(now); until < 20*time.Second {
-		time.Sleep(until + 100*time.Millisecond)
+		time.Sleep(until + 100*time.Millisecond) // stays: the wall clock must pass midnight
 	}
 }
 
@@ -139,7 +139,7 @@ func TestServiceValkeyRestartAOF(t *testing.T) {
 	l := newFaultLoad(s, "allow", "rl", "u", 4)
 	l.pause = 2 * time.Millisecond
 	l.start()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: load before the shutdown
 	// SHUTDOWN writes the AOF and exits; the reply never comes.
 	_, _ = valkeytest.Do(vk.Addr, "SHUTDOWN")
 	if !waitUntil(5*time.Second, func() bool {
@@ -152,11 +152,11 @@ func TestServiceValkeyRestartAOF(t *testing.T) {
 		t.Fatal("valkey still listening 5 s after SHUTDOWN")
 	}
 	down := time.Now()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: Valkey stays down this long
 	restarting := time.Now()
 	vk.Restart()
 	back := time.Now()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: load after the restart
 	l.stop()
 	pr.finish()
 

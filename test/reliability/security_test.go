@@ -103,7 +103,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 				deadline := time.Now().Add(3 * time.Second)
 				for time.Now().Before(deadline) {
 					call(t, s, req("rl", "user", "a"))
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // stays: paces the calls into the stall
 				}
 				vk.Cont()
 				if !waitUntil(5*time.Second, func() bool {

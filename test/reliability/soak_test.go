@@ -278,7 +278,7 @@ func TestSoak(t *testing.T) {
 	}()
 	profDir := os.Getenv("SOAK_HEAP_PROFILES") // optional: heap profiles at 1/3 and at the end, for pprof -base
 	for el := time.Second; el <= dur; el += time.Second {
-		time.Sleep(time.Until(start.Add(el)))
+		time.Sleep(time.Until(start.Add(el))) // stays: paces one sample a second of the soak
 		samples = append(samples, sample{at: el, rss: rssBytes(t), heap: heapAfterGC(), goroutines: runtime.NumGoroutine(), calls: calls.Load() - callsAtStart})
 		if profDir != "" && (len(samples) == int(dur/time.Second)/3 || el+time.Second > dur) {
 			writeHeapProfile(t, filepath.Join(profDir, fmt.Sprintf("heap-%03ds.pprof", int(el.Seconds()))))

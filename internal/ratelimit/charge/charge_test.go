@@ -138,7 +138,7 @@ func TestRefusedBatchPastDeadlineDefers(t *testing.T) {
 			}
 		}(i)
 	}
-	time.Sleep(5 * time.Millisecond) // let them queue (not a correctness bound)
+	time.Sleep(5 * time.Millisecond) // stays: they wait on the held lock, which shows nothing to poll (not a correctness bound)
 	close(hold)
 	wg.Wait()
 	c.batch.close()

@@ -102,7 +102,7 @@ func slowProxy(t *testing.T, backend string, delay *atomic.Int64) string {
 				for {
 					n, err := c.Read(buf)
 					if n > 0 {
-						time.Sleep(time.Duration(delay.Load()))
+						time.Sleep(time.Duration(delay.Load())) // stays: the injected network delay
 						if _, werr := b.Write(buf[:n]); werr != nil {
 							return
 						}

@@ -457,7 +457,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			// waits on the blocked store for good.
 			lag := schedtest.Start()
 			control := make(chan time.Duration, 1)
-			go func() { t0 := time.Now(); time.Sleep(charge.DefaultStoreTimeout); control <- time.Since(t0) }()
+			go func() { t0 := time.Now(); time.Sleep(charge.DefaultStoreTimeout); control <- time.Since(t0) }() // stays: the control
 			start := time.Now()
 			resp, err := f.e.ShouldRateLimit(context.Background(), req("d", 0, d("user", "a"), d("shadow", "s"), d("none", "x")))
 			el := time.Since(start)
@@ -671,7 +671,7 @@ func TestValkeyStallBurstStaysWithinDeadline(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			time.Sleep(charge.DefaultStoreTimeout)
+			time.Sleep(charge.DefaultStoreTimeout) // stays: the control sleeps the store deadline
 			storeMax(&controlSlowest, time.Since(start))
 		}()
 	}

@@ -39,7 +39,7 @@ func grpcJSModules(t *testing.T) (node, modules string) {
 // @grpc/grpc-js: sequential, multiplexed, large, compressed, cancelled and
 // deadline-bound calls, keepalive PINGs without calls, and GOAWAY at
 // shutdown; on both transports.
-func TestGRPCJSClient(t *testing.T) { forEachTransport(t, testGRPCJSClient) }
+func TestGRPCJSClient(t *testing.T) { forEachTransportParallel(t, testGRPCJSClient) }
 
 func testGRPCJSClient(t *testing.T, transport string) {
 	node, modules := grpcJSModules(t)

@@ -118,7 +118,7 @@ type junitSuites struct {
 // TestH2Spec runs the h2spec conformance suite (every case, strict ones
 // included) against the gRPC port, with requests on the ShouldRateLimit
 // path, on both transports.
-func TestH2Spec(t *testing.T) { forEachTransport(t, testH2Spec) }
+func TestH2Spec(t *testing.T) { forEachTransportParallel(t, testH2Spec) }
 
 func testH2Spec(t *testing.T, transport string) {
 	bin := h2specBinary(t)

@@ -386,6 +386,18 @@ func forEachTransport(t *testing.T, f func(t *testing.T, transport string)) {
 	}
 }
 
+// forEachTransportParallel is forEachTransport for the tests that mostly
+// wait on another program (h2spec's per-case timeouts, node): the test runs
+// in parallel (after the package's sequential tests, beside the other
+// parallel ones), and so do its transports. Each has its own server on its
+// own ports; they share nothing.
+func forEachTransportParallel(t *testing.T, f func(t *testing.T, transport string)) {
+	t.Parallel()
+	for _, tr := range Transports {
+		t.Run(tr, func(t *testing.T) { t.Parallel(); f(t, tr) })
+	}
+}
+
 func TestUnknownTransportRefused(t *testing.T) {
 	if _, err := New(nil, Options{GRPCAddr: "127.0.0.1:0", Transport: "netty"}); err == nil || !strings.Contains(err.Error(), `unknown gRPC transport "netty"`) {
 		t.Fatalf("err = %v", err)

@@ -187,7 +187,7 @@ func TestSnapshotSIGKILL(t *testing.T) {
 	charged := time.Now()
 	deadline := charged.Add(3 * interval)
 	for {
-		time.Sleep(interval / 20)
+		time.Sleep(interval / 20) // poll interval
 		if fi, err := os.Stat(path); err == nil && fi.ModTime().After(charged.Add(10*time.Millisecond)) {
 			break
 		}

@@ -83,12 +83,12 @@ func TestValkeyDownAtStart(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("remaining %d after %d checks, want %d: the buffered %d hits did not land", got, n+1, want-n, calls*hits)
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // poll interval
 				if got < want-n {
 					t.Fatalf("remaining %d, below %d: buffered hits counted more than once", got, want-n)
 				}
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // stays: time passing must replay nothing more
 			if again := chargeUser(t, s.client, "alice", 1); again != got-1 {
 				t.Fatalf("remaining %d after one more hit, want %d (replayed once)", again, got-1)
 			}

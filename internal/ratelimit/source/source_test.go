@@ -69,7 +69,7 @@ func TestFilesHotReloadKeepsLastGood(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatal("timed out")
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // poll interval
 		}
 	}
 	write("domain: two\n")

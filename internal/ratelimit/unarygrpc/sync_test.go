@@ -22,7 +22,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("still waiting after %v for %s", waitBound, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // poll interval
 	}
 }
 

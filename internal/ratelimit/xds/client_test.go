@@ -51,7 +51,7 @@ func startEG(t *testing.T, addr string, tlsCfg *tls.Config) *egServer {
 		if ln, err = net.Listen("tcp", addr); err == nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 

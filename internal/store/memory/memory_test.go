@@ -77,7 +77,7 @@ func TestJanitorSweepsAndStops(t *testing.T) {
 	clk.Add(2 * time.Second)
 	deadline := time.Now().Add(2 * time.Second)
 	for s.Stats().Counters != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	if st := s.Stats(); st.Counters != 0 || st.Swept != 100 {
 		t.Fatalf("janitor did not sweep: %+v", st)
@@ -88,7 +88,7 @@ func TestJanitorSweepsAndStops(t *testing.T) {
 	// The janitor goroutine is gone once Close returns.
 	deadline = time.Now().Add(time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("goroutines after Close = %d, before New = %d", n, before)
@@ -293,7 +293,7 @@ func TestBoundEvictsEndedWindows(t *testing.T) {
 			} else if !errors.Is(err, store.ErrFull) {
 				t.Fatal(err)
 			} else {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // poll interval: retried once the janitor has made room
 			}
 		}
 		if st := s.Stats(); admitted != 32 || st.Evicted != 64 {

@@ -13,6 +13,7 @@ import (
 // TestKeySlotAndTags: our slot function agrees with the server's CLUSTER
 // KEYSLOT (hash tags included), and every slot's id tag hashes to it.
 func TestKeySlotAndTags(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound
 	c := valkeytest.StartCluster(t, 3)
 	for _, k := range []string{"a", "bg1|default/llm|rule-0|user|u1|86400|1764460800", "x{user1}y", "{}a", "a{", "{a}{b}", "pre{}{x}"} {
 		out, err := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", k)
@@ -34,6 +35,7 @@ func TestKeySlotAndTags(t *testing.T) {
 // TestClusterManySlots: one call over counters of the three nodes is one
 // script call per slot, each applied on its own node.
 func TestClusterManySlots(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound
 	c := valkeytest.StartCluster(t, 3)
 	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster})
 	exp := time.Now().Add(time.Hour)
@@ -147,11 +149,11 @@ func TestPauseWriteExactlyOnce(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, faultOptions(srv.Addr))
 	l := startLoad(s, "pause", 8, callDeadline)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: load before the pause
 	if _, err := srv.Do("CLIENT", "PAUSE", "3000", "WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // stays: load through the 3 s pause and after it
 	l.finish()
 	waitDrained(t, s, 10*time.Second)
 	st := s.Stats()
@@ -174,11 +176,11 @@ func TestBlackHoleExactlyOnce(t *testing.T) {
 			p := valkeytest.StartProxy(t, srv.Addr)
 			s := mustNew(t, faultOptions(p.Addr))
 			l := startLoad(s, "hole", 8, callDeadline)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // stays: load before the hold
 			p.Hold(deliver)
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // stays: the hold lasts 3 s
 			p.Pass()
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // stays: load after the hold
 			l.finish()
 			waitDrained(t, s, 10*time.Second)
 			st := s.Stats()

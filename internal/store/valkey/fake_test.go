@@ -1,16 +1,20 @@
 package valkey
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -24,17 +28,9 @@ type fakeClient struct {
 	closed                atomic.Bool
 }
 
-// B returns a standalone builder. valkey-go exports no constructor for one
-// outside a connected client; its only field is the slot, and NoSlot (1<<15)
-// is what standalone clients use.
-func (f *fakeClient) B() valkey.Builder {
-	var b valkey.Builder
-	if unsafe.Sizeof(b) != 2 {
-		panic("valkey.Builder layout changed; update the fake")
-	}
-	*(*uint16)(unsafe.Pointer(&b)) = 1 << 15
-	return b
-}
+// B returns the builder of a real standalone valkey-go client.
+func (f *fakeClient) B() valkey.Builder { return standaloneBuilder() }
+
 func (f *fakeClient) Close() { f.closed.Store(true) }
 func (f *fakeClient) DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult {
 	n := f.inFlight.Add(1)
@@ -46,6 +42,77 @@ func (f *fakeClient) DoMulti(ctx context.Context, multi ...valkey.Completed) []v
 	}
 	defer f.inFlight.Add(-1)
 	return f.do(ctx, multi...)
+}
+
+// standaloneBuilder is a real standalone client's command builder. valkey-go
+// hands one out only from a connected client (its mock module is not on the
+// module proxy), so the client dials an in-memory connection whose peer
+// answers the handshake as a RESP3 server, and is closed at once: the builder
+// is a value and outlives it.
+var standaloneBuilder = sync.OnceValue(func() valkey.Builder {
+	c, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:       []string{"in-memory:0"},
+		ForceSingleClient: true, // no CLUSTER probe: the builder of a standalone client
+		DisableCache:      true, // no CLIENT TRACKING in the handshake
+		ClientSetInfo:     valkey.DisableClientSetInfo,
+		DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+			conn, peer := net.Pipe()
+			go answerHello(peer)
+			return conn, nil
+		},
+	})
+	if err != nil {
+		panic(fmt.Sprintf("in-memory valkey-go client: %v", err))
+	}
+	defer c.Close()
+	return c.B()
+})
+
+// answerHello answers, as a RESP3 server would, the client's HELLO 3 with
+// the one field valkey-go checks (proto 3), and the PING its Close sends
+// with PONG, until the client hangs up.
+func answerHello(peer net.Conn) {
+	defer func() { _ = peer.Close() }() // in-memory; nothing to report
+	r := bufio.NewReader(peer)
+	for {
+		cmd, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		reply := "+PONG\r\n"
+		if strings.EqualFold(cmd, "HELLO") {
+			reply = "%1\r\n+proto\r\n:3\r\n"
+		}
+		if _, err := peer.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+// readCommand reads one RESP array of bulk strings and returns its first.
+func readCommand(r *bufio.Reader) (string, error) {
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "*")))
+	if err != nil {
+		return "", fmt.Errorf("not a RESP array: %q", head)
+	}
+	var name string
+	for i := 0; i < n; i++ { // each argument: its $length line, then itself
+		if _, err := r.ReadString('\n'); err != nil {
+			return "", err
+		}
+		arg, err := r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		if i == 0 {
+			name = strings.TrimSpace(arg)
+		}
+	}
+	return name, nil
 }
 
 func errResults(n int, err error) []valkey.ValkeyResult {
@@ -180,7 +247,7 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("condition not met within %v", d)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 }
 

@@ -76,7 +76,7 @@ func startLoad(s *Store, prefix string, workers int, deadline time.Duration) *lo
 			default:
 			}
 			t0 := time.Now()
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // stays: the probe measures how late this sleep wakes
 			lag := time.Since(t0) - 2*time.Millisecond
 			if int64(lag) > l.schedLag.Load() {
 				l.schedLag.Store(int64(lag))
@@ -117,7 +117,7 @@ func startLoad(s *Store, prefix string, workers int, deadline time.Duration) *lo
 					}
 				}
 				local = append(local, rec{t0, lat, err == nil})
-				time.Sleep(l.pause)
+				time.Sleep(l.pause) // stays: paces the load
 			}
 			l.mu.Lock()
 			l.recs = append(l.recs, local...)
@@ -278,14 +278,14 @@ func TestFaultKill(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
 	l := startLoad(s, "kill", 8, callDeadline)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: load before the kill
 	t.Logf("kill at %s", time.Now().Format("15:04:05.000000"))
 	srv.Kill()
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // stays: the outage lasts 5 s
 	t.Logf("restart at %s", time.Now().Format("15:04:05.000000"))
 	srv.Restart()
 	back := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // stays: load after the restart
 	l.finish()
 	checkLatency(t, "SIGKILL 5s", l)
 	rec := l.recovery(back)
@@ -310,7 +310,7 @@ func TestFaultStall(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
 	warm := startLoad(s, "warm", 4, time.Second)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // stays: the warm-up load runs this long
 	warm.finish()
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
@@ -319,7 +319,7 @@ func TestFaultStall(t *testing.T) {
 	baseHeap := ms.HeapAlloc
 
 	l := startLoad(s, "stall", 8, callDeadline)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: load before the stall
 	srv.Stop()
 	stopped := time.Now()
 	// Waves: 50 x 100 callers, 5000 calls in all, more than 4096 ring slots.
@@ -368,12 +368,12 @@ func TestFaultStall(t *testing.T) {
 		}
 		maxG = max(maxG, runtime.NumGoroutine())
 		wg.Wait()
-		time.Sleep(time.Until(stopped.Add(time.Duration(w+1) * 100 * time.Millisecond)))
+		time.Sleep(time.Until(stopped.Add(time.Duration(w+1) * 100 * time.Millisecond))) // stays: one wave every 100 ms of the stall
 	}
 	inFlightDuringStall := s.Stats().InFlight
 	srv.Cont()
 	back := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // stays: load after the stall ends
 	l.finish()
 
 	checkLatency(t, "SIGSTOP 5s", l)
@@ -448,7 +448,7 @@ func TestFaultAOFRestart(t *testing.T) {
 		if got, err = charge(0); err == nil {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	if err != nil || got != 30 {
 		t.Fatalf("after restart: total %d, err %v; want 30 within %v", got, err, recoveryBound)
@@ -470,14 +470,16 @@ func TestOutageBufferExact(t *testing.T) {
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}, Logger: logger})
 	exp := time.Now().Add(time.Hour)
 	want := map[string]uint64{}
-	charge := func(key string, hits uint64) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	charge := func(key string, hits uint64, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		return s.Charge(ctx, []store.Counter{{Key: key, Hits: hits, ExpireAt: exp}, {Key: "shared", Hits: 1, ExpireAt: exp}}, make([]store.Result, 2))
 	}
+	// Set-up charges with Valkey up (fsync always) get 5 s: their speed is
+	// not this test's subject, and 500 ms ran out on a busy machine.
 	for i := 0; i < 20; i++ {
 		k := "buf:" + strconv.Itoa(i%5)
-		if err := charge(k, uint64(i+1)); err != nil {
+		if err := charge(k, uint64(i+1), 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		want[k] += uint64(i + 1)
@@ -492,7 +494,7 @@ func TestOutageBufferExact(t *testing.T) {
 	failed := 0
 	for i := 0; i < 200; i++ {
 		k := "buf:" + strconv.Itoa(i%7)
-		err := charge(k, uint64(i%4+1))
+		err := charge(k, uint64(i%4+1), 500*time.Millisecond)
 		if err == nil {
 			t.Fatal("charge succeeded with Valkey down")
 		}
@@ -581,7 +583,7 @@ func TestFaultClusterMigration(t *testing.T) {
 	s := mustNew(t, Options{Addresses: c.Addrs, Mode: Cluster})
 	// Workers' keys share the hash tag {mig}: one slot.
 	l := startLoad(s, "{mig}", 8, 2*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // stays: load before the migration
 	slotS, err := valkeytest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", "{mig}")
 	if err != nil {
 		t.Fatal(err)
@@ -618,12 +620,12 @@ func TestFaultClusterMigration(t *testing.T) {
 		args := append([]string{"MIGRATE", "127.0.0.1", dstPort, "", "0", "5000", "KEYS"}, ks...)
 		must(src, args...)
 		moved += len(ks)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // stays: charges run between the batches of moved keys
 	}
 	for _, a := range c.Addrs {
 		must(a, "CLUSTER", "SETSLOT", slotS, "NODE", dstID)
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // stays: load after the slot moved
 	l.finish()
 	owner, _ := valkeytest.SlotOwner(c.Addrs[2], slot)
 	t.Logf("moved slot %d (%d keys) from %s to %s; owner now %s", slot, moved, src, dst, owner)
@@ -656,7 +658,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 	set := valkeytest.StartSentinel(t)
 	s := mustNew(t, Options{Addresses: set.Sentinels, Mode: Sentinel, MasterSet: set.MasterSet})
 	l := startLoad(s, "failover", 4, callDeadline)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // stays: load before the failover
 	// Pause the load, let the replica catch up, then kill the primary.
 	l.finish()
 	before := l.okHits.Load()
@@ -666,7 +668,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 		return offset(p, "master_repl_offset") == offset(r, "slave_repl_offset") && offset(p, "master_repl_offset") > 0
 	})
 	l2 := startLoad(s, "failover", 4, callDeadline)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // stays: load before the kill
 	killed := time.Now()
 	set.Primary.Kill()
 	var promoted time.Time
@@ -678,7 +680,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // stays: load after the promotion
 	l2.finish()
 	t.Logf("sentinels promoted the replica %v after the kill", promoted.Sub(killed))
 	checkLatency(t, "failover", l2)

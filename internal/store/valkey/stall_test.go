@@ -37,7 +37,7 @@ func TestStallGuard(t *testing.T) {
 			break // sent into the stall, timed out: the guard's clock runs
 		}
 	}
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(80 * time.Millisecond) // stays: StallAfter (50 ms) of silence trips the guard
 	// "At once" is relative to this run: under 10 ms plus the scheduler's
 	// worst lag meanwhile (the refusal's error says it came from the stall
 	// guard, not from the 20 ms deadline).
@@ -73,7 +73,7 @@ func TestStallGuard(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no charge succeeded within 2 s of SIGCONT")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	waitDrained(t, s, 3*time.Second)
 	st = s.Stats()

@@ -75,7 +75,7 @@ func stallBurst(b *testing.B, srv *valkeytest.Server, call func(ctx context.Cont
 				}(i)
 			}
 			wg.Wait()
-			time.Sleep(time.Until(start.Add(time.Duration(w+1) * 100 * time.Millisecond)))
+			time.Sleep(time.Until(start.Add(time.Duration(w+1) * 100 * time.Millisecond))) // stays: one wave every 100 ms of the stall
 		}
 		srv.Cont()
 	}

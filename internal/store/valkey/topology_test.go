@@ -24,6 +24,7 @@ import (
 )
 
 func TestBehaviourCluster(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound but the behaviour suite's generous one
 	c := valkeytest.StartCluster(t, 3)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return mustNew(t, Options{Addresses: c.Addrs, Mode: Cluster})
@@ -33,6 +34,7 @@ func TestBehaviourCluster(t *testing.T) {
 // TestClusterOneCallManySlots charges counters living on the three nodes in
 // one call and checks each node holds its own.
 func TestClusterOneCallManySlots(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound
 	c := valkeytest.StartCluster(t, 3)
 	s := mustNew(t, Options{Addresses: c.Addrs[:1], Mode: Cluster})
 	exp := time.Now().Add(time.Hour)
@@ -66,6 +68,7 @@ func TestClusterOneCallManySlots(t *testing.T) {
 }
 
 func TestBehaviourSentinel(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound but the behaviour suite's generous one
 	set := valkeytest.StartSentinel(t)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return mustNew(t, Options{Addresses: set.Sentinels, Mode: Sentinel, MasterSet: set.MasterSet})

@@ -54,6 +54,7 @@ func mustNew(t testing.TB, opts Options) *Store {
 }
 
 func TestBehaviourStandalone(t *testing.T) {
+	t.Parallel() // its own servers; no fault, no timing bound but the behaviour suite's generous one
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	storetest.Run(t, func(t *testing.T) store.Store { return mustNew(t, Options{Addresses: []string{srv.Addr}}) })
 }

@@ -1,6 +1,4 @@
-package report_test
-
-// The simulated week: a spec in shadow, Envoy Gateway's rate limit
+// Package week runs the simulated week: a spec in shadow, Envoy Gateway's rate limit
 // traffic for seven full UTC days from several principal profiles (steady,
 // bursty, a runaway agent, an override client, teams under hour, week, month
 // and money caps) through the real decision
@@ -8,7 +6,8 @@ package report_test
 // runs it), then the report checked against numbers the test computes itself
 // from what it sent, then promotion refused on day 6 and accepted on day 8
 // with the report as evidence. A reserving budget's agents fan out and lose a
-// charge (week_reserve_test.go).
+// charge (reserve_test.go).
+package week
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package report_test
+package week
 
 // The reserving budget of the simulated week: per-agent holds 20,000 tokens
 // for each admitted, unfinished call against a 60,000-token day. A steady
