@@ -97,9 +97,17 @@ func startService(t *testing.T, dir string, env map[string]string, args ...strin
 	return &svc{client: rlpb.NewRateLimitServiceClient(conn), srv: srv, logs: logs, debug: "http://" + d.String(), stop: stop}
 }
 
+// writeConfig replaces dir/name at once (a file written elsewhere, then
+// renamed), as a ConfigMap update does: written in place, the service's
+// watcher could read it half-written and count a rejected load the test
+// did not make.
 func writeConfig(t *testing.T, dir, name, body string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+	tmp := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -119,7 +127,7 @@ func call(t *testing.T, c rlpb.RateLimitServiceClient, domain string, kv ...stri
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second) // a reload under -race beside other jobs
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
