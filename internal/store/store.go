@@ -63,6 +63,13 @@ type Hold struct {
 	// Expiry is the longest a hold lives without its charge; required with
 	// Reserve or Release.
 	Expiry time.Duration
+	// Window is when the counter's window ends (unix seconds): a store may
+	// keep the holds of a window's counters together (the Valkey store: one
+	// hash per window, which goes with the window). Every call for one
+	// counter must give the same Window; 0 when unknown (the Valkey store
+	// then keeps them in one hash per slot that lives as long as its
+	// longest counter).
+	Window int64
 }
 
 // On reports whether the counter touches holds.

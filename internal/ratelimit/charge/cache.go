@@ -123,7 +123,7 @@ func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.pending > 0 || e.releases > 0 {
-				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases, Expiry: e.holdExpiry}})
+				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases, Expiry: e.holdExpiry, Window: e.windowEnd}})
 				e.pending, e.releases = 0, 0
 			}
 			if nowSec >= e.windowEnd {

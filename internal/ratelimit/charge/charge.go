@@ -266,7 +266,7 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 		k := store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it), Start: len(counters) == 0,
 			Limit: uint64(l.RequestsPerUnit), Enforce: enforce}
 		if reserving {
-			k.Hold = store.Hold{Release: release, Expiry: c.o.HoldExpiry}
+			k.Hold = store.Hold{Release: release, Expiry: c.o.HoldExpiry, Window: it.WindowEnd}
 			if it.Hits == 0 {
 				k.Hold.Reserve = it.Reserve
 			}

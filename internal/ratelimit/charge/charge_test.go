@@ -219,3 +219,42 @@ func TestDeadlinePassingInsideTheCallDefersHits(t *testing.T) {
 		})
 	}
 }
+
+// TestReservingCountersNameTheirWindow: a reserving rule's counters carry
+// their window's end as Hold.Window, on the check, on the charge and on a
+// charge the over-limit cache deferred, so every replica (whatever its
+// expiry grace) finds a counter's holds in the same place in the store.
+func TestReservingCountersNameTheirWindow(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	c, err := New(Options{Store: mem, BatchWorkers: -1, Grace: 7 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := time.Now()
+	end := now.Add(time.Hour).Truncate(time.Hour).Unix()
+	limit := &config.RateLimit{RequestsPerUnit: 10, Budget: &config.Budget{Name: "b", Reserve: config.Reserve{Tokens: 4}}}
+	items := []decide.Item{
+		{Limit: limit, Hits: 0, Reserve: 4, WindowEnd: end, Key: []byte("check")},
+		{Limit: limit, Hits: 20, WindowEnd: end, Key: []byte("charge")},
+	}
+	cs, _ := c.counters(items, now, nil, nil)
+	if len(cs) != 2 {
+		t.Fatalf("%d counters, want 2", len(cs))
+	}
+	for _, k := range cs {
+		if k.Hold.Window != end || !k.ExpireAt.Equal(time.Unix(end, 0).Add(7*time.Minute)) {
+			t.Fatalf("counter %s: window %d, expiry %v; want window %d and the window end + grace", k.Key, k.Hold.Window, k.ExpireAt, end)
+		}
+	}
+	// The over-limit cache keeps the window with a deferred release.
+	c.cache.put([]byte("over"), 50, now.Unix(), end, time.Unix(end, 0))
+	if !c.cache.hit([]byte("over"), 10, now.Unix(), 3, 1, time.Hour) {
+		t.Fatal("the over-limit cache did not take the charge")
+	}
+	out := c.cache.drain(now.Unix(), nil)
+	if len(out) != 1 || out[0].Hold.Release != 1 || out[0].Hold.Window != end {
+		t.Fatalf("deferred charges: %+v, want one release with window %d", out, end)
+	}
+}

@@ -157,3 +157,49 @@ func testHoldsConcurrent(t *testing.T, s store.Store, k keyer) {
 		t.Fatalf("%d of 100 concurrent checks held 50,000 on a 2,000,000 cap, want 40", held.Load())
 	}
 }
+
+// testHoldsByWindow: holds given a Window are shared by every call for the
+// counter whatever its expiry (replicas with another expiry grace), and a
+// released hold frees the budget for the next.
+func testHoldsByWindow(t *testing.T, s store.Store, k keyer) {
+	key := k.key("w")
+	window := time.Now().Add(time.Hour).Unix()
+	check := func(grace time.Duration) store.Counter {
+		c := reserveCheck(key, 60, 100, true, time.Hour)
+		c.ExpireAt = time.Unix(window, 0).Add(grace)
+		c.Hold.Window = window
+		return c
+	}
+	if r := call(t, s, check(0))[0]; !r.Held || r.Reserved != 60 {
+		t.Fatalf("first check: %+v, want held, 60 reserved", r)
+	}
+	// Other replicas, other graces: each sees the holds before it.
+	if r := call(t, s, check(5*time.Minute))[0]; !r.Held || r.Reserved != 120 {
+		t.Fatalf("second check, another expiry: %+v, want held beside the first (120 reserved)", r)
+	}
+	if r := call(t, s, check(time.Minute))[0]; r.Held || r.Reserved != 120 {
+		t.Fatalf("third check, another expiry: %+v, want denied by the two holds (0 + 120 is not below 100)", r)
+	}
+	c := settle(key, 30, 100)
+	c.ExpireAt, c.Hold.Window = time.Unix(window, 0).Add(time.Minute), window
+	if r := call(t, s, c)[0]; r.Total != 30 || r.Reserved != 60 {
+		t.Fatalf("charge: %+v, want total 30, one hold released (60 reserved)", r)
+	}
+	if r := call(t, s, check(2*time.Minute))[0]; !r.Held || r.Reserved != 120 || r.Total != 30 {
+		t.Fatalf("check after the charge: %+v, want held on 30 used + 60 reserved, 120 reserved after", r)
+	}
+}
+
+// testCheckAfterChargeInOneCall: a reserving check that follows a charge of
+// the same counter in one call decides on the charged total.
+func testCheckAfterChargeInOneCall(t *testing.T, s store.Store, k keyer) {
+	key := k.key("cc")
+	add := store.Counter{Key: key, Hits: 70, ExpireAt: hour(), Start: true}
+	rs := call(t, s, add, reserveCheck(key, 40, 100, true, time.Hour))
+	if rs[0].Total != 70 || rs[1].Total != 70 || !rs[1].Held || rs[1].Reserved != 40 {
+		t.Fatalf("charge then check in one call: %+v, want both at 70, the check held (70 + 0 < 100)", rs)
+	}
+	if r := call(t, s, reserveCheck(key, 40, 100, true, time.Hour))[0]; r.Held || r.Total != 70 || r.Reserved != 40 {
+		t.Fatalf("next check: %+v, want denied on 70 + 40", r)
+	}
+}

@@ -45,6 +45,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HoldsAllOrNone", testHoldsAllOrNone},
 		{"HoldsExpire", testHoldsExpire},
 		{"HoldsConcurrent", testHoldsConcurrent},
+		{"HoldsByWindow", testHoldsByWindow},
+		{"CheckAfterChargeInOneCall", testCheckAfterChargeInOneCall},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,11 +29,12 @@ type target struct {
 }
 
 // pending is a write waiting in the buffer: hits, hold releases (with the
-// holds' expiry, which gives their generation's length) and the replay
-// deadline (the counter's expiry).
+// holds' expiry, which gives their generation's length, and their hold
+// hash) and the replay deadline (the counter's expiry).
 type pending struct {
 	hits, releases uint64
 	holdExpiry     time.Duration
+	holdHash       string
 	exp            time.Time
 }
 
@@ -56,6 +57,9 @@ func (b *buffer) add(t target, w pending) bool {
 		p.hits += w.hits
 		p.releases += w.releases
 		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
+		if p.holdHash == "" {
+			p.holdHash = w.holdHash
+		}
 		b.m[t] = p
 		return true
 	}

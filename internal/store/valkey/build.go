@@ -15,16 +15,17 @@ import (
 // op is one counter's part of a script call (chargeScript), or a buffered
 // write being replayed.
 type op struct {
-	key, holdKey string
-	field        string // a ledger increment's hash field (flagHash)
-	hits         uint64
-	exp          int64 // the counter's absolute expiry, ms
-	flags        uint8
-	limit        uint64
-	reserve      uint64 // tokens a check holds if admitted
-	period       int64  // a hold generation, ms (half the holds' expiry)
-	releases     uint64 // holds a charge releases
-	ci           int    // the counter's index in its call; -1 for a buffered write
+	key      string
+	holdHash string // a reservation-aware counter's hold hash (flagHold)
+	field    string // a ledger increment's hash field (flagHash)
+	hits     uint64
+	exp      int64 // the counter's absolute expiry, ms
+	flags    uint8
+	limit    uint64
+	reserve  uint64 // tokens a check holds if admitted
+	period   int64  // a hold generation, ms (half the holds' expiry)
+	releases uint64 // holds a charge releases
+	ci       int    // the counter's index in its call; -1 for a buffered write
 }
 
 // width is the number of reply values of the op.
@@ -180,7 +181,7 @@ func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
 	}
 	if k.Hold.On() {
 		o.flags |= flagHold
-		o.holdKey = s.keys.hold(k.Key, s.ids.tags)
+		o.holdHash = s.keys.holdHash(k.Key, k.Hold.Window, s.ids.tags)
 		if k.Hits == 0 {
 			o.reserve = k.Hold.Reserve
 		}
@@ -208,17 +209,20 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 	}
 	usual, period := g.usualExpiry(), g.usualPeriod()
 	args = append(args, s.nowString(now), s.maxHolds, s.msString(usual), strconv.FormatInt(period, 10))
+	kinds := g.holdKinds(sc)
+	args = append(args, strconv.Itoa(len(sc.hashes)))
+	for i, h := range sc.hashes {
+		keys = append(keys, h)
+		args = append(args, s.msString(sc.hashExp[i]))
+	}
+	args = append(args, kinds)
 	last := uint64(0) // the hits of the last counter op ("0" in the script until one)
 	for i := range g.ops {
 		o := &g.ops[i]
 		keys = append(keys, o.key)
 		args = s.appendOp(args, o, usual, period, last)
-		if o.flags&flagHash != 0 {
-			continue
-		}
-		last = o.hits
-		if o.flags&flagHold != 0 {
-			keys = append(keys, o.holdKey)
+		if o.flags&flagHash == 0 {
+			last = o.hits
 		}
 	}
 	name, body := "EVALSHA", chargeSHA
@@ -230,6 +234,48 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 		return s.b.Arbitrary(name).Args(body, strconv.Itoa(len(keys))).Keys(keys...).Args(args...).Build()
 	}
 	return s.b.Arbitrary(name).Args(body, strconv.Itoa(len(keys))).Args(keys...).Args(args...).Build()
+}
+
+// maxHoldHashes bounds the hold hashes of one script call: the kinds byte
+// of an op names its hash from 'A' up, two values per hash. A call has one
+// hash per window among its reserving counters, and a counter is only
+// charged in a window not yet over, so a call has about one per window kind
+// of the config: the bound is never near.
+const maxHoldHashes = int(255-'A') / 2
+
+// holdKinds lists g's hold hashes (and their expiries: the latest of their
+// counters') in sc and returns
+// the ops' kinds argument (chargeScript): '.' for an op without holds, else
+// 'A' + 2*(its hash's index), plus 1 when it reads its counter. Past
+// maxHoldHashes an op is sent without its holds rather than under another
+// counter's hash.
+func (g *group) holdKinds(sc *cmdScratch) string {
+	sc.hashes, sc.hashExp, sc.kinds = sc.hashes[:0], sc.hashExp[:0], sc.kinds[:0]
+	for i := range g.ops {
+		o := &g.ops[i]
+		if o.flags&flagHold == 0 || o.flags&flagHash != 0 {
+			sc.kinds = append(sc.kinds, '.')
+			continue
+		}
+		h := slices.Index(sc.hashes, o.holdHash)
+		if h < 0 && len(sc.hashes) == maxHoldHashes {
+			o.flags &^= flagHold
+			o.reserve, o.releases = 0, 0
+			sc.kinds = append(sc.kinds, '.')
+			continue
+		}
+		if h < 0 {
+			h = len(sc.hashes)
+			sc.hashes, sc.hashExp = append(sc.hashes, o.holdHash), append(sc.hashExp, o.exp)
+		}
+		sc.hashExp[h] = max(sc.hashExp[h], o.exp)
+		b := 'A' + 2*h
+		if o.hits == 0 {
+			b++
+		}
+		sc.kinds = append(sc.kinds, byte(b))
+	}
+	return string(sc.kinds)
 }
 
 // appendOp appends an op's kind and arguments (chargeScript): the common
@@ -299,7 +345,12 @@ func (g *group) usualExpiry() int64 {
 }
 
 // cmdScratch is the scratch space of one script call's arguments.
-type cmdScratch struct{ keys, args []string }
+type cmdScratch struct {
+	keys, args []string
+	hashes     []string // the call's hold hashes
+	hashExp    []int64  // their expiries, ms
+	kinds      []byte
+}
 
 var scratchPool = sync.Pool{New: func() any { return new(cmdScratch) }}
 
@@ -313,15 +364,17 @@ type tsString struct {
 
 type atomicTS = atomic.Pointer[tsString]
 
-func cachedMs(p *atomicTS, ms int64) string {
+// cachedMs returns prefix + the decimal form of ms; one cache serves one
+// prefix.
+func cachedMs(p *atomicTS, ms int64, prefix string) string {
 	if v := p.Load(); v != nil && v.ms == ms {
 		return v.s
 	}
-	v := &tsString{ms: ms, s: strconv.FormatInt(ms, 10)}
+	v := &tsString{ms: ms, s: prefix + strconv.FormatInt(ms, 10)}
 	p.Store(v)
 	return v.s
 }
 
-func (s *Store) msString(ms int64) string { return cachedMs(&s.ts, ms) }
+func (s *Store) msString(ms int64) string { return cachedMs(&s.ts, ms, "") }
 
-func (s *Store) nowString(now time.Time) string { return cachedMs(&s.nowTS, now.UnixMilli()) }
+func (s *Store) nowString(now time.Time) string { return cachedMs(&s.nowTS, now.UnixMilli(), "") }

@@ -102,31 +102,28 @@ func (s *Store) withdraw(ctx context.Context, c *call) error {
 	if len(c.groups) < 2 {
 		return nil
 	}
-	var keys, args []string
-	var undo []int
+	var holds []withdrawal
 	start := 0
 	for i := range c.counters {
 		if i > 0 && c.counters[i].Start {
-			keys, args, undo = s.withdrawRequest(c, start, i, keys, args, undo)
+			holds = s.withdrawRequest(c, start, i, holds)
 			start = i
 		}
 	}
-	keys, args, undo = s.withdrawRequest(c, start, len(c.counters), keys, args, undo)
-	if len(keys) == 0 {
-		return nil
-	}
+	holds = s.withdrawRequest(c, start, len(c.counters), holds)
 	var first error
-	for n, k := range keys {
-		// One script per hold: each key may be in its own slot.
-		cmd := s.b.Arbitrary("EVAL").Args(unholdScript, "1").Keys(k).Args(args[n]).Build()
+	for _, w := range holds {
+		// One script per hold: each hash may be in its own slot.
+		tokens := strconv.FormatUint(c.counters[w.ci].Hold.Reserve, 10)
+		cmd := s.b.Arbitrary("EVAL").Args(unholdScript, "1").Keys(w.hash).Args(w.field, tokens).Build()
 		if err := s.client.DoMulti(ctx, cmd)[0].Error(); err != nil {
 			// The hold stays until it expires: the budget is held a little
 			// longer, never overspent.
-			first = cmp(first, fmt.Errorf("withdraw a hold of counter %d: %w", undo[n], wrapErr(err)))
+			first = cmp(first, fmt.Errorf("withdraw a hold of counter %d: %w", w.ci, wrapErr(err)))
 			continue
 		}
-		r := &c.results[undo[n]]
-		r.Reserved -= min(r.Reserved, c.counters[undo[n]].Hold.Reserve)
+		r := &c.results[w.ci]
+		r.Reserved -= min(r.Reserved, c.counters[w.ci].Hold.Reserve)
 		r.Held = false
 	}
 	if first != nil {
@@ -135,9 +132,16 @@ func (s *Store) withdraw(ctx context.Context, c *call) error {
 	return nil
 }
 
-// withdrawRequest adds the holds of counters [from, to) to withdraw if the
+// withdrawal is a hold to withdraw: its hash, its field (the counter's key)
+// and the counter's index in the call.
+type withdrawal struct {
+	hash, field string
+	ci          int
+}
+
+// withdrawRequest adds the holds of counters [from, to) to holds if the
 // request is denied.
-func (s *Store) withdrawRequest(c *call, from, to int, keys, args []string, undo []int) ([]string, []string, []int) {
+func (s *Store) withdrawRequest(c *call, from, to int, holds []withdrawal) []withdrawal {
 	denied, held := false, false
 	for i := from; i < to; i++ {
 		k, r := &c.counters[i], &c.results[i]
@@ -154,16 +158,14 @@ func (s *Store) withdrawRequest(c *call, from, to int, keys, args []string, undo
 		}
 	}
 	if !denied || !held {
-		return keys, args, undo
+		return holds
 	}
 	for i := from; i < to; i++ {
 		if c.pos[i] < 0 || !c.results[i].Held {
 			continue
 		}
-		g, o := c.groups[c.pos[i]>>16], int(c.pos[i]&0xffff)
-		keys = append(keys, g.ops[o].holdKey)
-		args = append(args, strconv.FormatUint(c.counters[i].Hold.Reserve, 10))
-		undo = append(undo, i)
+		o := &c.groups[c.pos[i]>>16].ops[c.pos[i]&0xffff]
+		holds = append(holds, withdrawal{hash: o.holdHash, field: o.key, ci: i})
 	}
-	return keys, args, undo
+	return holds
 }

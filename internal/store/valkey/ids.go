@@ -152,21 +152,26 @@ func (x *ids) replayable(r idRef, now time.Time) bool {
 	return now.Add(x.margin).UnixMilli() < r.exp
 }
 
-// keyNames derives the store's per-counter keys.
+// keyNames derives the store's own keys.
 type keyNames struct {
-	prefix  string
-	cluster bool
+	prefix     string
+	cluster    bool
+	hashPrefix string   // prefix + "bgh|"
+	hash       atomicTS // the last hold hash named off a cluster
 }
 
-// hold returns the hold key of counter key k: k + "|hs" (counter keys end
-// in digits, so no counter key is a hold key; "|h" named the hash format
-// before the packed string, so the two never meet), hash-tagged into k's
-// slot on a cluster.
-func (n keyNames) hold(k string, tags []string) string {
-	if !n.cluster || len(k) < len(n.prefix) || k[:len(n.prefix)] != n.prefix {
-		return k + "|hs"
+// holdHash returns the hold hash of counter key k whose window ends at
+// window (unix seconds, store.Hold.Window): prefix + "bgh|" + window,
+// hash-tagged into k's slot on a cluster. The holds of every counter of a
+// window (in a slot) share it, one field each, so one call reads and writes
+// them all with one command, and it expires with its longest counter. The
+// window, not the counter's expiry, names it: replicas with another expiry
+// grace still share it.
+func (n *keyNames) holdHash(k string, window int64, tags []string) string {
+	if !n.cluster {
+		return cachedMs(&n.hash, window, n.hashPrefix)
 	}
-	return n.prefix + "bgh|{" + tags[keySlot(k)] + "}" + k[len(n.prefix):] + "|hs"
+	return n.prefix + "bgh|{" + tags[keySlot(k)] + "}" + strconv.FormatInt(window, 10)
 }
 
 // keySlot is the cluster slot of key (CRC16 of its hash tag, or of the whole
@@ -219,8 +224,10 @@ func slotTags() []string {
 }
 
 // OwnKey reports whether key is one of the store's own keys (a call id
-// bitmap or a hold key) rather than a counter, for tools and tests that
-// list a Valkey's keys; prefix is Options.KeyPrefix.
+// bitmap or a hold hash) rather than a counter, for tools and tests that
+// list a Valkey's keys; prefix is Options.KeyPrefix. Keys ending in "|hs"
+// are the per-counter hold keys of earlier versions, which expire with their
+// window.
 func OwnKey(prefix, key string) bool {
 	rest, ok := strings.CutPrefix(key, prefix)
 	return ok && (strings.HasPrefix(rest, "bgid|") || strings.HasPrefix(rest, "bgh|")) || strings.HasSuffix(key, "|hs")

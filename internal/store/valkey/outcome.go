@@ -76,7 +76,7 @@ func (s *Store) countOp(o *op, c store.Class) {
 
 // pending is the op's write as the buffer keeps it.
 func (o *op) pending() pending {
-	return pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, exp: time.UnixMilli(o.exp)}
+	return pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp)}
 }
 
 // target is the buffer entry an op's write is summed into.
@@ -92,7 +92,11 @@ func (s *Store) notSent(counters []store.Counter) {
 	for i := range counters {
 		k := &counters[i]
 		if k.Hits > 0 || k.Hold.Release > 0 {
-			s.buffer(counterTarget(k.Key), pending{hits: k.Hits, releases: k.Hold.Release, holdExpiry: k.Hold.Expiry, exp: k.ExpireAt}, store.Buffered, store.Lost)
+			p := pending{hits: k.Hits, releases: k.Hold.Release, holdExpiry: k.Hold.Expiry, exp: k.ExpireAt}
+			if k.Hold.Release > 0 {
+				p.holdHash = s.keys.holdHash(k.Key, k.Hold.Window, s.ids.tags)
+			}
+			s.buffer(counterTarget(k.Key), p, store.Buffered, store.Lost)
 		}
 		if k.Hits > 0 && k.Ledger.Key != "" {
 			s.buffer(ledgerTarget(k.Ledger), pending{hits: k.Hits, exp: k.ExpireAt}, store.Buffered, store.Lost)

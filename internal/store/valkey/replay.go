@@ -115,7 +115,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 			case e.hash:
 				o.flags, o.field = flagHash, e.field
 			case e.releases > 0:
-				o.flags, o.holdKey, o.period = flagHold, s.keys.hold(e.key, s.ids.tags), max(e.holdExpiry.Milliseconds()/2, 1)
+				o.flags, o.holdHash, o.period = flagHold, e.holdHash, max(e.holdExpiry.Milliseconds()/2, 1)
 			}
 			g.ops = append(g.ops, o)
 		}

@@ -15,14 +15,18 @@ import (
 // releases apply atomically and, under an id, exactly once.
 //
 // KEYS[1] is the call's id bitmap (any key of the slot when there is no id);
-// then, per op, its key and, for a reservation-aware op, its hold key.
-// ARGV: [1] the id's bit offset, or -1 (no id: the group only reads, places
-// holds and drops expired ones, which a replay never repeats); [2] the
-// bitmap's absolute expiry in ms, or 0 when it is known to be set; [3] now
-// in ms (hold expiries); [4] the most holds a counter keeps; [5] the
-// group's usual counter expiry in ms; [6] the usual length of a hold
-// generation in ms (half the holds' expiry). Then per op, its kind and
-// arguments:
+// KEYS[2..H+1] the group's hold hashes (one per window, holdHash); then
+// one key per op: its counter, or a ledger hash. ARGV: [1] the id's bit
+// offset, or -1 (no id: the group only reads, places holds and drops
+// expired ones, which a replay never repeats); [2] the bitmap's absolute
+// expiry in ms, or 0 when it is known to be set; [3] now in ms (hold
+// expiries); [4] the most holds a counter keeps; [5] the group's usual
+// counter expiry in ms; [6] the usual length of a hold generation in ms
+// (half the holds' expiry); [7] H; [8..H+7] each hold hash's expiry in ms
+// (the latest of its counters');
+// [H+8] the ops' kinds, one byte per op: '.' for an op without holds, else
+// 'A' + 2*(h-1) for an op on hold hash h, plus 1 when the op reads its
+// counter (a check: hits 0). Then per op, its kind and arguments:
 //
 //	c hits              a counter's add (or read, hits 0), the usual expiry
 //	C hits expiry       the same with its own expiry
@@ -33,62 +37,120 @@ import (
 //	                    a counter of a request with a reserving check, or
 //	                    with holds
 //
-// Valkey turns every argument into a Lua string (about a third of a
-// microsecond each, more than the Lua logic of a plain add), so an op sends
-// only the arguments its flags name: 1 starts a request; 2 carries the
-// limit; 4 enforces (over its limit denies the request); 8 is
-// reservation-aware (its hold key follows its counter in KEYS); 16 carries
-// its own expiry (else the usual); 32 carries the tokens a check holds if
-// admitted; 64 how many of the counter's oldest holds to release; 128 its
-// own generation length (else the usual).
+// Valkey turns every argument, and every argument and reply element of a
+// redis.call, into a Lua or Valkey string (about a third of a microsecond
+// each, more than the Lua logic of a plain add), so an op sends only the
+// arguments its flags name, and holds are read and written for the whole
+// group at once: 1 starts a request; 2 carries the limit; 4 enforces (over
+// its limit denies the request); 8 is reservation-aware (its holds are a
+// field of its hold hash named by its counter key); 16 carries its own
+// expiry (else the usual); 32 carries the tokens a check holds if admitted;
+// 64 how many of the counter's oldest holds to release; 128 its own
+// generation length (else the usual).
 //
 // With an id already set (a replay of an applied call) nothing is written:
 // the counters are only read. A counter's expiry is set when the add created
 // it (the total equals the add): once per counter and window.
 //
-// A hold key keeps a counter's holds in two generations (store.Hold), as
-// one string of six little-endian doubles (struct.pack: one GET and one SET
-// instead of a hash's six fields): e when the current generation ends (ms),
-// p the period its holds were placed with (a changed RESERVATION_EXPIRY
-// applies from the next generation), c1 and t1 its holds and tokens, c0 and
-// t0 the older generation's. At e the older one expires (its tokens are
-// returned as expired, once) and the current one ages into it; a period
-// later, both (a hold lives at most two periods: the holds' expiry); a
-// release takes one hold from the older generation first, its share of the
-// tokens (the last one what is left). The script reads a hold key once (with
-// its counter, MGET, for a check) and writes it once at its end (SET with
-// the counter's expiry), whatever the number of ops on it. A request's
-// reserving checks are decided together when the request ends: if an
-// enforcing op of the request is over (a reserving check is over when total
-// + reserved >= limit, or when its counter already keeps the most holds),
-// no hold is placed.
+// A counter's holds are one field of the hold hash of its window
+// (store.Hold.Window; its slot's, hash-tagged, on a cluster), named by the
+// counter's key, in two generations (store.Hold), as one string of six
+// little-endian doubles (struct.pack): e when the current generation ends
+// (ms), p the period its holds were placed with (a changed
+// RESERVATION_EXPIRY applies from the next generation), c1 and t1 its holds
+// and tokens, c0 and t0 the older generation's. At e the older one expires (its tokens are returned as
+// expired, once) and the current one ages into it; a period later, both (a
+// hold lives at most two periods: the holds' expiry); a release takes one
+// hold from the older generation first, its share of the tokens (the last
+// one what is left). A field without holds is deleted, so a hash keeps only
+// counters with requests in flight (or holds not yet found expired) and
+// expires with its longest counter (set when missing, else only extended).
+// The script reads every field it needs with one HMGET per hash and every
+// counter a check reads with one MGET, before any op, and writes the changed
+// fields with one HSET (and one HDEL) per hash at its end; a check reading a
+// counter an earlier op of the group added to takes that add's total. A
+// request's reserving checks are decided together when the request ends: if
+// an enforcing op of the request is over (a reserving check is over when
+// total + reserved >= limit, or when its counter already keeps the most
+// holds), no hold is placed. Globals are read once into locals (a global
+// read in Valkey's sandbox costs more than a local's).
 //
 // Returns {fresh, per op: total (0 for a ledger increment), then for flag
 // 8: reserved, held (0/1), expired tokens}. A key that holds the wrong type
-// yields an error element (pcall); the other ops still apply. Lua numbers
-// are doubles: a total from 2^53 up is returned as the string GET reads.
-const chargeScript = `local fresh = true
+// yields an error element (pcall) where an op adds to it or reads it alone;
+// the other ops still apply (a check's counter read with others reads such
+// a key as 0, like a missing one). Lua numbers are doubles: a total from
+// 2^53 up is returned as the string GET reads.
+const chargeScript = `local ARGV, KEYS, redis, tonumber, math, bit, struct, string, unpack, pairs, type = ARGV, KEYS, redis, tonumber, math, bit, struct, string, unpack, pairs, type
+local fresh = true
 if ARGV[1] ~= '-1' then
   fresh = redis.call('SETBIT', KEYS[1], ARGV[1], 1) == 0
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[2], 'NX') end
 end
 local now, maxHolds, usualExp, usualPeriod = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
-local band, pack, unpack = bit.band, struct.pack, struct.unpack
+local nh = tonumber(ARGV[7])
+local kinds = ARGV[8 + nh]
+local band, spack, sunpack, byte = bit.band, struct.pack, struct.unpack, string.byte
 local HOLDS = '<dddddd'
+local BATCH = 500
+local raw, hs = {}, {}
+for i = 1, nh do raw[i], hs[i] = {}, {} end
+local a0, k0, nargs = 9 + nh, 2 + nh, #ARGV
+local function fetch(list, hk)
+  local out = {}
+  for i = 1, #list, BATCH do
+    local j, v = math.min(i + BATCH - 1, #list)
+    if hk then v = redis.call('HMGET', hk, unpack(list, i, j)) else v = redis.call('MGET', unpack(list, i, j)) end
+    for x = 1, #v do out[i + x - 1] = v[x] end
+  end
+  return out
+end
+local pre = {}
+do
+  local fields, rkeys, seen = {}, {}, {}
+  for i = 1, nh do fields[i] = {} end
+  for i = 1, #kinds do
+    local b = byte(kinds, i)
+    if b ~= 46 then
+      local key, hi = KEYS[k0 + i - 1], math.floor((b - 65) / 2) + 1
+      local r = raw[hi]
+      if r[key] == nil then
+        r[key] = false
+        local f = fields[hi]
+        f[#f + 1] = key
+      end
+      if (b - 65) % 2 == 1 and not seen[key] then
+        seen[key] = true
+        rkeys[#rkeys + 1] = key
+      end
+    end
+  end
+  for hi = 1, nh do
+    local f, r = fields[hi], raw[hi]
+    if #f > 0 then
+      local v = fetch(f, KEYS[1 + hi])
+      for i = 1, #f do r[f[i]] = v[i] end
+    end
+  end
+  if #rkeys > 0 then
+    local v = fetch(rkeys)
+    for i = 1, #rkeys do pre[rkeys[i]] = v[i] or 0 end
+  end
+end
 local out = {fresh and 1 or 0}
 local n = 1
 local rq, rqh, rqp, nreq, denied = {}, {}, {}, 0, false
-local hs = {}
-local a, k = 7, 2
-local function holds(hk, v, period, exp)
-  local h = hs[hk]
+local a, k = a0, k0
+local function holds(hi, field, period)
+  local hh = hs[hi]
+  local h = hh[field]
   if h then return h end
-  if v == nil then v = redis.call('GET', hk) end
+  local v = raw[hi][field]
   if v then
-    local e, p, c1, t1, c0, t0 = unpack(HOLDS, v)
-    h = {e = e, p = p, c1 = c1, t1 = t1, c0 = c0, t0 = t0, expired = 0, exp = exp}
+    local e, p, c1, t1, c0, t0 = sunpack(HOLDS, v)
+    h = {e = e, p = p, c1 = c1, t1 = t1, c0 = c0, t0 = t0, expired = 0}
   else
-    h = {e = now + period, p = period, c1 = 0, t1 = 0, c0 = 0, t0 = 0, expired = 0, exp = exp}
+    h = {e = now + period, p = period, c1 = 0, t1 = 0, c0 = 0, t0 = 0, expired = 0}
   end
   if now >= h.e + h.p then
     h.expired, h.c0, h.t0, h.c1, h.t1, h.e, h.dirty = h.t0 + h.t1, 0, 0, 0, 0, now + period, true
@@ -96,7 +158,7 @@ local function holds(hk, v, period, exp)
     h.expired, h.c0, h.t0, h.c1, h.t1, h.e, h.dirty = h.t0, h.c1, h.t1, 0, 0, h.e + period, true
   end
   if h.p ~= period then h.p, h.dirty = period, true end
-  hs[hk] = h
+  hh[field] = h
   return h
 end
 local function release(h, n)
@@ -120,6 +182,7 @@ local function finish()
   end
   nreq, denied = 0, false
 end
+local written = {}
 local function add(key, hits, exp)
   if hits == '0' or not fresh then
     local g = redis.pcall('GET', key)
@@ -134,24 +197,31 @@ local function add(key, hits, exp)
       if g then total = g end
     end
   end
+  written[key] = total
   return total
 end
-local function counterOp(f, key, hits)
-  if band(f, 1) ~= 0 then finish() end
+local decoded = {}
+local function decode(f)
+  local x = tonumber(f)
+  local d = {band(x, 1) ~= 0, band(x, 2) ~= 0, band(x, 4) ~= 0, band(x, 8) ~= 0,
+    band(x, 16) ~= 0, band(x, 32) ~= 0, band(x, 64) ~= 0, band(x, 128) ~= 0}
+  decoded[f] = d
+  return d
+end
+local function counterOp(f, key, hits, i)
+  local d = decoded[f] or decode(f)
+  if d[1] then finish() end
   local exp, limit, res, rel, period = usualExp, nil, 0, 0, usualPeriod
-  if band(f, 16) ~= 0 then exp = ARGV[a]; a = a + 1 end
-  if band(f, 2) ~= 0 then limit = tonumber(ARGV[a]); a = a + 1 end
-  if band(f, 32) ~= 0 then res = tonumber(ARGV[a]); a = a + 1 end
-  if band(f, 64) ~= 0 then rel = tonumber(ARGV[a]); a = a + 1 end
-  if band(f, 128) ~= 0 then period = tonumber(ARGV[a]); a = a + 1 end
-  local total, hv
-  if band(f, 8) ~= 0 and (hits == '0' or not fresh) and hs[KEYS[k]] == nil then
-    local v = redis.pcall('MGET', key, KEYS[k])
-    if type(v) == 'table' then
-      total, hv = v[1] or 0, v[2]
-    else
-      total = v
-    end
+  if d[5] then exp = ARGV[a]; a = a + 1 end
+  if d[2] then limit = tonumber(ARGV[a]); a = a + 1 end
+  if d[6] then res = tonumber(ARGV[a]); a = a + 1 end
+  if d[7] then rel = tonumber(ARGV[a]); a = a + 1 end
+  if d[8] then period = tonumber(ARGV[a]); a = a + 1 end
+  local total
+  if d[4] and (hits == '0' or not fresh) then
+    total = written[key]
+    if total == nil then total = pre[key] end
+    if total == nil then total = add(key, '0', exp) end
   else
     total = add(key, hits, exp)
   end
@@ -160,10 +230,8 @@ local function counterOp(f, key, hits)
   out[p] = total
   local used = tonumber(total) or 1 / 0
   local over = limit ~= nil and used > limit
-  if band(f, 8) ~= 0 then
-    local hk = KEYS[k]
-    k = k + 1
-    local h = holds(hk, hv, period, exp)
+  if d[4] then
+    local h = holds(math.floor((byte(kinds, i) - 65) / 2) + 1, key, period)
     if fresh then release(h, rel) end
     out[p + 1], out[p + 2], out[p + 3] = h.t0 + h.t1, 0, h.expired
     h.expired = 0
@@ -176,7 +244,7 @@ local function counterOp(f, key, hits)
       end
     end
   end
-  if over and band(f, 4) ~= 0 then denied = true end
+  if over and d[3] then denied = true end
 end
 local function incr(key, field, hits)
   if not fresh then return 0 end
@@ -184,7 +252,7 @@ local function incr(key, field, hits)
   if type(r) == 'number' then return 0 end
   return r
 end
-local last, nargs = '0', #ARGV
+local last = '0'
 while a <= nargs do
   local f = ARGV[a]
   local key = KEYS[k]
@@ -210,34 +278,53 @@ while a <= nargs do
   else
     last = ARGV[a + 1]
     a = a + 2
-    counterOp(tonumber(f), key, last)
+    counterOp(f, key, last, k - k0)
   end
 end
 finish()
-for hk, h in pairs(hs) do
-  if h.dirty then
-    redis.call('SET', hk, pack(HOLDS, h.e, h.p, h.c1, h.t1, h.c0, h.t0), 'PXAT', h.exp)
+for hi = 1, nh do
+  local hk, set, del = KEYS[1 + hi], {}, {}
+  for field, h in pairs(hs[hi]) do
+    if h.dirty then
+      if h.c0 == 0 and h.c1 == 0 then
+        del[#del + 1] = field
+      else
+        set[#set + 1] = field
+        set[#set + 1] = spack(HOLDS, h.e, h.p, h.c1, h.t1, h.c0, h.t0)
+      end
+    end
   end
+  for i = 1, #set, 2 * BATCH do redis.call('HSET', hk, unpack(set, i, math.min(i + 2 * BATCH - 1, #set))) end
+  if #set > 0 then
+    redis.call('PEXPIREAT', hk, ARGV[7 + hi], 'NX')
+    redis.call('PEXPIREAT', hk, ARGV[7 + hi], 'GT')
+  end
+  for i = 1, #del, BATCH do redis.call('HDEL', hk, unpack(del, i, math.min(i + BATCH - 1, #del))) end
 end
 return out
 `
 
 // unholdScript withdraws holds a request placed in one slot while another
-// slot's part of it was over (a cluster only): KEYS are hold keys, ARGV per
-// key the hold's tokens. The hold is taken from the current generation
-// (where it was placed; the older one if the generation turned since); the
-// key keeps its expiry.
+// slot's part of it was over (a cluster only): KEYS are hold hashes, ARGV
+// per key the hold's field (its counter key) and tokens. The hold is taken
+// from the current generation (where it was placed; the older one if the
+// generation turned since); a field left without holds is deleted.
 const unholdScript = `for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local f = ARGV[2 * i - 1]
+  local v = redis.call('HGET', KEYS[i], f)
   if v then
     local e, p, c1, t1, c0, t0 = struct.unpack('<dddddd', v)
-    local res = tonumber(ARGV[i])
+    local res = tonumber(ARGV[2 * i])
     if c1 > 0 then
       c1, t1 = c1 - 1, math.max(t1 - res, 0)
     elseif c0 > 0 then
       c0, t0 = c0 - 1, math.max(t0 - res, 0)
     end
-    redis.call('SET', KEYS[i], struct.pack('<dddddd', e, p, c1, t1, c0, t0), 'KEEPTTL')
+    if c0 == 0 and c1 == 0 then
+      redis.call('HDEL', KEYS[i], f)
+    else
+      redis.call('HSET', KEYS[i], f, struct.pack('<dddddd', e, p, c1, t1, c0, t0))
+    end
   end
 end
 return 0

@@ -13,8 +13,9 @@
 // plain GETs; the usage ledger's increments (Counter.Ledger) ride inside the
 // scripts, so they too land exactly once.
 //
-// Reservations. A counter with a Hold keeps a hold key next to it (in its
-// slot), in two generations (store.Hold): a check admitted by its request
+// Reservations. A counter with a Hold keeps its holds in a field of its
+// window's hold hash (in its slot), in two generations (store.Hold): a check
+// admitted by its request
 // holds tokens, the request's charge releases a hold of the older generation
 // first, and a generation whose holds' charges never came expires as a whole
 // and is counted (store.Result.Expired). A request's holds are placed all
@@ -360,7 +361,7 @@ func newStore(opts Options) (*Store, error) {
 		connected: make(chan struct{}),
 		sem:       make(chan struct{}, opts.MaxInFlight),
 		ids:       id,
-		keys:      keyNames{prefix: opts.KeyPrefix, cluster: cluster},
+		keys:      keyNames{prefix: opts.KeyPrefix, hashPrefix: opts.KeyPrefix + "bgh|", cluster: cluster},
 		maxHolds:  fmt.Sprint(opts.MaxHolds),
 		stall:     stallGuard{after: opts.StallAfter, epoch: time.Now()},
 		// A call's goroutine waits for valkey-go to give the ring slot back:
