@@ -113,7 +113,7 @@ entries:
 
 func TestLoadErrors(t *testing.T) {
 	tests := []struct{ name, from, to, want string }{
-		{"unknown field", "    window: day\n", "    windw: day\n", "m.yaml:13: entries[0].windw: unknown field (known: domain, descriptor, gateway, budget, bucket, kind, principal, overridePrincipal, tokensPerDay, window, mode, measure, reserve)"},
+		{"unknown field", "    window: day\n", "    windw: day\n", "m.yaml:13: entries[0].windw: unknown field, did you mean window? (known: domain, descriptor, gateway, budget, bucket, kind, principal, overridePrincipal, tokensPerDay, window, mode, measure, reserve)"},
 		{"wrong type", "tokensPerDay: 10", "tokensPerDay: ten", `m.yaml:12: entries[0].tokensPerDay: must be an integer, got "ten"`},
 		{"version", "budgetgen.dev/v1alpha1", "budgetgen.dev/v2", `m.yaml:1: apiVersion: must be budgetgen.dev/v1alpha1, got "budgetgen.dev/v2"`},
 		{"bad kind", "kind: tokens", "kind: coins", `m.yaml:10: entries[0].kind: must be tokens or killswitch, got "coins"`},

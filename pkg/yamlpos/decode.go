@@ -151,6 +151,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			}
 			return
 		}
+		if near := nearest(k.Value, fields); near != "" {
+			d.fail(k, p, "unknown field, did you mean %s? (known: %s)", near, knownNames(fields))
+			return
+		}
 		d.fail(k, p, "unknown field (known: %s)", knownNames(fields))
 	})
 }
@@ -244,6 +248,47 @@ func fieldsOf(t reflect.Type, tagKey string) []field {
 		out = append(out, field{name: name, index: []int{i}})
 	}
 	return out
+}
+
+// nearest is the known field name a misspelt key most likely meant: the one
+// closest to it in edit distance, when that distance is small for the key's
+// length and no other name is as close; "" otherwise.
+func nearest(key string, fs []field) string {
+	best, bestD, tie := "", len(key)/4+2, false
+	for _, f := range fs {
+		d := editDistance(strings.ToLower(key), strings.ToLower(f.name))
+		switch {
+		case d < bestD:
+			best, bestD, tie = f.name, d, false
+		case d == bestD && best != "":
+			tie = true
+		}
+	}
+	if tie || bestD >= len(key) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes: field names
+// are ASCII).
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func knownNames(fs []field) string {

@@ -144,3 +144,26 @@ func TestDecodeNeedsAPointer(t *testing.T) {
 		t.Errorf("decode of nothing: %v %v %+v", pos, errs, d)
 	}
 }
+
+// TestNearestField: a misspelt key names the field it most likely meant;
+// a key far from every field, or as close to two, names none.
+func TestNearestField(t *testing.T) {
+	fs := []field{{name: "tokensPerDay"}, {name: "tokensPerWeek"}, {name: "name"}, {name: "mode"}, {name: "reserve"}, {name: "reserved"}, {name: "reserveInitial"}}
+	for _, c := range []struct{ key, want string }{
+		{"tokensPerDy", "tokensPerDay"},
+		{"TokensPerDay", "tokensPerDay"},
+		{"nmae", "name"},
+		{"reserveInital", "reserveInitial"},
+		{"reserv", "reserve"},
+		{"node", "mode"},
+		{"tokensPer", "tokensPerDay"}, // 3 edits, tokensPerWeek 4
+		{"reservex", ""},              // as close to reserve as to reserved
+		{"m", ""},                     // a one-letter key is one edit from anything
+		{"budgets", ""},               // far from every field
+		{"xyzzy12345", ""},
+	} {
+		if got := nearest(c.key, fs); got != c.want {
+			t.Errorf("nearest(%q) = %q, want %q", c.key, got, c.want)
+		}
+	}
+}

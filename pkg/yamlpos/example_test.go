@@ -36,5 +36,5 @@ func Example() {
 	// Output:
 	// limits.yaml:5:15: limits[1].requests: must be an integer between 0 and 4294967295, got "-1"
 	// limits.yaml:6:5: limits[2].name: is required
-	// limits.yaml:6:5: limits[2].nmae: unknown field (known: name, requests)
+	// limits.yaml:6:5: limits[2].nmae: unknown field, did you mean name? (known: name, requests)
 }
