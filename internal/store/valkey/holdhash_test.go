@@ -131,3 +131,49 @@ func TestHoldHashesBounded(t *testing.T) {
 		t.Fatalf("check %d alone: %+v, want held, 7 reserved", last, rs[0])
 	}
 }
+
+// TestBufferedReleaseReplaysIntoItsHash: a charge's hold release made while
+// Valkey is down is buffered with its hold hash and, once Valkey is back,
+// releases the hold the check placed (the counter's field goes), exactly
+// once.
+func TestBufferedReleaseReplaysIntoItsHash(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
+	window := time.Now().Add(time.Hour).Unix()
+	hash := "bgh|" + strconv.FormatInt(window, 10)
+	counter := func(hits, reserve, release uint64) []store.Counter {
+		return []store.Counter{{Key: "r", Hits: hits, ExpireAt: time.Unix(window, 0), Start: true, Limit: 1000, Enforce: true,
+			Hold: store.Hold{Reserve: reserve, Release: release, Expiry: time.Hour, Window: window}}}
+	}
+	send := func(cs []store.Counter, d time.Duration) ([]store.Result, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		rs := make([]store.Result, len(cs))
+		return rs, s.Charge(ctx, cs, rs)
+	}
+	for range 2 {
+		if rs, err := send(counter(0, 100, 0), 5*time.Second); err != nil || !rs[0].Held {
+			t.Fatalf("check: %+v, %v; want held", rs, err)
+		}
+	}
+	srv.Kill()
+	waitConnectionsDown(t, s)
+	if _, err := send(counter(40, 0, 1), 300*time.Millisecond); err == nil {
+		t.Fatal("charge succeeded with Valkey down")
+	}
+	if st := s.Stats(); st.BufferKeys != 1 || st.Ambiguous != 0 || st.Lost != 0 {
+		t.Fatalf("while down: %+v; want the charge buffered", st)
+	}
+	srv.Restart()
+	waitDrained(t, s, 2*time.Second)
+	if got, _ := srv.Do("GET", "r"); got != "40" {
+		t.Fatalf("counter = %s after the replay, want 40", got)
+	}
+	rs, err := send(counter(0, 100, 0), 5*time.Second)
+	if err != nil || rs[0].Reserved != 200 || rs[0].Total != 40 {
+		t.Fatalf("check after the replay: %+v, %v; want one of the two holds released (100 + this one's 100)", rs, err)
+	}
+	if got, _ := srv.Do("HLEN", hash); got != "1" {
+		t.Fatalf("HLEN %s = %s, want the counter's field", hash, got)
+	}
+}

@@ -116,6 +116,11 @@ func (s *Store) takeReplay(now time.Time) replay {
 				o.flags, o.field = flagHash, e.field
 			case e.releases > 0:
 				o.flags, o.holdHash, o.period = flagHold, e.holdHash, max(e.holdExpiry.Milliseconds()/2, 1)
+				if o.holdHash == "" {
+					// Every buffered release names its hash; a window-less
+					// one is the slot's shared hash.
+					o.holdHash = s.keys.holdHash(e.key, 0, s.ids.tags)
+				}
 			}
 			g.ops = append(g.ops, o)
 		}
