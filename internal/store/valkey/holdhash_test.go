@@ -177,3 +177,35 @@ func TestBufferedReleaseReplaysIntoItsHash(t *testing.T) {
 		t.Fatalf("HLEN %s = %s, want the counter's field", hash, got)
 	}
 }
+
+// TestReleaseReplayedOnce: a charge that releases a hold, sent twice under
+// one id (a replay of an applied call), adds its hits and releases its hold
+// once; a replay never reads a hold as released twice.
+func TestReleaseReplayedOnce(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s := mustNew(t, Options{Addresses: []string{srv.Addr}})
+	now := time.Now()
+	window := now.Add(time.Hour).Unix()
+	exp := time.Unix(window, 0)
+	check := []store.Counter{{Key: "once", ExpireAt: exp, Start: true, Limit: 1000, Enforce: true,
+		Hold: store.Hold{Reserve: 50, Expiry: time.Hour, Window: window}}}
+	for range 3 {
+		if err := s.Charge(context.Background(), check, make([]store.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hash := s.keys.holdHash("once", window, nil)
+	g := &group{id: s.ids.next(0, now), hasID: true, ops: []op{{key: "once", holdHash: hash, hits: 9, exp: exp.UnixMilli(),
+		flags: flagHold, releases: 1, period: time.Hour.Milliseconds() / 2, ci: -1}}}
+	var out [1]opResult
+	for range 2 {
+		res := s.client.DoMulti(context.Background(), s.scriptCmd(g, false, now))
+		s.retryNoScript(context.Background(), []*group{g}, res, now)
+		if _, err := parseReply(res[0], g.ops, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Reserved != 100 || out[0].Total != 9 {
+			t.Fatalf("send of the release: %+v, want total 9 and 100 still reserved (one of three holds released)", out[0].Result)
+		}
+	}
+}
