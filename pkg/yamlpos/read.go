@@ -91,9 +91,15 @@ type Reader struct {
 	err  error
 }
 
-// NewReader reads data's documents.
+// NewReader reads data's documents. UTF-16 input (a byte order mark FE FF
+// or FF FE) is refused at line 1: yaml.v3 would decode it, but its lines
+// would then not be the file's, and every position would be wrong.
 func NewReader(data []byte, opts Options) *Reader {
-	return &Reader{opts: opts.withDefaults(), dec: yaml.NewDecoder(bytes.NewReader(data))}
+	r := &Reader{opts: opts.withDefaults(), dec: yaml.NewDecoder(bytes.NewReader(data))}
+	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) {
+		r.err = r.opts.errorAt(Pos{Line: 1}, "", "", fmt.Errorf("%w: the file is UTF-16 (it starts with the byte order mark % X); save it as UTF-8", ErrSyntax, data[:2]))
+	}
+	return r
 }
 
 // Next returns the next document node (Kind yaml.DocumentNode; its one

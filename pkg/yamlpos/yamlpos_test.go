@@ -80,6 +80,10 @@ func TestSyntaxErrorsArePositioned(t *testing.T) {
 		{"a: b\n  c: d\n", "f.yaml:2: invalid YAML: mapping values are not allowed in this context"},
 		{"a: *nope\n", "f.yaml: invalid YAML: unknown anchor 'nope' referenced"},
 		{"a: 1\n---\nb: [\n", "f.yaml:3: invalid YAML: did not find expected node content"},
+		// UTF-16 (found by FuzzRead): yaml.v3 decodes it, but its line 2
+		// was not the file's.
+		{"\xfe\xff (0000", "f.yaml:1: invalid YAML: the file is UTF-16 (it starts with the byte order mark FE FF); save it as UTF-8"},
+		{"\xff\xfea\x00:\x00 \x001\x00\n\x00", "f.yaml:1: invalid YAML: the file is UTF-16 (it starts with the byte order mark FF FE); save it as UTF-8"},
 	}
 	for _, c := range cases {
 		r := NewReader([]byte(c.src), Options{File: "f.yaml"})
