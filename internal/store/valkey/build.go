@@ -244,10 +244,10 @@ func (s *Store) scriptCmd(g *group, eval bool, now time.Time) valkey.Completed {
 const maxHoldHashes = int(255-'A') / 2
 
 // holdKinds lists g's hold hashes (and their expiries: the latest of their
-// counters') in sc and returns
-// the ops' kinds argument (chargeScript): '.' for an op without holds, else
-// 'A' + 2*(its hash's index), plus 1 when it reads its counter. Past
-// maxHoldHashes an op is sent without its holds rather than under another
+// counters') in sc and returns the ops' kinds argument (chargeScript): '.'
+// for an op without holds, else 'A' + 2*(its hash's index), plus 1 when it
+// reads its counter. Past maxHoldHashes an op is sent without its holds
+// (its flags say so, for the reply's shape too) rather than under another
 // counter's hash.
 func (g *group) holdKinds(sc *cmdScratch) string {
 	sc.hashes, sc.hashExp, sc.kinds = sc.hashes[:0], sc.hashExp[:0], sc.kinds[:0]
