@@ -115,12 +115,9 @@ func (s *Store) takeReplay(now time.Time) replay {
 			case e.hash:
 				o.flags, o.field = flagHash, e.field
 			case e.releases > 0:
+				// Every buffered release names its hold hash (op.pending,
+				// notSent).
 				o.flags, o.holdHash, o.period = flagHold, e.holdHash, max(e.holdExpiry.Milliseconds()/2, 1)
-				if o.holdHash == "" {
-					// Every buffered release names its hash; a window-less
-					// one is the slot's shared hash.
-					o.holdHash = s.keys.holdHash(e.key, 0, s.ids.tags)
-				}
 			}
 			g.ops = append(g.ops, o)
 		}
