@@ -133,3 +133,20 @@ func TestAppendResponseMatchesProto(t *testing.T) {
 		t.Fatalf("fallback marshal: %v", err)
 	}
 }
+
+// BenchmarkDecodeEG decodes Envoy Gateway's token budget request shape: two
+// descriptors (a budget and the frontier cap) of two entries each.
+func BenchmarkDecodeEG(b *testing.B) {
+	r := &rlpb.RateLimitRequest{Domain: "default/gateway", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/0"}, {Key: "rule-0-match-0", Value: "alice@example.com"}}, HitsAddend: wrapperspb.UInt64(0)},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/1"}, {Key: "rule-1-match-0", Value: "gpt-5"}}, HitsAddend: wrapperspb.UInt64(0)},
+	}}
+	data, _ := proto.Marshal(r)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var r rlpb.RateLimitRequest
+		if err := decodeRequest(data, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

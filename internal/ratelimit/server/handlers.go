@@ -21,11 +21,11 @@ const (
 // (a malformed request, for example invalid UTF-8, which proto3 rejects, is
 // answered with InvalidArgument) and our encoder (no reflection).
 func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]byte, error) {
-	var r rlpb.RateLimitRequest
-	if err := decodeRequest(req, &r); err != nil {
+	r, err := newRequest(req)
+	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", err)
 	}
-	resp, err := s.d.ShouldRateLimit(ctx, &r)
+	resp, err := s.d.ShouldRateLimit(ctx, r)
 	if err != nil {
 		return nil, Status(err)
 	}
