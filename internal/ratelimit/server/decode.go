@@ -51,10 +51,10 @@ type arena struct {
 	ents  [arenaEntries]rlcommon.RateLimitDescriptor_Entry
 	eptrs [arenaEntries]*rlcommon.RateLimitDescriptor_Entry
 	hits  [arenaDescriptors]wrapperspb.UInt64Value // the descriptors' hits_addend
-	nd    int // descs used (dptrs is the request's Descriptors' backing array)
-	ne    int // ents used
-	np    int // eptrs used (each descriptor's Entries take a run of it)
-	nh    int // hits used
+	nd    int                                      // descs used (dptrs is the request's Descriptors' backing array)
+	ne    int                                      // ents used
+	np    int                                      // eptrs used (each descriptor's Entries take a run of it)
+	nh    int                                      // hits used
 }
 
 // decoder decodes one request: wire is the whole message, text its string
