@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -137,16 +138,86 @@ func TestAppendResponseMatchesProto(t *testing.T) {
 // BenchmarkDecodeEG decodes Envoy Gateway's token budget request shape: two
 // descriptors (a budget and the frontier cap) of two entries each.
 func BenchmarkDecodeEG(b *testing.B) {
-	r := &rlpb.RateLimitRequest{Domain: "default/gateway", Descriptors: []*rlcommon.RateLimitDescriptor{
-		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/0"}, {Key: "rule-0-match-0", Value: "alice@example.com"}}, HitsAddend: wrapperspb.UInt64(0)},
-		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/1"}, {Key: "rule-1-match-0", Value: "gpt-5"}}, HitsAddend: wrapperspb.UInt64(0)},
-	}}
-	data, _ := proto.Marshal(r)
+	data, _ := proto.Marshal(egRequest())
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		var r rlpb.RateLimitRequest
 		if err := decodeRequest(data, &r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func egRequest() *rlpb.RateLimitRequest {
+	return &rlpb.RateLimitRequest{Domain: "default/gateway", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/0"}, {Key: "rule-0-match-0", Value: "alice@example.com"}}, HitsAddend: wrapperspb.UInt64(0)},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "default/budgets/rule/1"}, {Key: "rule-1-match-0", Value: "gpt-5"}}, HitsAddend: wrapperspb.UInt64(0)},
+	}}
+}
+
+// TestNewRequestAllocations: Envoy Gateway's request shape decodes with two
+// allocations (the arena and the string copy of the bytes), whatever its
+// descriptors hold.
+func TestNewRequestAllocations(t *testing.T) {
+	data, _ := proto.Marshal(egRequest())
+	n := testing.AllocsPerRun(100, func() {
+		if _, err := newRequest(data); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 2 {
+		t.Fatalf("newRequest allocates %.0f times per request, want 2", n)
+	}
+}
+
+// TestDecodedStringsOutliveTheWireBytes: the transport reuses a request's
+// buffer once the call returns; a string the engine keeps must not change
+// with it.
+func TestDecodedStringsOutliveTheWireBytes(t *testing.T) {
+	data, _ := proto.Marshal(egRequest())
+	r, err := newRequest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range data {
+		data[i] = 'x'
+	}
+	if !proto.Equal(r, egRequest()) {
+		t.Fatalf("decoded request changed with its wire bytes: %v", r)
+	}
+}
+
+// TestDecodeBeyondTheArena: a request larger than the arena (more
+// descriptors, more entries, a descriptor repeated field by field) decodes
+// as proto.Unmarshal does, and no descriptor's entries overlap another's.
+func TestDecodeBeyondTheArena(t *testing.T) {
+	in := &rlpb.RateLimitRequest{Domain: "d"}
+	for i := 0; i < 7; i++ {
+		d := &rlcommon.RateLimitDescriptor{HitsAddend: wrapperspb.UInt64(uint64(i))}
+		for j := 0; j <= i%4; j++ {
+			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: fmt.Sprintf("k%d", j), Value: fmt.Sprintf("v%d-%d", i, j)})
+		}
+		in.Descriptors = append(in.Descriptors, d)
+	}
+	in.Descriptors = append(in.Descriptors, &rlcommon.RateLimitDescriptor{})
+	data, _ := proto.Marshal(in)
+	for _, decode := range []func() (*rlpb.RateLimitRequest, error){
+		func() (*rlpb.RateLimitRequest, error) { return newRequest(data) },
+		func() (*rlpb.RateLimitRequest, error) {
+			var r rlpb.RateLimitRequest
+			return &r, decodeRequest(data, &r)
+		},
+	} {
+		got, err := decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, in) {
+			t.Fatalf("decoded %v, want %v", got, in)
+		}
+		got.Descriptors[0].Entries = append(got.Descriptors[0].Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "appended"})
+		if !proto.Equal(got.Descriptors[1], in.Descriptors[1]) {
+			t.Fatalf("an append to descriptor 0's entries changed descriptor 1: %v", got.Descriptors[1])
 		}
 	}
 }
