@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 )
 
@@ -68,6 +67,7 @@ type conn struct {
 
 	// Read side, serve's goroutine only.
 	br          *bufio.Reader
+	hb          *headerBlock // request header blocks, decoded
 	ctlStart    time.Time
 	ctlCount    int
 	answersSeen uint64
@@ -191,8 +191,7 @@ func (c *conn) serve() {
 	c.nc = nc
 	c.br = br
 	c.fr = http2.NewFramer((*pendingWriter)(c), br)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = c.s.o.MaxHeaderListSize
+	c.hb = newHeaderBlock(c.s.o.MaxHeaderListSize)
 	// The server never advertises SETTINGS_MAX_FRAME_SIZE, so the peer may
 	// send at most the default 16,384 bytes per frame (RFC 9113 4.2). The
 	// framer's own default is 16 MiB, and its read buffer grows to the
@@ -545,16 +544,7 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				c.smu.Lock()
-				if se.StreamID > c.lastStream && se.StreamID%2 == 1 {
-					c.openLocked(se.StreamID)
-				}
-				st := c.streams[se.StreamID]
-				c.smu.Unlock()
-				if st != nil {
-					c.resetStream(st)
-				}
-				c.rst(se.StreamID, se.Code)
+				c.streamError(se.StreamID, se.Code)
 				continue
 			}
 			var ce http2.ConnectionError
@@ -577,10 +567,30 @@ func (c *conn) readLoop() error {
 	}
 }
 
+// streamError answers a stream error: the stream (opened first if the
+// error came with its first frame) is reset.
+func (c *conn) streamError(id uint32, code http2.ErrCode) {
+	c.smu.Lock()
+	if id > c.lastStream && id%2 == 1 {
+		c.openLocked(id)
+	}
+	st := c.streams[id]
+	c.smu.Unlock()
+	if st != nil {
+		c.resetStream(st)
+	}
+	c.rst(id, code)
+}
+
 func (c *conn) handle(f http2.Frame) error {
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
+	case *http2.HeadersFrame:
+		c.hb.start(f)
+		return c.onBlock(c.hb.add(f.HeaderBlockFragment(), f.HeadersEnded()))
+	case *http2.ContinuationFrame:
+		// The framer lets a CONTINUATION through only after a HEADERS
+		// frame of its stream that did not end the block.
+		return c.onBlock(c.hb.add(f.HeaderBlockFragment(), f.HeadersEnded()))
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.SettingsFrame:
@@ -719,7 +729,24 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	return nil
 }
 
-func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+// onBlock acts on a header block's progress: nothing until it ends, then
+// its request, or its refusal (a stream or a connection error).
+func (c *conn) onBlock(h *requestHeaders, berr *blockError) error {
+	if berr != nil {
+		if berr.stream {
+			c.s.log.Debug("grpc: header block refused", "stream", c.hb.h.StreamID, "err", berr.err)
+			c.streamError(c.hb.h.StreamID, berr.code)
+			return nil
+		}
+		return errConn{berr.code, berr.Error()}
+	}
+	if h == nil {
+		return nil
+	}
+	return c.onHeaders(h)
+}
+
+func (c *conn) onHeaders(f *requestHeaders) error {
 	st, err := c.openStream(f)
 	if st == nil {
 		return err
@@ -742,7 +769,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 // the frame needs nothing more: trailers of an open stream (which end its
 // request), a stream error already answered, a refused stream, or a
 // connection error (returned).
-func (c *conn) openStream(f *http2.MetaHeadersFrame) (*stream, error) {
+func (c *conn) openStream(f *requestHeaders) (*stream, error) {
 	id := f.StreamID
 	c.smu.Lock()
 	if st := c.streams[id]; st != nil {
@@ -776,7 +803,7 @@ func (c *conn) openStream(f *http2.MetaHeadersFrame) (*stream, error) {
 }
 
 // onTrailers handles a HEADERS frame on an open stream.
-func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
+func (c *conn) onTrailers(st *stream, f *requestHeaders) error {
 	if st.ended {
 		// Half-closed (remote): nothing but WINDOW_UPDATE, PRIORITY and
 		// RST_STREAM may come (RFC 9113 5.1): a stream error.
@@ -795,7 +822,7 @@ func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
 
 // admit checks a new stream's request headers and binds its method; false
 // when the stream was answered or reset instead.
-func (c *conn) admit(st *stream, f *http2.MetaHeadersFrame) bool {
+func (c *conn) admit(st *stream, f *requestHeaders) bool {
 	id := st.id
 	if f.Truncated {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Internal, "request headers exceed the header list size limit")
@@ -846,7 +873,7 @@ func (c *conn) admit(st *stream, f *http2.MetaHeadersFrame) bool {
 // readFields reads the regular header fields the server needs into st
 // (grpc-encoding, content-length) and returns content-type and
 // grpc-timeout; false when a malformed content-length reset the stream.
-func (c *conn) readFields(st *stream, f *http2.MetaHeadersFrame) (ct, timeout string, ok bool) {
+func (c *conn) readFields(st *stream, f *requestHeaders) (ct, timeout string, ok bool) {
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
@@ -875,7 +902,7 @@ func (c *conn) readFields(st *stream, f *http2.MetaHeadersFrame) (ct, timeout st
 // other than "trailers", a missing or empty :method, :scheme or :path (no
 // CONNECT here), or a response pseudo-header. The framer has already
 // refused invalid names and values, duplicate and misplaced pseudo-headers.
-func malformedRequest(f *http2.MetaHeadersFrame) string {
+func malformedRequest(f *requestHeaders) string {
 	var method, scheme, path bool
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
