@@ -589,7 +589,8 @@ func (c *conn) handle(f http2.Frame) error {
 		return c.onBlock(c.hb.add(f.HeaderBlockFragment(), f.HeadersEnded()))
 	case *http2.ContinuationFrame:
 		// The framer lets a CONTINUATION through only after a HEADERS
-		// frame of its stream that did not end the block.
+		// frame header of its stream that did not end the block; add
+		// ignores one whose HEADERS frame the framer then refused.
 		return c.onBlock(c.hb.add(f.HeaderBlockFragment(), f.HeadersEnded()))
 	case *http2.DataFrame:
 		return c.onData(f)

@@ -29,6 +29,7 @@ type headerBlock struct {
 	maxSize uint32 // SETTINGS_MAX_HEADER_LIST_SIZE as advertised
 
 	h          requestHeaders // the block being read
+	open       bool           // a HEADERS frame started h and it has not ended
 	remain     uint32         // header list bytes still accepted
 	sawRegular bool
 	invalid    error // a refused field: the stream's error once the block ends
@@ -51,8 +52,10 @@ func newHeaderBlock(maxSize uint32) *headerBlock {
 	b := &headerBlock{dec: hpack.NewDecoder(4096, nil), maxSize: maxSize}
 	b.dec.SetEmitFunc(b.emit)
 	// A string longer than the whole list is refused by the decoder, as
-	// x/net's maxHeaderStringLen does.
-	b.dec.SetMaxStringLength(int(maxSize))
+	// x/net's maxHeaderStringLen does (no limit where int cannot hold it).
+	if n := int(maxSize); n > 0 {
+		b.dec.SetMaxStringLength(n)
+	}
 	return b
 }
 
@@ -92,7 +95,7 @@ var errPseudoAfterRegular = errors.New("pseudo header field after regular")
 func (b *headerBlock) start(f *http2.HeadersFrame) {
 	b.h = requestHeaders{StreamID: f.StreamID, endStream: f.StreamEnded(), hasPriority: f.HasPriority(),
 		Priority: f.Priority, Fields: b.h.Fields[:0]}
-	b.remain, b.sawRegular, b.invalid = b.maxSize, false, nil
+	b.remain, b.sawRegular, b.invalid, b.open = b.maxSize, false, nil, true
 	b.dec.SetEmitEnabled(true)
 }
 
@@ -107,8 +110,24 @@ type blockError struct {
 func (e *blockError) Error() string { return e.err.Error() }
 
 // add decodes one fragment; it returns the headers once the block ended (nil
-// while it goes on), or the block's refusal.
+// while it goes on), or the block's refusal. A fragment with no block open
+// is ignored: a CONTINUATION after a HEADERS frame the framer refused (a bad
+// pad length is a stream error found after the framer already expects a
+// CONTINUATION) never started one, and x/net's framer, which merges only
+// into a HEADERS frame it parsed, hands such a CONTINUATION on as a frame of
+// its own, which the connection ignored.
 func (b *headerBlock) add(frag []byte, ended bool) (*requestHeaders, *blockError) {
+	if !b.open {
+		return nil, nil
+	}
+	h, err := b.decode(frag, ended)
+	if err != nil || ended {
+		b.open = false
+	}
+	return h, err
+}
+
+func (b *headerBlock) decode(frag []byte, ended bool) (*requestHeaders, *blockError) {
 	// As x/net: a fragment more than twice the bytes still accepted, or any
 	// fragment after a refused field, closes the connection rather than
 	// being decoded and thrown away.

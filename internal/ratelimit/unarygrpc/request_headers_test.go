@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"testing"
 
@@ -15,7 +16,11 @@ import (
 // CONTINUATION frames at the given offsets.
 func headerFrames(t testing.TB, block []byte, endStream bool, splits ...int) []byte {
 	var buf bytes.Buffer
-	fr := http2.NewFramer(&buf, nil)
+	writeBlock(t, http2.NewFramer(&buf, nil), 1, block, endStream, splits...)
+	return buf.Bytes()
+}
+
+func writeBlock(t testing.TB, fr *http2.Framer, id uint32, block []byte, endStream bool, splits ...int) {
 	var parts [][]byte
 	last := 0
 	for _, s := range splits {
@@ -25,62 +30,106 @@ func headerFrames(t testing.TB, block []byte, endStream bool, splits ...int) []b
 		}
 	}
 	parts = append(parts, block[last:])
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: parts[0], EndStream: endStream, EndHeaders: len(parts) == 1}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: parts[0], EndStream: endStream, EndHeaders: len(parts) == 1}); err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range parts[1:] {
-		if err := fr.WriteContinuation(1, i == len(parts)-2, p); err != nil {
+		if err := fr.WriteContinuation(id, i == len(parts)-2, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return buf.Bytes()
+}
+
+// writeBadPadding writes a HEADERS frame whose pad length passes its
+// payload and that does not end its block (the framer refuses it as a
+// stream error after it already expects a CONTINUATION), then the
+// CONTINUATION that ends the block, carrying frag.
+func writeBadPadding(t testing.TB, fr *http2.Framer, id uint32, frag []byte) {
+	if err := fr.WriteRawFrame(http2.FrameHeaders, http2.FlagHeadersPadded, id, []byte{5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteContinuation(id, true, frag); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // blockOutcome is what a reader made of a header block: its fields, or the
-// error it raised (a stream error or a connection error, with its code).
+// error it raised (a stream error or a connection error, with its code), or
+// a CONTINUATION it ignored.
 type blockOutcome struct {
 	Fields    []hpack.HeaderField
 	Truncated bool
 	EndStream bool
 	Stream    bool
 	Conn      bool
+	Ignored   bool
+	ID        uint32
 	Code      http2.ErrCode
 }
 
-// framerOutcome reads frames with x/net's own header block decoding
-// (ReadMetaHeaders): the behaviour headerBlock keeps.
-func framerOutcome(frames []byte, maxList uint32) blockOutcome {
-	fr := http2.NewFramer(nil, bytes.NewReader(frames))
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = maxList
-	f, err := fr.ReadFrame()
+// framerErr is a frame refused by the framer itself: a stream error (read
+// on) or a connection error (the end).
+func framerErr(err error) (blockOutcome, bool) {
 	var se http2.StreamError
 	var ce http2.ConnectionError
 	switch {
 	case errors.As(err, &se):
-		return blockOutcome{Stream: true, Code: se.Code}
+		return blockOutcome{Stream: true, ID: se.StreamID, Code: se.Code}, true
 	case errors.As(err, &ce):
-		return blockOutcome{Conn: true, Code: http2.ErrCode(ce)}
-	case err != nil:
-		return blockOutcome{Conn: true, Code: 0xff}
+		return blockOutcome{Conn: true, Code: http2.ErrCode(ce)}, false
 	}
-	mh := f.(*http2.MetaHeadersFrame)
-	return blockOutcome{Fields: mh.Fields, Truncated: mh.Truncated, EndStream: mh.StreamEnded()}
+	return blockOutcome{Conn: true, Code: 0xff}, false
+}
+
+// framerOutcome reads frames with x/net's own header block decoding
+// (ReadMetaHeaders): the behaviour headerBlock keeps.
+func framerOutcome(frames []byte, maxList uint32) []blockOutcome {
+	fr := http2.NewFramer(nil, bytes.NewReader(frames))
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.MaxHeaderListSize = maxList
+	var out []blockOutcome
+	for {
+		f, err := fr.ReadFrame()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			o, more := framerErr(err)
+			out = append(out, o)
+			if !more {
+				return out
+			}
+			continue
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			out = append(out, blockOutcome{Fields: f.Fields, Truncated: f.Truncated, EndStream: f.StreamEnded(), ID: f.StreamID})
+		case *http2.ContinuationFrame:
+			out = append(out, blockOutcome{Ignored: true, ID: f.StreamID})
+		default:
+			return append(out, blockOutcome{Conn: true, Code: 0xfe})
+		}
+	}
 }
 
 // ourOutcome reads the same frames as the connection does: raw frames from
 // the framer, the block from headerBlock.
-func ourOutcome(frames []byte, maxList uint32) blockOutcome {
+func ourOutcome(frames []byte, maxList uint32) []blockOutcome {
 	fr := http2.NewFramer(nil, bytes.NewReader(frames))
 	b := newHeaderBlock(maxList)
+	var out []blockOutcome
 	for {
 		f, err := fr.ReadFrame()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
 		if err != nil {
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				return blockOutcome{Conn: true, Code: http2.ErrCode(ce)}
+			o, more := framerErr(err)
+			out = append(out, o)
+			if !more {
+				return out
 			}
-			return blockOutcome{Conn: true, Code: 0xff}
+			continue
 		}
 		var h *requestHeaders
 		var berr *blockError
@@ -89,18 +138,25 @@ func ourOutcome(frames []byte, maxList uint32) blockOutcome {
 			b.start(f)
 			h, berr = b.add(f.HeaderBlockFragment(), f.HeadersEnded())
 		case *http2.ContinuationFrame:
+			wasOpen := b.open
 			h, berr = b.add(f.HeaderBlockFragment(), f.HeadersEnded())
+			if !wasOpen && h == nil && berr == nil {
+				out = append(out, blockOutcome{Ignored: true, ID: f.StreamID})
+				continue
+			}
 		default:
-			return blockOutcome{Conn: true, Code: 0xfe}
+			return append(out, blockOutcome{Conn: true, Code: 0xfe})
 		}
 		if berr != nil {
 			if berr.stream {
-				return blockOutcome{Stream: true, Code: berr.code}
+				out = append(out, blockOutcome{Stream: true, ID: b.h.StreamID, Code: berr.code})
+				continue
 			}
-			return blockOutcome{Conn: true, Code: berr.code}
+			return append(out, blockOutcome{Conn: true, Code: berr.code})
 		}
 		if h != nil {
-			return blockOutcome{Fields: h.Fields, Truncated: h.Truncated, EndStream: h.StreamEnded()}
+			// Fields are reused by the next block: keep a copy.
+			out = append(out, blockOutcome{Fields: append([]hpack.HeaderField(nil), h.Fields...), Truncated: h.Truncated, EndStream: h.StreamEnded(), ID: h.StreamID})
 		}
 	}
 }
@@ -165,8 +221,9 @@ func TestHeaderBlockMatchesFramer(t *testing.T) {
 	seen := map[string]bool{}
 	for _, block := range headerBlockCases() {
 		for _, maxList := range []uint32{DefaultMaxHeaderListSize, 400} {
-			o := ourOutcome(headerFrames(t, block, true), maxList)
-			seen[fmt.Sprintf("stream=%v conn=%v code=%v truncated=%v", o.Stream, o.Conn, o.Code, o.Truncated)] = true
+			for _, o := range ourOutcome(headerFrames(t, block, true), maxList) {
+				seen[fmt.Sprintf("stream=%v conn=%v code=%v truncated=%v", o.Stream, o.Conn, o.Code, o.Truncated)] = true
+			}
 		}
 	}
 	for _, want := range []string{"stream=false conn=false code=NO_ERROR truncated=false", "stream=false conn=false code=NO_ERROR truncated=true",
@@ -177,20 +234,61 @@ func TestHeaderBlockMatchesFramer(t *testing.T) {
 	}
 }
 
-// FuzzHeaderBlockMatchesFramer: any header block, split anywhere into
-// CONTINUATION frames, gets the framer's outcome.
+// TestHeaderBlockSequencesMatchFramer: blocks read one after the other on
+// one connection (the HPACK table carried from block to block, a refused or
+// truncated block followed by a good one, a CONTINUATION after a HEADERS
+// frame the framer refused) get the framer's outcomes, block by block.
+func TestHeaderBlockSequencesMatchFramer(t *testing.T) {
+	cases := headerBlockCases()
+	good := encodeBlock(grpcRequest()...)
+	for name, block := range cases {
+		for _, bad := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/badPadding=%v", name, bad), func(t *testing.T) {
+				var buf bytes.Buffer
+				fr := http2.NewFramer(&buf, nil)
+				writeBlock(t, fr, 1, good, false)
+				if bad {
+					writeBadPadding(t, fr, 3, block)
+				}
+				writeBlock(t, fr, 5, block, true, 9)
+				writeBlock(t, fr, 7, good, true)
+				for _, maxList := range []uint32{DefaultMaxHeaderListSize, 400} {
+					want, got := framerOutcome(buf.Bytes(), maxList), ourOutcome(buf.Bytes(), maxList)
+					if !reflect.DeepEqual(want, got) {
+						t.Fatalf("max %d\nx/net: %+v\nours:  %+v", maxList, want, got)
+					}
+				}
+			})
+		}
+	}
+}
+
+// FuzzHeaderBlockMatchesFramer: any two header blocks, the first split
+// anywhere into CONTINUATION frames, with or without a refused HEADERS
+// frame and its CONTINUATION between them, get the framer's outcomes.
 func FuzzHeaderBlockMatchesFramer(f *testing.F) {
 	for _, block := range headerBlockCases() {
-		f.Add(block, uint16(0), uint16(0), uint16(400))
+		f.Add(block, uint16(0), uint16(0), uint16(400), uint8(0))
 	}
-	f.Add(encodeBlock(grpcRequest()...), uint16(3), uint16(40), uint16(120))
-	f.Fuzz(func(t *testing.T, block []byte, s1, s2, maxList uint16) {
-		if len(block) > 4096 {
+	two := append(encodeBlock(grpcRequest()...), encodeBlock(grpcRequest(hf("x-b", "2"))...)...)
+	f.Add(two, uint16(40), uint16(3), uint16(120), uint8(2))
+	f.Fuzz(func(t *testing.T, data []byte, cut, split, maxList uint16, mode uint8) {
+		if len(data) > 4096 {
 			return
 		}
-		frames := headerFrames(t, block, s1%2 == 0, int(s1), int(s2))
+		k := 0
+		if len(data) > 0 {
+			k = int(cut) % (len(data) + 1)
+		}
+		var buf bytes.Buffer
+		fr := http2.NewFramer(&buf, nil)
+		writeBlock(t, fr, 1, data[:k], mode&1 == 0, int(split))
+		if mode&2 != 0 {
+			writeBadPadding(t, fr, 3, data[k:])
+		}
+		writeBlock(t, fr, 5, data[k:], true)
 		limit := uint32(maxList) + 1
-		want, got := framerOutcome(frames, limit), ourOutcome(frames, limit)
+		want, got := framerOutcome(buf.Bytes(), limit), ourOutcome(buf.Bytes(), limit)
 		if !reflect.DeepEqual(want, got) {
 			t.Fatalf("x/net: %+v\nours:  %+v", want, got)
 		}
@@ -231,5 +329,40 @@ func TestHeaderBlockAllocations(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("a request's header block allocates %.0f times", n)
+	}
+}
+
+// TestContinuationAfterRefusedHeaders: on a live connection, a HEADERS frame
+// the framer refuses (its pad length passes its payload) and the
+// CONTINUATION that follows it reset that stream only; the call in flight
+// on the connection is answered and the connection stays up.
+func TestContinuationAfterRefusedHeaders(t *testing.T) {
+	ts := serve(t, Options{}, map[string]Handler{"/t.S/Echo": echo})
+	r := dialRaw(t, ts.addr)
+	r.headers(1, "/t.S/Echo", "application/grpc", false)
+	writeBadPadding(t, r.fr, 3, nil)
+	r.message(1, []byte("ab"))
+	var reset3 bool
+	r.until("stream 1's answer", func(f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v: the connection was closed", f.ErrCode)
+		case *http2.RSTStreamFrame:
+			if f.StreamID != 3 || f.ErrCode != http2.ErrCodeProtocol {
+				t.Fatalf("RST_STREAM %d %v, want only stream 3 PROTOCOL_ERROR", f.StreamID, f.ErrCode)
+			}
+			reset3 = true
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				if st := headerValue(f, "grpc-status"); st != "0" {
+					t.Fatalf("stream 1 ended with grpc-status %q", st)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if !reset3 {
+		t.Fatal("stream 3 was not reset")
 	}
 }
