@@ -24,7 +24,7 @@ import (
 // the wire bytes: two allocations instead of one per message and string
 // (BenchmarkDecode). Nothing is reused between requests, so a message or
 // string the engine keeps stays valid; a kept string keeps the request's
-// bytes (a few hundred) alive with it.
+// bytes alive with it, at most maxSharedText of them.
 func decodeRequest(b []byte, r *rlpb.RateLimitRequest) error {
 	d := decoder{wire: b}
 	return d.request(b, r)
@@ -35,6 +35,13 @@ func newRequest(b []byte) (*rlpb.RateLimitRequest, error) {
 	d := decoder{wire: b, a: &arena{}}
 	return &d.a.req, d.request(b, &d.a.req)
 }
+
+// maxSharedText bounds the requests whose strings share one copy of their
+// bytes: a string the engine keeps (a ledger key, a principal awaiting a
+// flush, a metric label) keeps that copy alive, so a larger request, whose
+// size is the client's choice up to the message limit, copies each string
+// on its own as before.
+const maxSharedText = 1024
 
 // arena holds the messages of a request of up to arenaDescriptors
 // descriptors and arenaEntries entries in one allocation; a larger request
@@ -72,6 +79,9 @@ type decoder struct {
 func (d *decoder) str(v []byte) string {
 	if len(v) == 0 {
 		return ""
+	}
+	if len(d.wire) > maxSharedText {
+		return string(v)
 	}
 	if d.text == "" {
 		d.text = string(d.wire)

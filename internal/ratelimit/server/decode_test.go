@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -48,16 +50,28 @@ func FuzzDecodeMatchesProto(f *testing.F) {
 		var want, got rlpb.RateLimitRequest
 		errWant := proto.Unmarshal(data, &want)
 		errGot := decodeRequest(data, &got)
-		if (errWant == nil) != (errGot == nil) {
-			t.Fatalf("proto err %v, ours %v", errWant, errGot)
+		arena, errArena := newRequest(data)
+		if (errWant == nil) != (errGot == nil) || (errWant == nil) != (errArena == nil) {
+			t.Fatalf("proto err %v, ours %v, ours in an arena %v", errWant, errGot, errArena)
 		}
 		if errWant != nil {
 			return
 		}
 		want.ProtoReflect().SetUnknown(nil)
 		clearUnknown(&want)
-		if !proto.Equal(&want, &got) {
-			t.Fatalf("decoded differently:\n proto %v\n ours  %v", &want, &got)
+		for _, r := range []*rlpb.RateLimitRequest{&got, arena} {
+			if !proto.Equal(&want, r) {
+				t.Fatalf("decoded differently:\n proto %v\n ours  %v", &want, r)
+			}
+			// proto.Equal does not tell nil from empty; a caller may.
+			if (want.Descriptors == nil) != (r.Descriptors == nil) {
+				t.Fatalf("descriptors nil: proto %v, ours %v", want.Descriptors == nil, r.Descriptors == nil)
+			}
+			for i, d := range want.Descriptors {
+				if (d.Entries == nil) != (r.Descriptors[i].Entries == nil) {
+					t.Fatalf("descriptor %d entries nil: proto %v, ours %v", i, d.Entries == nil, r.Descriptors[i].Entries == nil)
+				}
+			}
 		}
 	})
 }
@@ -184,6 +198,26 @@ func TestDecodedStringsOutliveTheWireBytes(t *testing.T) {
 	}
 	if !proto.Equal(r, egRequest()) {
 		t.Fatalf("decoded request changed with its wire bytes: %v", r)
+	}
+}
+
+// TestLargeRequestsCopyTheirStrings: a request past maxSharedText copies
+// each string on its own, so a kept string does not keep the whole request.
+func TestLargeRequestsCopyTheirStrings(t *testing.T) {
+	for _, size := range []int{maxSharedText / 2, 4 * maxSharedText} {
+		in := egRequest()
+		in.Descriptors = append(in.Descriptors, &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "pad", Value: strings.Repeat("x", size)}}})
+		data, _ := proto.Marshal(in)
+		r, err := newRequest(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := r.Descriptors[0].Entries[1].Value, r.Descriptors[1].Entries[1].Value
+		// Two strings of one copy lie at their offsets in the wire bytes.
+		shared := unsafe.StringData(b) == (*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(a)), strings.Index(string(data), b)-strings.Index(string(data), a)))
+		if want := len(data) <= maxSharedText; shared != want {
+			t.Fatalf("request of %d bytes: strings share one copy %v, want %v", len(data), shared, want)
+		}
 	}
 }
 
