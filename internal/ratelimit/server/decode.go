@@ -102,29 +102,16 @@ func (d *decoder) newDescriptor(r *rlpb.RateLimitRequest) *rlcommon.RateLimitDes
 	if r.Descriptors == nil {
 		r.Descriptors = a.dptrs[:0:arenaDescriptors]
 	}
-	if a.nd < arenaDescriptors {
-		a.nd++
-		return &a.descs[a.nd-1]
-	}
-	return &rlcommon.RateLimitDescriptor{}
+	return next(a.descs[:], &a.nd)
 }
 
-func (d *decoder) newEntry() *rlcommon.RateLimitDescriptor_Entry {
-	a := d.arena()
-	if a.ne < arenaEntries {
-		a.ne++
-		return &a.ents[a.ne-1]
+// next hands out slots in order (used counts them), then heap values.
+func next[T any](slots []T, used *int) *T {
+	if *used < len(slots) {
+		*used++
+		return &slots[*used-1]
 	}
-	return &rlcommon.RateLimitDescriptor_Entry{}
-}
-
-func (d *decoder) newUInt64() *wrapperspb.UInt64Value {
-	a := d.arena()
-	if a.nh < arenaDescriptors {
-		a.nh++
-		return &a.hits[a.nh-1]
-	}
-	return &wrapperspb.UInt64Value{}
+	return new(T)
 }
 
 func (d *decoder) request(b []byte, r *rlpb.RateLimitRequest) error {
@@ -218,7 +205,7 @@ func (d *decoder) descriptor(b []byte, desc *rlcommon.RateLimitDescriptor) error
 			if n < 0 {
 				return protowire.ParseError(n)
 			}
-			e := d.newEntry()
+			e := next(a.ents[:], &a.ne)
 			if err := d.entry(v, e); err != nil {
 				return err
 			}
@@ -242,7 +229,7 @@ func (d *decoder) descriptor(b []byte, desc *rlcommon.RateLimitDescriptor) error
 				return protowire.ParseError(n)
 			}
 			if desc.HitsAddend == nil {
-				desc.HitsAddend = d.newUInt64()
+				desc.HitsAddend = next(a.hits[:], &a.nh)
 			}
 			if err := decodeUInt64Value(v, desc.HitsAddend); err != nil {
 				return err

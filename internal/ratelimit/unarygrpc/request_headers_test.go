@@ -81,35 +81,42 @@ func framerErr(err error) (blockOutcome, bool) {
 	return blockOutcome{Conn: true, Code: 0xff}, false
 }
 
+// readOutcomes reads every frame of fr: a frame the framer refuses is an
+// outcome (reading goes on after a stream error), any other frame goes to
+// each, which adds its outcomes and says whether reading goes on.
+func readOutcomes(fr *http2.Framer, each func(f http2.Frame, out []blockOutcome) ([]blockOutcome, bool)) []blockOutcome {
+	var out []blockOutcome
+	for more := true; more; {
+		f, err := fr.ReadFrame()
+		switch {
+		case errors.Is(err, io.EOF):
+			return out
+		case err != nil:
+			var o blockOutcome
+			o, more = framerErr(err)
+			out = append(out, o)
+		default:
+			out, more = each(f, out)
+		}
+	}
+	return out
+}
+
 // framerOutcome reads frames with x/net's own header block decoding
 // (ReadMetaHeaders): the behaviour headerBlock keeps.
 func framerOutcome(frames []byte, maxList uint32) []blockOutcome {
 	fr := http2.NewFramer(nil, bytes.NewReader(frames))
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = maxList
-	var out []blockOutcome
-	for {
-		f, err := fr.ReadFrame()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			o, more := framerErr(err)
-			out = append(out, o)
-			if !more {
-				return out
-			}
-			continue
-		}
+	return readOutcomes(fr, func(f http2.Frame, out []blockOutcome) ([]blockOutcome, bool) {
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
-			out = append(out, blockOutcome{Fields: f.Fields, Truncated: f.Truncated, EndStream: f.StreamEnded(), ID: f.StreamID})
+			return append(out, blockOutcome{Fields: f.Fields, Truncated: f.Truncated, EndStream: f.StreamEnded(), ID: f.StreamID}), true
 		case *http2.ContinuationFrame:
-			out = append(out, blockOutcome{Ignored: true, ID: f.StreamID})
-		default:
-			return append(out, blockOutcome{Conn: true, Code: 0xfe})
+			return append(out, blockOutcome{Ignored: true, ID: f.StreamID}), true
 		}
-	}
+		return append(out, blockOutcome{Conn: true, Code: 0xfe}), false
+	})
 }
 
 // ourOutcome reads the same frames as the connection does: raw frames from
@@ -117,20 +124,7 @@ func framerOutcome(frames []byte, maxList uint32) []blockOutcome {
 func ourOutcome(frames []byte, maxList uint32) []blockOutcome {
 	fr := http2.NewFramer(nil, bytes.NewReader(frames))
 	b := newHeaderBlock(maxList)
-	var out []blockOutcome
-	for {
-		f, err := fr.ReadFrame()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			o, more := framerErr(err)
-			out = append(out, o)
-			if !more {
-				return out
-			}
-			continue
-		}
+	return readOutcomes(fr, func(f http2.Frame, out []blockOutcome) ([]blockOutcome, bool) {
 		var h *requestHeaders
 		var berr *blockError
 		switch f := f.(type) {
@@ -141,24 +135,22 @@ func ourOutcome(frames []byte, maxList uint32) []blockOutcome {
 			wasOpen := b.open
 			h, berr = b.add(f.HeaderBlockFragment(), f.HeadersEnded())
 			if !wasOpen && h == nil && berr == nil {
-				out = append(out, blockOutcome{Ignored: true, ID: f.StreamID})
-				continue
+				return append(out, blockOutcome{Ignored: true, ID: f.StreamID}), true
 			}
 		default:
-			return append(out, blockOutcome{Conn: true, Code: 0xfe})
+			return append(out, blockOutcome{Conn: true, Code: 0xfe}), false
 		}
-		if berr != nil {
-			if berr.stream {
-				out = append(out, blockOutcome{Stream: true, ID: b.h.StreamID, Code: berr.code})
-				continue
-			}
-			return append(out, blockOutcome{Conn: true, Code: berr.code})
-		}
-		if h != nil {
+		switch {
+		case berr != nil && berr.stream:
+			return append(out, blockOutcome{Stream: true, ID: b.h.StreamID, Code: berr.code}), true
+		case berr != nil:
+			return append(out, blockOutcome{Conn: true, Code: berr.code}), false
+		case h != nil:
 			// Fields are reused by the next block: keep a copy.
-			out = append(out, blockOutcome{Fields: append([]hpack.HeaderField(nil), h.Fields...), Truncated: h.Truncated, EndStream: h.StreamEnded(), ID: h.StreamID})
+			return append(out, blockOutcome{Fields: append([]hpack.HeaderField(nil), h.Fields...), Truncated: h.Truncated, EndStream: h.StreamEnded(), ID: h.StreamID}), true
 		}
-	}
+		return out, true
+	})
 }
 
 func encodeBlock(fields ...hpack.HeaderField) []byte {
