@@ -46,7 +46,6 @@ var h2specNotApplicable = map[string]map[string]string{
 		"http2/6.10: Sends a CONTINUATION frame preceded by a DATA frame":                                                                                       "grpc-go answers this one inconsistently (passed in one CI run here, failed twice in a row in the next, under -race): upstream grpc-go behaviour, not ours; lean passes it",
 		"http2/4.3: Sends a PRIORITY frame while sending the header blocks":                                                                                     "grpc-go answers this one inconsistently too (failed in a CI=true run beside a CPU hog under -race, twice in a row, 2026-12-01; passed in the runs before): upstream grpc-go behaviour, the same class as 6.10 and 6.2; lean passes it",
 		"http2/4.3: Sends a HEADERS frame to another stream while sending the header blocks":                                                                    "the same family as the three above (a header block interrupted by another frame), answered inconsistently by grpc-go: failed twice in a row in a CI=true run beside a CPU hog under -race, 2026-12-01, passed in the five runs before and in a rerun beside a hog; upstream behaviour; lean passes it",
-		"http2/6.2: Sends a HEADERS frame to another stream while sending a HEADERS frame":                                                                      "the same family (a header block interrupted by another frame): grpc-go closes the connection on the framer's error without a GOAWAY and without reading what is queued (google.golang.org/grpc v1.83.1 internal/transport/http2_server.go, HandleStreams: t.Close(err)), so h2spec gets a reset instead of a close when its frame's payload is still unread; failed twice in three runs under -race, 2026-12-02, passed in every CI run before; upstream behaviour; lean passes it",
 		"http2/6.2: Sends a HEADERS frame without the END_HEADERS flag, and a PRIORITY frame":                                                                   "grpc-go answers this one inconsistently (passed in one CI run here, failed twice in a row in the next, under -race): upstream grpc-go behaviour, not ours; lean passes it",
 		"http2/6.1: Sends a DATA frame on the stream that is not in \"open\" or \"half-closed (local)\" state":                                                  "grpc-go's server is lenient here (the reference's server too): the reason to keep the lean transport the default",
 		"http2/6.4: Sends a RST_STREAM frame on a idle stream":                                                                                                  "grpc-go's server is lenient here (the reference's server too): the reason to keep the lean transport the default",
@@ -170,9 +169,21 @@ func testH2Spec(t *testing.T, transport string) {
 	}
 	passed, failed := run("3")
 	allowed := h2specNotApplicable[transport]
+	// expected reports whether case f's failure is one this transport is
+	// known for.
+	expected := func(f string) bool {
+		if _, ok := allowed[f]; ok {
+			return true
+		}
+		if transport == TransportGRPCGo && grpcGoResetInsteadOfClose(details[f]) {
+			t.Logf("h2spec: %s: grpc-go reset the connection where it should close it (expected, then got: %s)", f, details[f])
+			return true
+		}
+		return false
+	}
 	unexpected := map[string]bool{} // section -> a case there failed unexpectedly
 	for _, f := range failed {
-		if _, ok := allowed[f]; !ok {
+		if !expected(f) {
 			unexpected[strings.TrimPrefix(strings.SplitN(f, ": ", 2)[0], "skipped ")] = true
 		}
 	}
@@ -187,14 +198,14 @@ func testH2Spec(t *testing.T, transport string) {
 		}
 		sort.Strings(sections)
 		for _, f := range failed {
-			if _, ok := allowed[f]; !ok {
+			if !expected(f) {
 				t.Logf("h2spec: %s failed (expected, then got: %s)", f, details[f])
 			}
 		}
 		t.Logf("h2spec: unexpected failures in %v, running those sections again", sections)
 		_, again := run("10", sections...)
 		for _, f := range again {
-			if _, ok := allowed[f]; !ok {
+			if !expected(f) {
 				t.Errorf("h2spec case fails: %s (expected, then got: %s)", f, details[f])
 			}
 		}
@@ -205,8 +216,43 @@ func testH2Spec(t *testing.T, transport string) {
 	}
 }
 
+// grpcGoResetInsteadOfClose reports whether h2spec's report of a failed
+// case (what it expected, then what it got) is a connection error that
+// grpc-go's server answered by closing the socket with h2spec's frames still
+// unread: h2spec expected the connection to be closed (a GOAWAY, or the
+// close itself) and read a reset instead. grpc-go closes on a framer error
+// without a GOAWAY and without reading what is queued (HandleStreams in
+// https://github.com/grpc/grpc-go/blob/v1.83.1/internal/transport/http2_server.go),
+// so whether the kernel sends a FIN or a reset depends on whether the rest of
+// h2spec's frames had arrived: it varies from run to run under -race. The
+// lean transport reads what is queued before it closes and gets no such
+// allowance.
+func grpcGoResetInsteadOfClose(detail string) bool {
+	return strings.Contains(detail, "Connection closed") && strings.Contains(detail, "connection reset by peer")
+}
+
 func tcpPort(addr string) int {
 	i := strings.LastIndexByte(addr, ':')
 	p, _ := strconv.Atoi(addr[i+1:])
 	return p
+}
+
+// TestGRPCGoResetInsteadOfClose: only a reset where h2spec would have
+// accepted the connection closing is grpc-go's known flip; a timeout, or a
+// reset where h2spec expected an answer, is still a failure.
+func TestGRPCGoResetInsteadOfClose(t *testing.T) {
+	for _, tc := range []struct {
+		detail string
+		want   bool
+	}{
+		// As h2spec v2.2.1 reported case 6.2 on 2026-12-02.
+		{"GOAWAY Frame (Error Code: PROTOCOL_ERROR) | Connection closed | Error: read tcp 127.0.0.1:38876->127.0.0.1:41807: read: connection reset by peer", true},
+		{"GOAWAY Frame (Error Code: PROTOCOL_ERROR) | Connection closed | Timeout", false},
+		{"HEADERS Frame (stream_id:1) | Error: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", false},
+		{"", false},
+	} {
+		if got := grpcGoResetInsteadOfClose(tc.detail); got != tc.want {
+			t.Errorf("grpcGoResetInsteadOfClose(%q) = %v, want %v", tc.detail, got, tc.want)
+		}
+	}
 }
