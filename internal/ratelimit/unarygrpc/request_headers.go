@@ -130,7 +130,11 @@ func (b *headerBlock) add(frag []byte, ended bool) (*requestHeaders, *blockError
 func (b *headerBlock) decode(frag []byte, ended bool) (*requestHeaders, *blockError) {
 	// As x/net: a fragment more than twice the bytes still accepted, or any
 	// fragment after a refused field, closes the connection rather than
-	// being decoded and thrown away.
+	// being decoded and thrown away. The doubling is done in 64 bits:
+	// x/net's framer (v0.58.0 readMetaFrame) doubles in 32 bits, so with a
+	// MaxHeaderListSize of 1<<31 or more it wraps and refuses every
+	// non-empty block; only an operator can set such a size, and decoding
+	// what it allows is the intent, so there the two differ on purpose.
 	if int64(len(frag)) > 2*int64(b.remain) {
 		return nil, &blockError{code: http2.ErrCodeProtocol, err: errors.New("header list too large")}
 	}
