@@ -145,33 +145,6 @@ func serverCPU(b *testing.B, addr string) int64 {
 	return int64(total * 1e9)
 }
 
-// scriptMicros is the time Valkey spent running the charge script so far
-// (INFO commandstats, EVALSHA's usec): the script's own cost, without the
-// sockets and scheduling that serverCPU also counts, so it moves less with
-// the machine's noise when two versions of the script are compared.
-func scriptMicros(b *testing.B, addr string) int64 {
-	out, err := valkeytest.Do(addr, "INFO", "commandstats")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					b.Fatalf("INFO commandstats %s: %v", line, err)
-				}
-				return n
-			}
-		}
-	}
-	return 0 // no EVALSHA yet
-}
-
 // BenchmarkChargeReserving: the llm mix of a reserving budget as the
 // service's charger sends it: calls carrying 8 requests (its batching), each
 // request two reserving counters (a budget and a frontier cap), a check
@@ -200,11 +173,14 @@ func benchLLMMix(b *testing.B, srv *valkeytest.Server, holds bool) {
 	var next atomic.Uint64
 	b.ReportAllocs()
 	b.SetParallelism(8)
-	self0, srv0, script0 := selfCPU(b), serverCPU(b, srv.Addr), scriptMicros(b, srv.Addr)
+	// The script's own time (EVALSHA's usec in commandstats) moves less
+	// with the machine's noise than Valkey's process CPU, which also counts
+	// its sockets: it is what compares two versions of the script.
+	self0, srv0, script0 := selfCPU(b), serverCPU(b, srv.Addr), commandStat(b, srv.Addr, "evalsha", "usec")
 	defer func() {
 		b.ReportMetric(float64(selfCPU(b)-self0)/float64(b.N)/1e3, "client-cpu-us/req")
 		b.ReportMetric(float64(serverCPU(b, srv.Addr)-srv0)/float64(b.N)/1e3, "valkey-cpu-us/req")
-		b.ReportMetric(float64(scriptMicros(b, srv.Addr)-script0)/float64(b.N), "script-us/req")
+		b.ReportMetric(float64(commandStat(b, srv.Addr, "evalsha", "usec")-script0)/float64(b.N), "script-us/req")
 	}()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -17,15 +17,30 @@ import (
 
 func calls(t *testing.T, addr, cmd string) int {
 	t.Helper()
+	return int(commandStat(t, addr, cmd, "calls"))
+}
+
+// commandStat is one field (calls, usec, ...) of a command's line in
+// Valkey's INFO commandstats; 0 before the command's first call.
+func commandStat(tb testing.TB, addr, cmd, field string) int64 {
+	tb.Helper()
 	out, err := valkeytest.Do(addr, "INFO", "commandstats")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _, _ := strings.Cut(rest, ",")
-			v, _ := strconv.Atoi(n)
-			return v
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, field+"="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("INFO commandstats %s: %v", line, err)
+				}
+				return n
+			}
 		}
 	}
 	return 0
