@@ -277,8 +277,8 @@ func checkExactlyOnce(t *testing.T, st suiteStats) {
 		t.Errorf("buffered %v, replayed %v; ambiguous %v, found applied %v + replayed %v: something still waits", st.buffered, st.replayed, st.ambiguous, st.ambApplied, st.ambReplayed)
 	}
 	u := st.unsent
-	if u.dropped != 0 || u.refused != 0 || u.saturated != 0 || u.callerGone != 0 {
-		t.Errorf("charger: dropped %v, refused %v, saturated %v, caller gone %v: want none", u.dropped, u.refused, u.saturated, u.callerGone)
+	if u.dropped != 0 || u.refused != 0 || u.saturated != 0 {
+		t.Errorf("charger: dropped %v, refused %v, saturated %v: want none", u.dropped, u.refused, u.saturated)
 	}
 	if u.canceled > u.deferred || u.deferred > st.buffered {
 		t.Errorf("canceled %v, deferred %v, buffered %v: hits handed back were not deferred, or deferred hits not buffered", u.canceled, u.deferred, st.buffered)

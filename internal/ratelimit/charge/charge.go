@@ -40,6 +40,25 @@ const (
 	DefaultHoldExpiry = 10 * time.Minute
 )
 
+// callerGone prepares the counters of a request whose caller gave up before
+// its store call (its deadline, e.g. Envoy's rate limit timeout, passed while
+// it queued), and reports whether they still need a store call. Its answer
+// goes nowhere, so its checks hold nothing; but the hits it carries were
+// spent (a stream-done charge Envoy stopped waiting for) and its releases
+// end requests that did run, so those are still sent, as the reference sends
+// them (it never looks at the caller's context). A request of checks alone
+// needs no call: dropping it sheds load under overload and loses nothing.
+func callerGone(counters []store.Counter) bool {
+	send := false
+	for i := range counters {
+		counters[i].Hold.Reserve = 0
+		if counters[i].Hits > 0 || counters[i].Hold.Release > 0 {
+			send = true
+		}
+	}
+	return send
+}
+
 // Classes of hits that were in no store call (Events.Unsent).
 const (
 	// UnsentDeferred: their deadline passed before their store call started;
@@ -47,8 +66,6 @@ const (
 	UnsentDeferred = "deferred"
 	// UnsentDropped: as UnsentDeferred, but the store cannot take them later.
 	UnsentDropped = "dropped"
-	// UnsentCallerGone: the caller's context was done before the call.
-	UnsentCallerGone = "caller_gone"
 	// UnsentRefused: the store refused them (store.ErrRefused) even alone.
 	UnsentRefused = "refused"
 	// UnsentSaturated: their counter is at the store's maximum; the store
@@ -284,10 +301,10 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 func (c *Charger) call(ctx context.Context, counters []store.Counter, results []store.Result) error {
 	start := time.Now()
 	var err error
-	if cerr := ctx.Err(); cerr != nil {
-		c.ev.Unsent(UnsentCallerGone, sumHits(counters))
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, cerr) // the caller is gone
-	} else if c.batch != nil {
+	if cerr := ctx.Err(); cerr != nil && !callerGone(counters) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, cerr) // nothing to charge
+	}
+	if c.batch != nil {
 		err = c.batch.charge(ctx, start, counters, results)
 	} else {
 		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, results)

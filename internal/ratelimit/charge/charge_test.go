@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,4 +258,100 @@ func TestReservingCountersNameTheirWindow(t *testing.T) {
 	if len(out) != 1 || out[0].Hold.Release != 1 || out[0].Hold.Window != end {
 		t.Fatalf("deferred charges: %+v, want one release with window %d", out, end)
 	}
+}
+
+// callCounter counts a store's Charge calls.
+type callCounter struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (s *callCounter) Charge(ctx context.Context, cs []store.Counter, totals []store.Result) error {
+	s.calls.Add(1)
+	return s.Store.Charge(ctx, cs, totals)
+}
+
+// TestGoneCallerStillCharges: a request whose caller gave up before its
+// store call (Envoy's rate limit timeout passed while it queued) is answered
+// nowhere, but the tokens of its stream-done charge were spent: they are
+// charged, as the reference charges them (it never looks at the caller's
+// context), and its release ends its hold. A check it carries holds nothing,
+// and a request of checks alone makes no store call.
+func TestGoneCallerStillCharges(t *testing.T) {
+	for _, workers := range []int{-1, 2} {
+		t.Run(fmt.Sprintf("batch workers %d", workers), func(t *testing.T) {
+			mem := memory.New(memory.Options{})
+			defer mem.Close()
+			st := &callCounter{Store: mem}
+			c, err := New(Options{Store: st, BatchWorkers: workers, OverLimitCacheSize: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			exp := now.Add(time.Hour)
+			hold := func(reserve, release uint64) store.Hold {
+				return store.Hold{Reserve: reserve, Release: release, Expiry: time.Minute, Window: exp.Unix()}
+			}
+			// A live request holds 10 on "a".
+			live := []store.Counter{{Key: "a", Start: true, Limit: 1000, Hold: hold(10, 0), ExpireAt: exp}}
+			if err := c.call(context.Background(), live, make([]store.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if r := reservedOf(t, mem, "a", exp, hold(0, 0)); r != 10 {
+				t.Fatalf("a holds %d after the live check, want 10", r)
+			}
+			gone, cancel := context.WithCancel(context.Background())
+			cancel()
+			before := st.calls.Load()
+			checks := []store.Counter{{Key: "b", Start: true, Limit: 1000, Hold: hold(10, 0), ExpireAt: exp}}
+			if err := c.call(gone, checks, make([]store.Result, 1)); !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("checks of a gone caller: err = %v, want ErrUnavailable", err)
+			}
+			if n := st.calls.Load() - before; n != 0 {
+				t.Fatalf("checks of a gone caller made %d store calls, want none", n)
+			}
+			// The gone caller's charge of 25 on "a" (its request's release)
+			// and a reserving check on "b" in the same request.
+			charge := []store.Counter{
+				{Key: "a", Start: true, Hits: 25, Limit: 1000, Hold: hold(0, 1), ExpireAt: exp},
+				{Key: "b", Limit: 1000, Hold: hold(10, 0), ExpireAt: exp},
+			}
+			_ = c.call(gone, charge, make([]store.Result, 2)) // answered nowhere
+			if err := c.Close(); err != nil {                 // drains the batcher's queue
+				t.Fatal(err)
+			}
+			read := make([]store.Result, 2)
+			probe := []store.Counter{{Key: "a", Hold: hold(0, 0), ExpireAt: exp}, {Key: "b", Hold: hold(0, 0), ExpireAt: exp}}
+			if err := mem.Charge(context.Background(), probe, read); err != nil {
+				t.Fatal(err)
+			}
+			if read[0].Total != 25 {
+				t.Errorf("counter a = %d, want 25: the gone caller's tokens were not charged", read[0].Total)
+			}
+			if read[1].Total != 0 {
+				t.Errorf("counter b = %d, want 0", read[1].Total)
+			}
+			if r := reservedOf(t, mem, "a", exp, hold(0, 0)); r != 0 {
+				t.Errorf("a still holds %d, want 0: the gone caller's release did not end its hold", r)
+			}
+			if r := reservedOf(t, mem, "b", exp, hold(0, 0)); r != 0 {
+				t.Errorf("b holds %d, want 0: a gone caller's check placed a hold", r)
+			}
+		})
+	}
+}
+
+// reservedOf reads what counter key holds: a reserving check with a limit
+// of 0 is always over, so it places nothing and answers the holds.
+func reservedOf(t *testing.T, s store.Store, key string, exp time.Time, h store.Hold) uint64 {
+	t.Helper()
+	res := make([]store.Result, 1)
+	h.Reserve, h.Release = 1, 0
+	if err := s.Charge(context.Background(), []store.Counter{{Key: key, Start: true, Enforce: true, Hold: h, ExpireAt: exp}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Held {
+		t.Fatalf("reading %s's holds placed one", key)
+	}
+	return res[0].Reserved
 }

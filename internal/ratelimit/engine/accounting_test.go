@@ -127,7 +127,7 @@ func slowProxy(t *testing.T, backend string, delay *atomic.Int64) string {
 // so they are never sent and go to the outage buffer).
 // Once the link is fast again and the outage buffer has drained, every hit
 // charged is either in Valkey or in exactly one reported class: charged =
-// stored + lost + expired + unsent (dropped, caller_gone, refused,
+// stored + lost + expired + unsent (dropped, refused,
 // saturated), with ambiguous hits (sent, unanswered) the only slack.
 func TestExactAccountingBehindSlowLink(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
@@ -223,7 +223,7 @@ func TestExactAccountingBehindSlowLink(t *testing.T) {
 	// Canceled hits (the deadline passed as the store was called) are handed
 	// back with store.ErrNotSent and deferred: they are in deferred and
 	// buffered too, so they are not a class of their own here.
-	reported := lost + expired + unsent(charge.UnsentDropped) + unsent(charge.UnsentCallerGone) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
+	reported := lost + expired + unsent(charge.UnsentDropped) + unsent(charge.UnsentRefused) + unsent(charge.UnsentSaturated)
 	t.Logf("attempted %d, stored %d, reported %d (lost %d expired %d canceled %d), ambiguous %d, buffered %d replayed %d, applied on error %d, deferred %d",
 		attempted.Load(), stored, reported, lost, expired, canceled, ambiguous, buffered, replayed, metric("ratelimit_valkey_applied_on_error_hits_total"), unsent(charge.UnsentDeferred))
 	if st := vs.Stats(); st.Buffered != buffered || st.Lost != lost || st.Canceled != canceled {

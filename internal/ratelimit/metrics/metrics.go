@@ -40,7 +40,7 @@ var (
 	// CacheResults are the over-limit cache's result values.
 	CacheResults = []string{"hit", "full"}
 	// UnsentOutcomes are charge.Unsent* (ratelimit_unsent_hits_total).
-	UnsentOutcomes = []string{"deferred", "dropped", "caller_gone", "refused", "saturated"}
+	UnsentOutcomes = []string{"deferred", "dropped", "refused", "saturated"}
 	// Outcomes are the decision outcomes.
 	Outcomes = []string{OutcomeOK, OutcomeOverLimit, OutcomeShadowOverLimit, OutcomeNearLimit}
 )
@@ -60,8 +60,7 @@ type Metrics struct {
 	DeferredCharges prometheus.Counter
 	GlobalShadow    prometheus.Counter
 	// UnsentHits are hits that were in no store call, by outcome: deferred
-	// (handed to the store's outage buffer), dropped, caller_gone, refused,
-	// saturated.
+	// (handed to the store's outage buffer), dropped, refused, saturated.
 	UnsentHits *prometheus.CounterVec
 	// Reservation counters, by BudgetLabels (see Reservation).
 	ReservationHolds, ReservationHeldTokens, ReservationDenials, ReservationExpiredTokens *prometheus.CounterVec
@@ -146,7 +145,7 @@ func newCollectors() *Metrics {
 			Help: "Requests answered OK only because SHADOW_MODE is on.",
 		}),
 		UnsentHits: counter("ratelimit_unsent_hits_total",
-			"Hits that were in no store call, by outcome: deferred (their deadline passed before the call started; handed to the store's outage buffer), dropped (the store cannot defer), caller_gone (the caller cancelled first), refused (the store refused them even alone), saturated (their counter is at the store's maximum).",
+			"Hits that were in no store call, by outcome: deferred (their deadline passed before the call started; handed to the store's outage buffer), dropped (the store cannot defer), refused (the store refused them even alone), saturated (their counter is at the store's maximum).",
 			"outcome"),
 		ReservationHolds: counter("ratelimit_reservation_holds_total",
 			"Checks on a reserving budget admitted holding tokens for their request.", BudgetLabels...),

@@ -300,7 +300,7 @@ func TestKnownLabelValuesMatchTheirSources(t *testing.T) {
 		}
 	}
 	eq("request codes", metrics.RequestCodes, []string{RequestOK, RequestOverLimit, RequestInvalid, RequestUnavailable})
-	eq("unsent outcomes", metrics.UnsentOutcomes, []string{charge.UnsentDeferred, charge.UnsentDropped, charge.UnsentCallerGone, charge.UnsentRefused, charge.UnsentSaturated})
+	eq("unsent outcomes", metrics.UnsentOutcomes, []string{charge.UnsentDeferred, charge.UnsentDropped, charge.UnsentRefused, charge.UnsentSaturated})
 	eq("failure policies", metrics.FailurePolicies, decide.FailurePolicyNames)
 	if (&source.Files{}).Name() != metrics.ConfigSources[0] {
 		t.Errorf("file source is %q", (&source.Files{}).Name())
