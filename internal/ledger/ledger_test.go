@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	_ "time/tzdata"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/internal/store"
 )
 
 func TestEncodePrincipalInjective(t *testing.T) {
@@ -203,9 +206,9 @@ func TestRecorderWithMemory(t *testing.T) {
 		t.Fatalf("next day lost: %+v", got)
 	}
 
-	// A failed flush keeps the denials and the holds for the next one, and
-	// what came in meanwhile adds to them.
-	bad, _ := NewRecorder(Options{Prefix: "p_"}, failingSink{errors.New("down")}, clock)
+	// A flush the store did not send keeps the denials and the holds for the
+	// next one, and what came in meanwhile adds to them.
+	bad, _ := NewRecorder(Options{Prefix: "p_"}, failingSink{fmt.Errorf("%w: %w: down", store.ErrUnavailable, store.ErrNotSent)}, clock)
 	bad.Denied(r0, now, true)
 	bad.HoldsIn(r0, DayWindow(DayOf(now)), Holds{Count: 2, Held: 600, Expired: 300})
 	if err := bad.Flush(ctx); err == nil {
@@ -227,6 +230,35 @@ func TestRecorderWithMemory(t *testing.T) {
 	if again, _ := mem.Read(ctx, r0, DayWindow(DayOf(now))); again.Holds != got3.Holds {
 		t.Fatalf("holds counted twice: %+v", again.Holds)
 	}
+
+	// A flush sent and unanswered (applied, then its reply lost) is not sent
+	// again: a second send would count it twice.
+	lost, _ := NewRecorder(Options{Prefix: "p_"}, appliedThenFailed{mem}, clock)
+	lost.Denied(r0, now, false)
+	lost.Defer(lost.Usage(r0, "carol", now, 1000))
+	err = lost.Flush(ctx)
+	if err == nil || !strings.Contains(err.Error(), "1 denial and hold counts, 1000 deferred tokens") {
+		t.Fatalf("flush answered %v, want what it gave up named", err)
+	}
+	lost.sink = mem
+	if err := lost.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got4, _ := mem.Read(ctx, r0, DayWindow(DayOf(now)))
+	if got4.Usage["carol"] != 1000 || got4.Denials.Enforce != 1 {
+		t.Fatalf("after an unanswered flush and a good one: carol %d tokens, %d denials; want 1000 and 1 (sent once)", got4.Usage["carol"], got4.Denials.Enforce)
+	}
+}
+
+// appliedThenFailed applies a batch and answers as a send whose reply was
+// lost does.
+type appliedThenFailed struct{ s Sink }
+
+func (a appliedThenFailed) Apply(ctx context.Context, b Batch) error {
+	if err := a.s.Apply(ctx, b); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
 }
 
 // TestRecorderHolds: reservation totals go to their window's stats hash under

@@ -2,9 +2,12 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/budgetgen/budgetgen/internal/store"
 )
 
 // DefaultMaxPendingPrincipals bounds the per-principal denial counts a
@@ -208,7 +211,10 @@ func (r *Recorder) maxPending() int {
 }
 
 // Flush writes pending denials and reservations and the expiries of current
-// hashes. On error they are kept for the next Flush.
+// hashes. When the sink says it sent nothing (store.ErrNotSent) they are
+// kept for the next Flush. Any other error may come after the writes were
+// applied (a send that timed out or lost its connection): sending them again
+// would count them twice, so they are given up and the error says how much.
 func (r *Recorder) Flush(ctx context.Context) error {
 	b := Batch{Expire: r.expiries(), Denials: map[string]map[string]uint64{}, Usage: map[string]map[string]uint64{}}
 	r.mu.Lock()
@@ -230,10 +236,24 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		return nil
 	}
 	if err := r.sink.Apply(ctx, b); err != nil {
-		r.restore(pending, deferred)
-		return fmt.Errorf("ledger flush: %w", err)
+		if errors.Is(err, store.ErrNotSent) {
+			r.restore(pending, deferred)
+			return fmt.Errorf("ledger flush: kept for the next flush: %w", err)
+		}
+		return fmt.Errorf("ledger flush: maybe applied, not sent again (a second send could count it twice): %d denial and hold counts, %d deferred tokens: %w",
+			sumFields(b.Denials), sumFields(b.Usage), err)
 	}
 	return nil
+}
+
+func sumFields(m map[string]map[string]uint64) uint64 {
+	var n uint64
+	for _, fs := range m {
+		for _, v := range fs {
+			n += v
+		}
+	}
+	return n
 }
 
 // expiries are the expiries of the hashes of every window still current or

@@ -141,10 +141,12 @@ type HashWriter interface {
 var ErrUnavailable = errors.New("store unavailable")
 
 // ErrNotSent is wrapped (with ErrUnavailable) by errors that mean the call
-// was not started because its context was already done when Charge was
-// called: the store applied none of its hits and kept none for later. They
-// are the caller's to account for: the charger hands them to the store's
-// Deferrer, as it does when it sees the deadline pass itself. Without this
+// was not started: for Charge, its context was already done when Charge was
+// called; for WriteHashes, the store was closed, not connected, stalled or
+// had no free slot. The store applied none of its writes and kept none for
+// later. They are the caller's to account for: the charger hands them to the
+// store's Deferrer, as it does when it sees the deadline pass itself, and
+// the ledger's Recorder keeps its batch for its next flush. Without this
 // sentinel the two checks of one deadline (the charger's, then the store's)
 // could disagree, and a deadline passing between them dropped the hits of a
 // whole batch uncounted.

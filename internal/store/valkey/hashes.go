@@ -13,10 +13,12 @@ import (
 // WriteHashes implements store.HashWriter: the ledger's flush in one DoMulti
 // (HINCRBY per field, then EXPIREAT per hash), under the same in-flight
 // bound and stall guard as charges: it is not sent into a stall, and it waits
-// for a slot no longer than ctx allows.
+// for a slot no longer than ctx allows. An error that wraps store.ErrNotSent
+// sent nothing; any other may have been applied (a send that timed out or
+// lost its connection), so the caller must not send the writes again.
 func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
 	if s.closed.Load() {
-		return errClosed
+		return fmt.Errorf("%w: %w", store.ErrNotSent, errClosed)
 	}
 	if len(w.Incr)+len(w.Expire) == 0 {
 		return nil
@@ -24,15 +26,15 @@ func (s *Store) WriteHashes(ctx context.Context, w store.HashWrites) error {
 	if !s.ready.Load() {
 		// Connecting in the background (ConnectInBackground): the Recorder
 		// keeps the batch and sends it at its next flush.
-		return fmt.Errorf("%w: not connected to valkey yet: ledger write not sent", store.ErrUnavailable)
+		return fmt.Errorf("%w: %w: not connected to valkey yet: ledger write not sent", store.ErrUnavailable, store.ErrNotSent)
 	}
 	if since, stalled := s.stall.stalled(); stalled {
-		return fmt.Errorf("%w: valkey has answered nothing for %v: ledger write not sent", store.ErrUnavailable, since.Round(time.Millisecond))
+		return fmt.Errorf("%w: %w: valkey has answered nothing for %v: ledger write not sent", store.ErrUnavailable, store.ErrNotSent, since.Round(time.Millisecond))
 	}
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: no free slot for the ledger write: %w", store.ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%w: %w: no free slot for the ledger write: %w", store.ErrUnavailable, store.ErrNotSent, ctx.Err())
 	}
 	defer func() { <-s.sem }()
 	cmds := make(valkey.Commands, 0, len(w.Incr)+len(w.Expire))

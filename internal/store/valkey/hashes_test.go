@@ -15,7 +15,7 @@ import (
 // TestLedgerFlushThroughStore: the ledger Recorder's flush, written through
 // the store (store.HashWriter), lands in Valkey with its expiry, and while
 // Valkey stalls it is refused at once by the stall guard instead of being
-// sent into the stalled connection.
+// sent into the stalled connection, as a write not sent (store.ErrNotSent).
 func TestLedgerFlushThroughStore(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	s := mustNew(t, Options{Addresses: []string{srv.Addr}, StallAfter: 50 * time.Millisecond})
@@ -63,5 +63,10 @@ func TestLedgerFlushThroughStore(t *testing.T) {
 	}
 	if !refused || !errors.Is(last, store.ErrUnavailable) {
 		t.Fatalf("ledger write during a stall: %v, want refused by the stall guard", last)
+	}
+	// Refused unsent: the Recorder may keep the batch and send it later
+	// without counting it twice.
+	if !errors.Is(last, store.ErrNotSent) {
+		t.Fatalf("ledger write refused by the stall guard: %v, want store.ErrNotSent", last)
 	}
 }
