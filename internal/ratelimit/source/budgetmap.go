@@ -86,7 +86,9 @@ func (b *BudgetMapFile) Load(a *Applier) error {
 		a.logger().Error("budget map rejected; keeping the last good one", "err", err)
 		return err
 	}
-	a.Metrics.ConfigLoaded(budgetMapSource, nil, len(m.Entries))
+	// The map scopes limits, it adds none: the rules gauge keeps counting
+	// the installed config's limits, not the map's entries.
+	a.Metrics.ConfigLoaded(budgetMapSource, nil, a.installedLimits())
 	a.logger().Info("budget map loaded", "path", b.Path, "entries", len(m.Entries), "budget_set", m.BudgetSet)
 	return nil
 }
