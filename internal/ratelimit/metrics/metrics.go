@@ -1,7 +1,7 @@
 // Package metrics defines the rate limit service's Prometheus metrics. Labels
 // are bounded by configuration (domain, rule, budget, window, mode, gateway,
 // outcome), never by request values, so a principal can never create a time
-// series (docs/metrics.md).
+// series (docs/monitoring.md, Metrics).
 package metrics
 
 import (
