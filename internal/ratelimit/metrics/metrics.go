@@ -186,8 +186,8 @@ func precreate(m *Metrics) {
 	}
 }
 
-// ConfigLoaded records a config load attempt.
-func (m *Metrics) ConfigLoaded(source string, err error, rules int) {
+// ConfigLoaded counts a config load attempt.
+func (m *Metrics) ConfigLoaded(source string, err error) {
 	if m == nil {
 		return
 	}
@@ -196,6 +196,15 @@ func (m *Metrics) ConfigLoaded(source string, err error, rules int) {
 		return
 	}
 	m.ConfigLoads.WithLabelValues(source, "success").Inc()
+}
+
+// ConfigInstalled sets the rules gauge to the limits of the config just
+// installed (all sources merged). The caller holds the lock it installs
+// under, so two loads at once cannot leave the gauge at the older count.
+func (m *Metrics) ConfigInstalled(rules int) {
+	if m == nil {
+		return
+	}
 	m.ConfigRules.Set(float64(rules))
 }
 

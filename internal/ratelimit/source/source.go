@@ -49,9 +49,6 @@ type Applier struct {
 	loaded bool
 	parts  map[string]*config.Config
 	scope  config.ScopeFunc
-	// limits counts the installed (merged) config's limits, what
-	// ratelimit_config_rules reports whichever source loaded last.
-	limits int
 }
 
 func (a *Applier) logger() *slog.Logger {
@@ -71,7 +68,7 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 		err = fmt.Errorf("%s: no config", source)
 	}
 	if err != nil {
-		a.Metrics.ConfigLoaded(source, err, 0)
+		a.Metrics.ConfigLoaded(source, err)
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
 	}
@@ -80,7 +77,7 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	if err != nil {
 		a.mu.Unlock()
 		err = fmt.Errorf("%s: merge with the other config sources: %w", source, err)
-		a.Metrics.ConfigLoaded(source, err, 0)
+		a.Metrics.ConfigLoaded(source, err)
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
 	}
@@ -90,9 +87,11 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	a.parts[source] = c
 	a.Sink.SetConfig(merged)
 	a.loaded = true
-	a.limits = len(merged.Limits())
+	// ratelimit_config_rules counts the merged config's limits, whichever
+	// source loaded last.
+	a.Metrics.ConfigInstalled(len(merged.Limits()))
 	a.mu.Unlock()
-	a.Metrics.ConfigLoaded(source, nil, len(merged.Limits()))
+	a.Metrics.ConfigLoaded(source, nil)
 	log.Info("config loaded", "source", source, "domains", len(merged.Domains()), "rules", len(merged.Limits()), "files", merged.Sources(), "budget_scoped", merged.Scoped())
 	for _, n := range c.NotApplied() {
 		log.Warn("config key not applied", "source", source, "detail", n)
@@ -149,21 +148,13 @@ func (a *Applier) SetBudgetMap(scope config.ScopeFunc) error {
 		return err
 	}
 	a.Sink.SetConfig(merged)
-	a.limits = len(merged.Limits())
+	a.Metrics.ConfigInstalled(len(merged.Limits()))
 	a.mu.Unlock()
 	a.logger().Info("budget map applied", "domains", len(merged.Domains()), "rules", len(merged.Limits()), "budget_scoped", merged.Scoped())
 	if a.OnLoaded != nil {
 		a.OnLoaded(merged)
 	}
 	return nil
-}
-
-// installedLimits is the number of limits of the installed config (0
-// before any).
-func (a *Applier) installedLimits() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.limits
 }
 
 // Loaded reports whether any config was installed.
