@@ -153,7 +153,7 @@ type Options struct {
 // HTTP is the sink. Safe for concurrent use.
 type HTTP struct {
 	o         Options
-	target    string // scheme://host/path for logs, no userinfo or query
+	target    string // scheme://host for logs: no userinfo, path or query (webhooks often carry their secret in the path)
 	client    cloudevents.Client
 	sdkLog    *zap.SugaredLogger // a no-op: see deliver
 	queue     chan Crossing
@@ -180,7 +180,7 @@ func New(o Options) (*HTTP, error) {
 		return nil, err
 	}
 	s := &HTTP{
-		o: o, target: u.Scheme + "://" + u.Host + u.Path, client: client, sdkLog: zap.NewNop().Sugar(), queue: make(chan Crossing, o.QueueSize),
+		o: o, target: u.Scheme + "://" + u.Host, client: client, sdkLog: zap.NewNop().Sugar(), queue: make(chan Crossing, o.QueueSize),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricDropped, Help: "Threshold events not delivered to the configured URL, by reason.",
 		}, []string{"reason"}),

@@ -288,3 +288,30 @@ func TestLargeRefusalBodyIsBounded(t *testing.T) {
 		t.Fatalf("the whole %d-byte refusal was read", sent)
 	}
 }
+
+// TestDropLogNamesNoPathToken: webhook receivers often take their secret in
+// the path (https://hooks.example/services/T0/B0/<secret>); the drop
+// warning names the receiver's host, never its path, query or userinfo.
+func TestDropLogNamesNoPathToken(t *testing.T) {
+	rv := newReceiver(t, func(int) int { return 400 })
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+	s, _ := newSink(t, rv.URL+"/path-secret-7?token=query-secret-8", Options{MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(w, nil))})
+	s.Offer(crossing(80))
+	s.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if dropped(s, ReasonRejected) != 1 || !strings.Contains(logs.String(), "threshold event dropped") {
+		t.Fatalf("no drop logged: %s", logs.String())
+	}
+	for _, secret := range []string{"path-secret-7", "query-secret-8"} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log holds the URL's %s: %s", secret, logs.String())
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

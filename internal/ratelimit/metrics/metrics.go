@@ -1,7 +1,7 @@
 // Package metrics defines the rate limit service's Prometheus metrics. Labels
 // are bounded by configuration (domain, rule, budget, window, mode, gateway,
 // outcome), never by request values, so a principal can never create a time
-// series (docs/metrics.md).
+// series (docs/monitoring.md, Metrics).
 package metrics
 
 import (
@@ -185,8 +185,8 @@ func precreate(m *Metrics) {
 	}
 }
 
-// ConfigLoaded records a config load attempt.
-func (m *Metrics) ConfigLoaded(source string, err error, rules int) {
+// ConfigLoaded counts a config load attempt.
+func (m *Metrics) ConfigLoaded(source string, err error) {
 	if m == nil {
 		return
 	}
@@ -195,6 +195,15 @@ func (m *Metrics) ConfigLoaded(source string, err error, rules int) {
 		return
 	}
 	m.ConfigLoads.WithLabelValues(source, "success").Inc()
+}
+
+// ConfigInstalled sets the rules gauge to the limits of the config just
+// installed (all sources merged). The caller holds the lock it installs
+// under, so two loads at once cannot leave the gauge at the older count.
+func (m *Metrics) ConfigInstalled(rules int) {
+	if m == nil {
+		return
+	}
 	m.ConfigRules.Set(float64(rules))
 }
 

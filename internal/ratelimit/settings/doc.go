@@ -217,5 +217,5 @@ variables (the reference's names, envoyproxy/ratelimit's, where it has one) and 
 wins; ` + "`ratelimit --help`" + ` prints the same list. Durations are Go durations (` + "`15ms`, `1h`" + `);
 booleans are ` + "`true`/`false`" + `. Invalid values stop the start with an error naming the setting.
 
-Metrics never carry a principal: see [metrics.md](metrics.md) for the series and their labels.
+Metrics never carry a principal: see [monitoring.md](monitoring.md#metrics) for the series and their labels.
 `

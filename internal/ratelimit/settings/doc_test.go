@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -125,5 +126,24 @@ func TestHelpDefaultsAreNotTheEnvironment(t *testing.T) {
 	_, _ = Load([]string{"--help"}, envOf(map[string]string{"GRPC_PORT": "9999"}), &help)
 	if !strings.Contains(help.String(), "GRPC_PORT, --grpc-port (default 8081)") {
 		t.Fatalf("help:\n%s", help.String())
+	}
+}
+
+// TestSettingsDocLinksResolve: every relative link of the generated
+// docs/settings.md names a file next to it (the doc is generated, so a
+// stale link would come back with every -update).
+func TestSettingsDocLinksResolve(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	docs := filepath.Join("..", "..", "..", "docs")
+	for _, m := range regexp.MustCompile(`\]\(([^)#\s]+)(#[^)\s]*)?\)`).FindAllStringSubmatch(b.String(), -1) {
+		if strings.Contains(m[1], "://") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(docs, m[1])); err != nil {
+			t.Errorf("docs/settings.md links to %s, which does not exist", m[1])
+		}
 	}
 }

@@ -105,6 +105,8 @@ func TestInvalidSettings(t *testing.T) {
 		"bad key format":  {env: map[string]string{"KEY_FORMAT": "nope"}, want: "KEY_FORMAT: unknown key format"},
 		"bad policy":      {env: map[string]string{"FAILURE_POLICY": "maybe"}, want: "FAILURE_POLICY: unknown failure policy"},
 		"ratio":           {env: map[string]string{"NEAR_LIMIT_RATIO": "1.5"}, want: "NEAR_LIMIT_RATIO"},
+		"ratio NaN":       {env: map[string]string{"NEAR_LIMIT_RATIO": "NaN"}, want: "NEAR_LIMIT_RATIO: not a number"},
+		"memory NaN":      {env: map[string]string{"MEMORY_LIMIT_RATIO": "nan"}, want: "MEMORY_LIMIT_RATIO: not a number"},
 		"unix socket":     {env: map[string]string{"REDIS_URL": "/var/run/x.sock"}, want: "REDIS_SOCKET_TYPE"},
 		"sentinel format": {env: map[string]string{"REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel"}, want: "sentinel wants"},
 		"redis type":      {env: map[string]string{"REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring"}, want: "REDIS_TYPE"},

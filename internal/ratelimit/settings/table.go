@@ -3,6 +3,7 @@ package settings
 import (
 	"errors"
 	"flag"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,7 +235,8 @@ type ratioValue struct{ p *float32 }
 func ratio(p *float32) flag.Value { return ratioValue{p} }
 func (v ratioValue) Set(s string) error {
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 32)
-	if err != nil {
+	if err != nil || math.IsNaN(f) {
+		// ParseFloat accepts "NaN", which every range check lets through.
 		return errors.New("not a number")
 	}
 	*v.p = float32(f)

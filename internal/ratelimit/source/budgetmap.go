@@ -82,11 +82,13 @@ func (b *BudgetMapFile) Load(a *Applier) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("budget map: %w", err)
-		a.Metrics.ConfigLoaded(budgetMapSource, err, 0)
+		a.Metrics.ConfigLoaded(budgetMapSource, err)
 		a.logger().Error("budget map rejected; keeping the last good one", "err", err)
 		return err
 	}
-	a.Metrics.ConfigLoaded(budgetMapSource, nil, len(m.Entries))
+	// The map scopes limits, it adds none: SetBudgetMap set the rules gauge
+	// to the installed config's limits, not the map's entries.
+	a.Metrics.ConfigLoaded(budgetMapSource, nil)
 	a.logger().Info("budget map loaded", "path", b.Path, "entries", len(m.Entries), "budget_set", m.BudgetSet)
 	return nil
 }

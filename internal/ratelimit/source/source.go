@@ -68,7 +68,7 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 		err = fmt.Errorf("%s: no config", source)
 	}
 	if err != nil {
-		a.Metrics.ConfigLoaded(source, err, 0)
+		a.Metrics.ConfigLoaded(source, err)
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
 	}
@@ -77,7 +77,7 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	if err != nil {
 		a.mu.Unlock()
 		err = fmt.Errorf("%s: merge with the other config sources: %w", source, err)
-		a.Metrics.ConfigLoaded(source, err, 0)
+		a.Metrics.ConfigLoaded(source, err)
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
 	}
@@ -87,8 +87,11 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	a.parts[source] = c
 	a.Sink.SetConfig(merged)
 	a.loaded = true
+	// ratelimit_config_rules counts the merged config's limits, whichever
+	// source loaded last.
+	a.Metrics.ConfigInstalled(len(merged.Limits()))
 	a.mu.Unlock()
-	a.Metrics.ConfigLoaded(source, nil, len(c.Limits()))
+	a.Metrics.ConfigLoaded(source, nil)
 	log.Info("config loaded", "source", source, "domains", len(merged.Domains()), "rules", len(merged.Limits()), "files", merged.Sources(), "budget_scoped", merged.Scoped())
 	for _, n := range c.NotApplied() {
 		log.Warn("config key not applied", "source", source, "detail", n)
@@ -145,6 +148,7 @@ func (a *Applier) SetBudgetMap(scope config.ScopeFunc) error {
 		return err
 	}
 	a.Sink.SetConfig(merged)
+	a.Metrics.ConfigInstalled(len(merged.Limits()))
 	a.mu.Unlock()
 	a.logger().Info("budget map applied", "domains", len(merged.Domains()), "rules", len(merged.Limits()), "budget_scoped", merged.Scoped())
 	if a.OnLoaded != nil {
