@@ -32,7 +32,9 @@ type LLMRequest struct {
 // (response input - estimate) + output in the amend (amend_tokens in
 // llm/mod.rs: 0 for a response without usage, a negative delta left out);
 // with a cost, 0 at request time and the cost's value in the amend, the
-// descriptor left out of the amend when the cost fails.
+// descriptor left out of the amend when the cost fails. The amend is made
+// whenever the check is, even with every descriptor left out (then it has
+// none).
 func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRequest, err error) {
 	ev, err := NewEvaluator()
 	if err != nil {
@@ -60,9 +62,11 @@ func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRe
 	if len(check.Descriptors) == 0 {
 		return nil, nil, nil
 	}
-	if len(amend.Descriptors) == 0 {
-		amend = nil
-	}
+	// An amend that leaves out every descriptor is still sent:
+	// LLMResponseAmend::amend_tokens spawns check_internal whatever
+	// apply_token_amend kept (remoteratelimit.rs), so the service receives
+	// a request with no descriptors, which it rejects (InvalidArgument, as
+	// the reference does) without charging or holding anything.
 	return check, amend, nil
 }
 

@@ -31,8 +31,8 @@ func TestRequestsShape(t *testing.T) {
 		t.Errorf("tokenized: check %v amend %v, want 320 then 180", check, amend)
 	}
 	_, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: map[string]any{"run_id": "r1"}, EstimatedInputTokens: 900, InputTokens: 300, OutputTokens: 200})
-	if amend != nil {
-		t.Errorf("negative amend sent: %v", amend)
+	if amend == nil || len(amend.Descriptors) != 0 {
+		t.Errorf("negative amend: %v, want the call sent without the descriptor", amend)
 	}
 	// No verified JWT, or a claim that is missing: no call at all.
 	for _, claims := range []map[string]any{nil, {"sub": "x"}} {
@@ -102,8 +102,8 @@ func TestRequestsWithCost(t *testing.T) {
 	if got := amend.Descriptors[0].HitsAddend.GetValue(); got != 500 {
 		t.Errorf("amend %d, want the 500 tokens of the response", got)
 	}
-	if _, amend, _ = Requests(withCost, LLMRequest{Claims: run, NoUsage: true}); amend != nil {
-		t.Errorf("a response without usage amended with a cost: %v, want the descriptor left out", amend)
+	if _, amend, _ = Requests(withCost, LLMRequest{Claims: run, NoUsage: true}); amend == nil || len(amend.Descriptors) != 0 || amend.Domain != withCost.Domain {
+		t.Errorf("a response without usage amended with a cost: %v, want the call sent without the descriptor", amend)
 	}
 	_, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: run, NoUsage: true})
 	if amend == nil || amend.Descriptors[0].HitsAddend.GetValue() != 0 {

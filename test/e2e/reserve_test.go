@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -386,7 +387,8 @@ func fanOutOf(mk func(uint64) gatewayCall) []gatewayCall {
 // sends no stream-done call; agentgateway leaves the rendered cost
 // llm.totalTokens unset, so its amend carries no descriptor) holds its
 // reservation until the expiry, then the budget is whole again; the missing
-// count reserves nothing new. The control: an agentgateway descriptor
+// count reserves nothing new (agentgateway's amend without descriptors is
+// refused and holds nothing). The control: an agentgateway descriptor
 // without the cost amends an upstream error with 0, which is a second
 // check and holds a second reservation.
 func TestLostChargeReleasesItsHold(t *testing.T) {
@@ -400,8 +402,17 @@ func TestLostChargeReleasesItsHold(t *testing.T) {
 				t.Fatalf("Envoy sends a stream-done call without a token count: %v", lost.done)
 			}
 			failed := r.agentFailure("failed-"+name, "")
-			if failed.done != nil {
-				t.Fatalf("agentgateway amends an upstream error with the rendered cost: %v", failed.done)
+			if failed.done == nil || len(failed.done.Descriptors) != 0 {
+				t.Fatalf("agentgateway's amend of an upstream error with the rendered cost: %v, want one without descriptors", failed.done)
+			}
+			// agentgateway sends that amend anyway (amend_tokens spawns the
+			// call whatever apply_token_amend kept): it is refused as the
+			// reference refuses it, and charges and holds nothing.
+			for _, eng := range r.engs {
+				var ie *decide.InvalidError
+				if _, err := eng.ShouldRateLimit(context.Background(), failed.done); !errors.As(err, &ie) {
+					t.Fatalf("an amend without descriptors: err %v, want an InvalidError", err)
+				}
 			}
 			for _, c := range []gatewayCall{lost, failed} {
 				// Each admitted check answers what is left with its own hold
