@@ -136,7 +136,14 @@ func (v *Valkey) Read(ctx context.Context, rule RuleID, w Window) (Data, error) 
 	}
 	sk := WindowStatsKey(v.prefix, rule, w)
 	// Three denial fields per principal, three denial and three reservation totals.
-	err = v.hscan(ctx, sk, 3*max+6, func(f string, n uint64) { addStatsField(&d, f, n) })
+	// Each field is a count added into d, and HSCAN may return a field more
+	// than once (https://valkey.io/commands/scan/, "Scan guarantees"): keep
+	// each field once, then add.
+	stats := map[string]uint64{}
+	err = v.hscan(ctx, sk, 3*max+6, func(f string, n uint64) { stats[f] = n })
+	for f, n := range stats {
+		addStatsField(&d, f, n)
+	}
 	return d, err
 }
 

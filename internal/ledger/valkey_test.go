@@ -222,3 +222,64 @@ func TestValkeyMemoryPerPrincipalDay(t *testing.T) {
 		}
 	}
 }
+
+// repeatingClient answers the second HSCAN of key with the first page again
+// (and its cursor), as HSCAN may: "A given element may be returned multiple
+// times" (https://valkey.io/commands/scan/, Scan guarantees).
+type repeatingClient struct {
+	valkey.Client
+	key   string
+	calls int
+}
+
+func (c *repeatingClient) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	if args := cmd.Commands(); len(args) > 2 && args[0] == "HSCAN" && args[1] == c.key {
+		if c.calls++; c.calls == 2 {
+			cmd = c.Client.B().Hscan().Key(c.key).Cursor(0).Count(DefaultScanCount).Build()
+		}
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// A field HSCAN returns twice is counted once: denial and reservation
+// totals come from the stats hash, where each field is a count.
+func TestValkeyReadCountsARepeatedStatsFieldOnce(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c := newClient(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := RuleID{"ns/p", "ns/p/rule/0"}
+	w := DayWindow(DayOf(time.Now()))
+	sk := WindowStatsKey("", r, w)
+	// Enough principals that the hash is a hashtable and HSCAN takes pages.
+	const n = 3 * DefaultScanCount
+	cmds := valkey.Commands{c.B().Hincrby().Key(sk).Field(FieldShadowDenials).Increment(n).Build(),
+		c.B().Hincrby().Key(sk).Field(FieldHolds).Increment(7).Build()}
+	for i := 0; i < n; i++ {
+		cmds = append(cmds, c.B().Hincrby().Key(sk).Field(fmt.Sprintf("s:user-%d", i)).Increment(1).Build())
+	}
+	for _, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := &repeatingClient{Client: c, key: sk}
+	d, err := NewValkey(rc, "").Read(ctx, r, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.calls < 3 {
+		t.Fatalf("HSCAN of the stats hash took %d calls: no page was repeated", rc.calls)
+	}
+	if d.Denials != (Denials{Shadow: n}) || d.Holds != (Holds{Count: 7}) {
+		t.Errorf("totals %+v %+v, want %d shadow denials and 7 holds", d.Denials, d.Holds, n)
+	}
+	if len(d.PrincipalDenials) != n {
+		t.Fatalf("%d principals denied, want %d", len(d.PrincipalDenials), n)
+	}
+	for p, pd := range d.PrincipalDenials {
+		if pd != (Denials{Shadow: 1}) {
+			t.Fatalf("%s: %+v, want 1 shadow denial", p, pd)
+		}
+	}
+}

@@ -93,25 +93,45 @@ func (w Window) Start(loc *time.Location) time.Time {
 	if w.Period == PeriodHour {
 		return w.Day.Start().Add(time.Duration(w.Hour) * time.Hour)
 	}
+	y, m, d := w.Day.Start().Date()
+	return midnight(y, m, d, loc)
+}
+
+// End is the first instant after the window in loc: the start of the next
+// window's date (not Start plus a day, which is off by the hour a DST change
+// at midnight moved the start).
+func (w Window) End(loc *time.Location) time.Time {
+	if w.Period == PeriodHour {
+		return w.Start(loc).Add(time.Hour)
+	}
+	y, m, d := w.Day.Start().Date()
+	switch w.Period {
+	case PeriodWeek:
+		d += 7
+	case PeriodMonth:
+		m++
+	default:
+		d++
+	}
+	return midnight(y, m, d, loc)
+}
+
+// midnight is the first instant of the civil date (y, m, d) in loc (UTC when
+// nil; m and d may overflow), as the service's counter windows start it
+// (internal/ratelimit/window, midnight): where a DST change skips midnight,
+// time.Date may resolve the missing 00:00 to 23:00 of the day before, and
+// the day starts at the transition instead.
+func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
 	if loc == nil {
 		loc = time.UTC
 	}
-	y, m, d := w.Day.Start().Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, loc)
-}
-
-// End is the first instant after the window in loc.
-func (w Window) End(loc *time.Location) time.Time {
-	s := w.Start(loc)
-	switch w.Period {
-	case PeriodHour:
-		return s.Add(time.Hour)
-	case PeriodWeek:
-		return s.AddDate(0, 0, 7)
-	case PeriodMonth:
-		return s.AddDate(0, 1, 0)
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if t.Hour() != 0 || t.Minute() != 0 {
+		if _, end := t.ZoneBounds(); !end.IsZero() && t.Hour() > 12 {
+			t = end
+		}
 	}
-	return s.AddDate(0, 0, 1)
+	return t
 }
 
 // Next is the window after w.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // Windows are the service's calendar windows: hours epoch-aligned, days from
@@ -71,6 +73,55 @@ func TestWindowAtBoundaries(t *testing.T) {
 	}
 	if p, ok := ParsePeriod("week"); !ok || p != PeriodWeek || p.String() != "week" {
 		t.Errorf("ParsePeriod: %v %v", p, ok)
+	}
+}
+
+// Where a DST change skips local midnight (America/Santiago and
+// America/Havana spring forward at 00:00), time.Date resolves the missing
+// 00:00 to 23:00 of the day before. The service's counter windows start that
+// day at the transition (internal/ratelimit/window, midnight); the ledger's
+// windows are the same spans, and Next moves on from the day before.
+func TestWindowsWhereDSTSkipsMidnight(t *testing.T) {
+	for _, c := range []struct {
+		zone     string
+		from, to string // local dates, every day, week and month between is checked
+	}{
+		{"America/Santiago", "2026-08-20", "2026-09-20"},
+		{"America/Santiago", "2030-08-01", "2030-10-01"}, // 2030-09-01, a 1st, is the DST day
+		{"America/Havana", "2026-02-25", "2026-03-20"},
+	} {
+		loc, err := time.LoadLocation(c.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := window.New(window.Options{Location: loc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, _ := time.ParseInLocation(time.DateOnly, c.from, loc)
+		to, _ := time.ParseInLocation(time.DateOnly, c.to, loc)
+		for _, u := range []struct {
+			p Period
+			u window.Unit
+		}{{PeriodDay, window.Day}, {PeriodWeek, window.Week}, {PeriodMonth, window.Month}} {
+			n := 0
+			for w := WindowAt(u.p, from, loc); w.Start(loc).Before(to); w = w.Next(loc) {
+				if n++; n > 100 {
+					t.Fatalf("%s %s: Next does not move past %s", c.zone, u.p, w)
+				}
+				at := w.Start(loc).Add(time.Hour)
+				start, end, _ := svc.Window(u.u, at)
+				if !w.Start(loc).Equal(start) || !w.End(loc).Equal(end) {
+					t.Errorf("%s %s %s: [%s, %s), the service's window is [%s, %s)", c.zone, u.p, w, w.Start(loc), w.End(loc), start, end)
+				}
+				if got := WindowOfCounter(u.p, start.Unix(), loc); got != w {
+					t.Errorf("%s: the counter window starting %s is %s, want %s", c.zone, start, got, w)
+				}
+				if next := w.Next(loc); next == w || !next.Start(loc).Equal(w.End(loc)) {
+					t.Errorf("%s: next of %s is %s starting %s, want one starting %s", c.zone, w, next, next.Start(loc), w.End(loc))
+				}
+			}
+		}
 	}
 }
 

@@ -50,12 +50,14 @@ var ErrPasswordInDSN = errors.New("the PostgreSQL DSN holds a password: put it i
 
 // Open connects to dsn (a postgres:// URL or key=value string).
 func Open(ctx context.Context, dsn string) (*DB, error) {
+	// Before parsing: pgx quotes a DSN it cannot parse in its error, with
+	// passwords redacted only on a best-effort basis (pgconn's ParseConfig doc).
+	if hasPassword(dsn) {
+		return nil, ErrPasswordInDSN
+	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres DSN: %w", err)
-	}
-	if hasPassword(dsn) {
-		return nil, ErrPasswordInDSN
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -65,20 +67,66 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 }
 
 // hasPassword reports whether the DSN itself (not $PGPASSWORD or a pgpass
-// file, which pgx also reads) sets a password.
+// file, which pgx also reads) sets a password. It reads the DSN the way
+// libpq and pgx do (pgconn's parse_url.go and parseKeywordValueSettings), not
+// as net/url does: a URI's userinfo ends at the first '@' before any '/' and
+// its hosts may be a list net/url refuses (postgres://u:pw@[::1]:1,[::2]:1/db),
+// and a keyword may have spaces around its '=' (password = secret).
 func hasPassword(dsn string) bool {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
+	rest, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		rest, ok = strings.CutPrefix(dsn, "postgres://")
+	}
+	if ok {
+		if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+			if strings.Contains(rest[:i], ":") {
+				return true
+			}
+			rest = rest[i+1:]
+		}
+		_, query, _ := strings.Cut(rest, "?")
+		for _, kv := range strings.Split(query, "&") {
+			k, _, _ := strings.Cut(kv, "=")
+			if d, err := url.PathUnescape(k); err == nil {
+				k = d
+			}
+			if k == "password" {
+				return true
+			}
+		}
+		return false
+	}
+	const space = " \t\n\r\v\f"
+	s := strings.TrimLeft(dsn, space)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
 			return false
 		}
-		_, set := u.User.Password()
-		return set || u.Query().Has("password")
-	}
-	for _, f := range strings.Fields(dsn) {
-		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "password" {
+		if strings.Trim(s[:eq], space) == "password" {
 			return true
 		}
+		s = strings.TrimLeft(s[eq+1:], space)
+		// Skip the value: quoted, or up to the next space; a backslash
+		// escapes the byte after it.
+		quoted := s != "" && s[0] == '\''
+		if quoted {
+			s = s[1:]
+		}
+		end := 0
+		for ; end < len(s); end++ {
+			if s[end] == '\\' {
+				end++
+				continue
+			}
+			if (quoted && s[end] == '\'') || (!quoted && strings.IndexByte(space, s[end]) >= 0) {
+				break
+			}
+		}
+		if end >= len(s) {
+			return false
+		}
+		s = strings.TrimLeft(s[end+1:], space)
 	}
 	return false
 }

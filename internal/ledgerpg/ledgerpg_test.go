@@ -58,9 +58,20 @@ func TestMigrate(t *testing.T) {
 }
 
 func TestPasswordInDSNRefused(t *testing.T) {
-	for _, dsn := range []string{"postgres://u:secret@127.0.0.1:1/db", "host=127.0.0.1 user=u password=secret", "postgres://u@127.0.0.1:1/db?password=secret"} {
+	for _, dsn := range []string{"postgres://u:secret@127.0.0.1:1/db", "host=127.0.0.1 user=u password=secret", "postgres://u@127.0.0.1:1/db?password=secret",
+		// pgx accepts each of these with the password in it.
+		"host=127.0.0.1 user=u password = secret", "host=127.0.0.1 user=u password =secret", "host=127.0.0.1\tuser=u\tpassword\t=\tsecret",
+		"host=127.0.0.1 application_name='a b\\' c' password=secret",
+		"postgres://u:secret@[::1]:1,[::2]:1/db", "postgresql://u@127.0.0.1:1/db?sslmode=disable&pass%77ord=secret",
+		// pgx refuses these, quoting them in its error: refused before.
+		"postgres://u:sec ret@127.0.0.1:1/db"} {
 		if _, err := Open(context.Background(), dsn); !errors.Is(err, ErrPasswordInDSN) {
 			t.Errorf("%s: %v", dsn, err)
+		}
+	}
+	for _, dsn := range []string{"host=127.0.0.1 user=u application_name='password=x'", "host=127.0.0.1 passfile=/p user=u", "postgres://u@127.0.0.1:1/db?passfile=/p"} {
+		if hasPassword(dsn) {
+			t.Errorf("%s: read as holding a password", dsn)
 		}
 	}
 }
