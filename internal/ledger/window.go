@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/window"
 )
 
 // Period is the length of a ledger window: the unit of the rule whose usage
@@ -116,22 +118,14 @@ func (w Window) End(loc *time.Location) time.Time {
 	return midnight(y, m, d, loc)
 }
 
-// midnight is the first instant of the civil date (y, m, d) in loc (UTC when
-// nil; m and d may overflow), as the service's counter windows start it
-// (internal/ratelimit/window, midnight): where a DST change skips midnight,
-// time.Date may resolve the missing 00:00 to 23:00 of the day before, and
-// the day starts at the transition instead.
+// midnight is window.Midnight in loc, UTC when nil: the ledger's windows
+// start where the service's counter windows do, also where a DST change
+// skips midnight.
 func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
 	if loc == nil {
 		loc = time.UTC
 	}
-	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
-	if t.Hour() != 0 || t.Minute() != 0 {
-		if _, end := t.ZoneBounds(); !end.IsZero() && t.Hour() > 12 {
-			t = end
-		}
-	}
-	return t
+	return window.Midnight(y, m, d, loc)
 }
 
 // Next is the window after w.

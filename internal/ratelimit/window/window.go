@@ -245,19 +245,24 @@ func (w Windows) Window(u Unit, t time.Time) (start, end time.Time, ok bool) {
 	return time.Unix(s, 0).In(loc), time.Unix(e, 0).In(loc), true
 }
 
-// midnight is the first instant of the civil date (y, m, d) in loc (d and m
+func midnight(y int, m time.Month, d int, loc *time.Location) int64 {
+	return Midnight(y, m, d, loc).Unix()
+}
+
+// Midnight is the first instant of the civil date (y, m, d) in loc (d and m
 // may overflow; time.Date normalizes them). Where a DST change skips
 // midnight (the clock jumps from 23:59:59 to 01:00), the day starts at the
 // transition: time.Date may resolve the missing 00:00 to 23:00 of the day
-// before, which would put an hour of yesterday into today's window.
-func midnight(y int, m time.Month, d int, loc *time.Location) int64 {
+// before, which would put an hour of yesterday into today's window. The
+// ledger starts its windows here too, so they are the counters' windows.
+func Midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
 	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
 	if t.Hour() != 0 || t.Minute() != 0 {
 		if _, end := t.ZoneBounds(); !end.IsZero() && t.Hour() > 12 {
 			t = end // 23:xx of the day before: the day starts at the transition
 		}
 	}
-	return t.Unix()
+	return t
 }
 
 func floorDiv(a, b int64) int64 {
