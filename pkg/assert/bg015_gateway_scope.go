@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
@@ -153,9 +155,30 @@ func checkSelectorsSelect(p *Pass, o *manifest.Object) {
 			found = found || r.node == sel
 		}
 		if !found {
+			if names := ungrantedSelections(p.Index, o, sel, path); names != "" {
+				p.Report(o, sel, path, "%s selects %s in another namespace, but no ReferenceGrant in the input lets a %s of namespace %s refer to it: EG v1.9.1 drops such a target (internal/gatewayapi/helpers.go, isCrossNamespaceReferencePermitted), so the budgets of %s bind nowhere; add a ReferenceGrant in the target's namespace (from group %s, kind %s, namespace %s; to the target's kind), or put the policy in the target's namespace", path, names, o.Kind, o.Namespace, o, o.Group(), o.Kind, o.Namespace)
+				continue
+			}
 			p.Report(o, sel, path, "%s selects no %s in the input: the budgets of %s bind nowhere the gate can see; pass the Gateways (and routes) this policy is meant for, or use targetRefs", path, manifest.Str(manifest.Get(sel, "kind")), o)
 		}
 	}
+}
+
+// ungrantedSelections names the objects of the input selector sel of o would
+// select but for a missing ReferenceGrant ("" when none).
+func ungrantedSelections(ix *Index, o *manifest.Object, sel *yaml.Node, path string) string {
+	kind := manifest.Str(manifest.Get(sel, "kind"))
+	cands := ix.Gateways
+	if kind != "Gateway" {
+		cands = ix.Routes
+	}
+	var out []string
+	for _, c := range cands {
+		if c.Kind == kind && ix.selectsIgnoringGrants(o, sel, path, c) && !ix.crossNamespaceGranted(o, c) {
+			out = append(out, c.Kind+" "+c.Namespace+"/"+c.Name)
+		}
+	}
+	return strings.Join(dedupe(out), ", ")
 }
 
 func nonEmpty(ss []string) []string {
