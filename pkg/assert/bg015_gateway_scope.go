@@ -110,6 +110,14 @@ func checkTargetsResolve(p *Pass) {
 			p.Index.Targets(o)
 		}
 	}
+	for _, objs := range [][]*manifest.Object{p.Index.SecurityPolicies, p.Index.ClientPolicies} {
+		for _, o := range objs {
+			reportIgnoredTargetRefs(p, o)
+		}
+	}
+	for _, pol := range p.Index.Policies {
+		reportIgnoredTargetRefs(p, pol.Obj)
+	}
 	for _, e := range p.Index.SelectorErrors {
 		p.Report(e.Obj, e.Node, e.Path, "%s: not a valid label selector (%v): it selects nothing, so the objects it was meant to reach are not covered", e.Path, e.Err)
 	}
@@ -121,6 +129,19 @@ func checkTargetsResolve(p *Pass) {
 	for _, pol := range p.Index.BudgetPolicies() {
 		checkSelectorsSelect(p, pol.Obj)
 	}
+}
+
+// reportIgnoredTargetRefs reports spec.targetRefs beside the deprecated
+// spec.targetRef: the CRD accepts both when targetSelectors is set, and EG
+// then reads targetRef alone (api/v1alpha1/policy_helpers.go, GetTargetRefs),
+// so whatever only targetRefs names is not a target.
+func reportIgnoredTargetRefs(p *Pass, o *manifest.Object) {
+	spec := manifest.Get(o.Node, "spec")
+	refs := manifest.Get(spec, "targetRefs")
+	if manifest.Get(spec, "targetRef") == nil || len(manifest.Items(refs)) == 0 {
+		return
+	}
+	p.Report(o, refs, "spec.targetRefs", "spec.targetRefs is ignored: with spec.targetRef set, EG reads targetRef alone (api/v1alpha1/policy_helpers.go, GetTargetRefs), so %s does not attach to what only targetRefs names; move targetRef into targetRefs", o)
 }
 
 func reportUnbound(p *Pass, at *attachment) {

@@ -310,7 +310,7 @@ func (ts targetSet) sorted() []Target {
 	return out
 }
 
-// refTargets resolves spec.targetRef and spec.targetRefs (in that order).
+// refTargets resolves spec.targetRef, or else spec.targetRefs.
 func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet) {
 	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
 	paths := make([]string, len(refs))
@@ -318,8 +318,9 @@ func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet
 		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
 	}
 	if r := manifest.Get(spec, "targetRef"); r != nil {
-		refs = append([]*yaml.Node{r}, refs...)
-		paths = append([]string{"spec.targetRef"}, paths...)
+		// EG reads targetRefs only without targetRef (api/v1alpha1/policy_helpers.go,
+		// GetTargetRefs); the CRD allows both beside targetSelectors.
+		refs, paths = []*yaml.Node{r}, []string{"spec.targetRef"}
 	}
 	for i, ref := range refs {
 		group := manifest.Str(manifest.Get(ref, "group"))
