@@ -220,7 +220,7 @@ type policyRef struct {
 
 // policyRefs lists the Gateway and route targets of an Envoy Gateway policy
 // in EG's order (helpers.go composePolicyTargetRefs): the objects of the
-// input spec.targetSelectors select, then spec.targetRef (deprecated) and
+// input spec.targetSelectors select, then spec.targetRef (deprecated) or else
 // spec.targetRefs, except those a selector already gave.
 func (ix *Index) policyRefs(o *manifest.Object) []policyRef {
 	spec := manifest.Get(o.Node, "spec")
@@ -235,7 +235,9 @@ func (ix *Index) policyRefs(o *manifest.Object) []policyRef {
 		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
 	}
 	if r := manifest.Get(spec, "targetRef"); r != nil {
-		refs, paths = append([]*yaml.Node{r}, refs...), append([]string{"spec.targetRef"}, paths...)
+		// EG reads targetRefs only without targetRef (api/v1alpha1/policy_helpers.go,
+		// GetTargetRefs); the CRD allows both beside targetSelectors.
+		refs, paths = []*yaml.Node{r}, []string{"spec.targetRef"}
 	}
 	for i, ref := range refs {
 		if g := manifest.Str(manifest.Get(ref, "group")); g != "" && g != GroupGateway {

@@ -1,6 +1,7 @@
 package assert
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -125,16 +126,54 @@ func hygieneGaps(ix *Index, gk GatewayKey, viaRoute bool, h string) []string {
 	var out []string
 	for _, l := range listeners {
 		eff := ctps.onListener(l)
-		if eff != nil && removesHeader(eff.Policy, h) {
-			continue
-		}
 		where := l.Namespace + "/" + l.Name
 		if l.Section != "" {
 			where += " listener " + l.Section
 		}
+		if eff != nil && eff.level == levelListener {
+			if other, port := ix.plainHTTPPortShared(l); other != "" {
+				out = append(out, fmt.Sprintf("%s (EG refuses %s there: a ClientTrafficPolicy on one of the plain HTTP listeners sharing port %d, with %s, is not allowed, and the Gateway's skips the listener it claimed; target the whole Gateway)", where, eff.Policy, port, other))
+				continue
+			}
+		}
+		if eff != nil && removesHeader(eff.Policy, h) {
+			continue
+		}
 		out = append(out, where)
 	}
 	return out
+}
+
+// plainHTTPPortShared returns another plain HTTP listener of l's Gateway on
+// l's port, and the port, when l is a plain HTTP listener ("" otherwise).
+// Envoy serves such listeners from one HTTP connection manager, so Envoy
+// Gateway v1.9.1 refuses a ClientTrafficPolicy targeting one of them by
+// sectionName, after claiming the listener, so the Gateway's policy skips it
+// as well (internal/gatewayapi/clienttrafficpolicy.go,
+// ProcessClientTrafficPolicies and validatePortOverlapForClientTrafficPolicy;
+// helpers.go, listenersWithSameHTTPPort: TLS listeners have their own filter
+// chain and never overlap).
+func (ix *Index) plainHTTPPortShared(l GatewayKey) (string, int64) {
+	gw := ix.gatewayObject(l)
+	if gw == nil {
+		return "", 0
+	}
+	port := int64(-1)
+	for _, n := range manifest.Items(manifest.Get(gw.Node, "spec", "listeners")) {
+		if manifest.Str(manifest.Get(n, "name")) == l.Section && manifest.Str(manifest.Get(n, "protocol")) == "HTTP" {
+			port, _ = manifest.Int(manifest.Get(n, "port"))
+		}
+	}
+	if port < 0 {
+		return "", 0
+	}
+	for _, n := range manifest.Items(manifest.Get(gw.Node, "spec", "listeners")) {
+		name := manifest.Str(manifest.Get(n, "name"))
+		if p, _ := manifest.Int(manifest.Get(n, "port")); name != l.Section && p == port && manifest.Str(manifest.Get(n, "protocol")) == "HTTP" {
+			return name, port
+		}
+	}
+	return "", 0
 }
 
 func removesHeader(ctp *manifest.Object, h string) bool {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
@@ -108,6 +110,14 @@ func checkTargetsResolve(p *Pass) {
 			p.Index.Targets(o)
 		}
 	}
+	for _, objs := range [][]*manifest.Object{p.Index.SecurityPolicies, p.Index.ClientPolicies} {
+		for _, o := range objs {
+			reportIgnoredTargetRefs(p, o)
+		}
+	}
+	for _, pol := range p.Index.Policies {
+		reportIgnoredTargetRefs(p, pol.Obj)
+	}
 	for _, e := range p.Index.SelectorErrors {
 		p.Report(e.Obj, e.Node, e.Path, "%s: not a valid label selector (%v): it selects nothing, so the objects it was meant to reach are not covered", e.Path, e.Err)
 	}
@@ -119,6 +129,19 @@ func checkTargetsResolve(p *Pass) {
 	for _, pol := range p.Index.BudgetPolicies() {
 		checkSelectorsSelect(p, pol.Obj)
 	}
+}
+
+// reportIgnoredTargetRefs reports spec.targetRefs beside the deprecated
+// spec.targetRef: the CRD accepts both when targetSelectors is set, and EG
+// then reads targetRef alone (api/v1alpha1/policy_helpers.go, GetTargetRefs),
+// so whatever only targetRefs names is not a target.
+func reportIgnoredTargetRefs(p *Pass, o *manifest.Object) {
+	spec := manifest.Get(o.Node, "spec")
+	refs := manifest.Get(spec, "targetRefs")
+	if manifest.Get(spec, "targetRef") == nil || len(manifest.Items(refs)) == 0 {
+		return
+	}
+	p.Report(o, refs, "spec.targetRefs", "spec.targetRefs is ignored: with spec.targetRef set, EG reads targetRef alone (api/v1alpha1/policy_helpers.go, GetTargetRefs), so %s does not attach to what only targetRefs names; move targetRef into targetRefs", o)
 }
 
 func reportUnbound(p *Pass, at *attachment) {
@@ -153,9 +176,30 @@ func checkSelectorsSelect(p *Pass, o *manifest.Object) {
 			found = found || r.node == sel
 		}
 		if !found {
+			if names := ungrantedSelections(p.Index, o, sel, path); names != "" {
+				p.Report(o, sel, path, "%s selects %s in another namespace, but no ReferenceGrant in the input lets a %s of namespace %s refer to it: EG v1.9.1 drops such a target (internal/gatewayapi/helpers.go, isCrossNamespaceReferencePermitted), so the budgets of %s bind nowhere; add a ReferenceGrant in the target's namespace (from group %s, kind %s, namespace %s; to the target's kind), or put the policy in the target's namespace", path, names, o.Kind, o.Namespace, o, o.Group(), o.Kind, o.Namespace)
+				continue
+			}
 			p.Report(o, sel, path, "%s selects no %s in the input: the budgets of %s bind nowhere the gate can see; pass the Gateways (and routes) this policy is meant for, or use targetRefs", path, manifest.Str(manifest.Get(sel, "kind")), o)
 		}
 	}
+}
+
+// ungrantedSelections names the objects of the input selector sel of o would
+// select but for a missing ReferenceGrant ("" when none).
+func ungrantedSelections(ix *Index, o *manifest.Object, sel *yaml.Node, path string) string {
+	kind := manifest.Str(manifest.Get(sel, "kind"))
+	cands := ix.Gateways
+	if kind != "Gateway" {
+		cands = ix.Routes
+	}
+	var out []string
+	for _, c := range cands {
+		if c.Kind == kind && ix.selectsIgnoringGrants(o, sel, path, c) && !ix.crossNamespaceGranted(o, c) {
+			out = append(out, c.Kind+" "+c.Namespace+"/"+c.Name)
+		}
+	}
+	return strings.Join(dedupe(out), ", ")
 }
 
 func nonEmpty(ss []string) []string {

@@ -21,8 +21,8 @@ import (
 // spec.mergeType: then EG merges it with the listener's or Gateway's policy
 // (translateBackendTrafficPolicyForRouteWithMerge); StrategicMerge keeps the
 // parent's rate limit rules (merged by rule name), JSONMerge replaces the rule
-// list when the route policy has a rate limit of its own (a JSON merge patch
-// replaces lists). agentgateway merges traffic policies field by field with
+// list when the route policy has a global rate limit of its own (a JSON merge
+// patch replaces lists). agentgateway merges traffic policies field by field with
 // the more specific target winning (Gateway < listener < route < route rule;
 // crates/agentgateway/src/store/binds.rs route_policies, store/policy.rs
 // merge_with_inheritance): a route's AgentgatewayPolicy with a global rate
@@ -71,12 +71,19 @@ func budgetReach(ix *Index, pol *manifest.Object) (applied []routeUnit, lost map
 
 // keepsParentRules reports whether route policy eff, merged with parent,
 // keeps the rate limit rules of pol: eff sets mergeType, pol is the parent,
-// and the merge is strategic or eff has no rate limit of its own.
+// and the merge is strategic or eff has no global rate limit of its own. EG
+// merges the two policies' IR rate limits, {global: {rules}, local}
+// (translateBackendTrafficPolicyForRouteWithMerge); a JSON merge patch
+// replaces the parent's global rule list only with a global one, and a route
+// policy with a local limit alone leaves it (buildRateLimit builds no global
+// limit for rateLimit.type Local either).
 func keepsParentRules(eff, parent *attachment, pol *manifest.Object) bool {
 	if eff.Merge == "" || parent == nil || parent.Policy != pol {
 		return false
 	}
-	return eff.Merge != "JSONMerge" || manifest.Get(eff.Policy.Node, "spec", "rateLimit") == nil
+	rl := manifest.Get(eff.Policy.Node, "spec", "rateLimit")
+	ownGlobal := manifest.Get(rl, "global") != nil && manifest.Str(manifest.Get(rl, "type")) != "Local"
+	return eff.Merge != "JSONMerge" || !ownGlobal
 }
 
 func sortedAttachments(m map[*attachment][]routeUnit) []*attachment {

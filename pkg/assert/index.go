@@ -310,7 +310,7 @@ func (ts targetSet) sorted() []Target {
 	return out
 }
 
-// refTargets resolves spec.targetRef and spec.targetRefs (in that order).
+// refTargets resolves spec.targetRef, or else spec.targetRefs.
 func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet) {
 	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
 	paths := make([]string, len(refs))
@@ -318,8 +318,9 @@ func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet
 		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
 	}
 	if r := manifest.Get(spec, "targetRef"); r != nil {
-		refs = append([]*yaml.Node{r}, refs...)
-		paths = append([]string{"spec.targetRef"}, paths...)
+		// EG reads targetRefs only without targetRef (api/v1alpha1/policy_helpers.go,
+		// GetTargetRefs); the CRD allows both beside targetSelectors.
+		refs, paths = []*yaml.Node{r}, []string{"spec.targetRef"}
 	}
 	for i, ref := range refs {
 		group := manifest.Str(manifest.Get(ref, "group"))
@@ -414,6 +415,11 @@ func routeParents(rt *manifest.Object) []GatewayKey {
 // values) selects nothing and is recorded in SelectorErrors, so a rule can
 // report it instead of the policy silently reaching no target.
 func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, path string, target *manifest.Object) bool {
+	return ix.selectsIgnoringGrants(obj, sel, path, target) && ix.crossNamespaceGranted(obj, target)
+}
+
+// selectsIgnoringGrants is selects without the ReferenceGrant check.
+func (ix *Index) selectsIgnoringGrants(obj *manifest.Object, sel *yaml.Node, path string, target *manifest.Object) bool {
 	switch from := manifest.Str(manifest.Get(sel, "namespaces", "from")); from {
 	case "", "Same":
 		if target.Namespace != obj.Namespace {
@@ -432,6 +438,39 @@ func (ix *Index) selects(obj *manifest.Object, sel *yaml.Node, path string, targ
 	}
 	s, ok := ix.selector(obj, sel, path)
 	return ok && s.Matches(objectLabels(target))
+}
+
+// crossNamespaceGranted reports whether Envoy Gateway keeps a target a
+// selector of policy obj found in another namespace: only when a
+// ReferenceGrant (gateway.networking.k8s.io, any version) in the target's
+// namespace has a from entry for the policy's group, kind and namespace and a
+// to entry for the target's group and kind, with its name or none
+// (internal/gatewayapi/helpers.go of EG v1.9.1, resolvePolicyTargetsFromSelectors
+// and isCrossNamespaceReferencePermitted). A grant applied from elsewhere is
+// not seen: the gate fails closed, as for Namespace selectors.
+func (ix *Index) crossNamespaceGranted(obj, target *manifest.Object) bool {
+	if obj.Namespace == target.Namespace {
+		return true
+	}
+	for _, g := range ix.Objects {
+		if g.Kind != "ReferenceGrant" || g.Group() != GroupGateway || g.Namespace != target.Namespace {
+			continue
+		}
+		fromOK, toOK := false, false
+		for _, f := range manifest.Items(manifest.Get(g.Node, "spec", "from")) {
+			fromOK = fromOK || manifest.Str(manifest.Get(f, "group")) == obj.Group() &&
+				manifest.Str(manifest.Get(f, "kind")) == obj.Kind && manifest.Str(manifest.Get(f, "namespace")) == obj.Namespace
+		}
+		for _, t := range manifest.Items(manifest.Get(g.Node, "spec", "to")) {
+			name := manifest.Str(manifest.Get(t, "name"))
+			toOK = toOK || manifest.Str(manifest.Get(t, "group")) == target.Group() &&
+				manifest.Str(manifest.Get(t, "kind")) == target.Kind && (name == "" || name == target.Name)
+		}
+		if fromOK && toOK {
+			return true
+		}
+	}
+	return false
 }
 
 // selector compiles the matchLabels/matchExpressions of n once per node.
