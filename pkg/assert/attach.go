@@ -229,16 +229,7 @@ func (ix *Index) policyRefs(o *manifest.Object) []policyRef {
 	for _, r := range out {
 		selected[policyRef{kind: r.kind, ns: r.ns, name: r.name}] = true
 	}
-	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
-	paths := make([]string, len(refs))
-	for i := range refs {
-		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
-	}
-	if r := manifest.Get(spec, "targetRef"); r != nil {
-		// EG reads targetRefs only without targetRef (api/v1alpha1/policy_helpers.go,
-		// GetTargetRefs); the CRD allows both beside targetSelectors.
-		refs, paths = []*yaml.Node{r}, []string{"spec.targetRef"}
-	}
+	refs, paths := targetRefNodes(spec)
 	for i, ref := range refs {
 		if g := manifest.Str(manifest.Get(ref, "group")); g != "" && g != GroupGateway {
 			continue

@@ -41,6 +41,7 @@ var ruleEffectiveBudget = &Rule{
 			}
 		}
 		checkAgentgatewayPrecedence(p)
+		checkListenerSets(p)
 		return nil
 	},
 }

@@ -312,16 +312,7 @@ func (ts targetSet) sorted() []Target {
 
 // refTargets resolves spec.targetRef, or else spec.targetRefs.
 func (ix *Index) refTargets(obj *manifest.Object, spec *yaml.Node, ts *targetSet) {
-	refs := manifest.Items(manifest.Get(spec, "targetRefs"))
-	paths := make([]string, len(refs))
-	for i := range refs {
-		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
-	}
-	if r := manifest.Get(spec, "targetRef"); r != nil {
-		// EG reads targetRefs only without targetRef (api/v1alpha1/policy_helpers.go,
-		// GetTargetRefs); the CRD allows both beside targetSelectors.
-		refs, paths = []*yaml.Node{r}, []string{"spec.targetRef"}
-	}
+	refs, paths := targetRefNodes(spec)
 	for i, ref := range refs {
 		group := manifest.Str(manifest.Get(ref, "group"))
 		if group != "" && group != GroupGateway {
