@@ -143,7 +143,7 @@ func observabilitySettings(s *Settings) []setting {
 		{vars("USE_PROMETHEUS"), "use-prometheus", "serve metrics on PROMETHEUS_ADDR too (the debug port always serves them)", boolean(&s.UsePrometheus)},
 		{vars("PROMETHEUS_ADDR"), "prometheus-addr", "Prometheus listen address", str(&s.PrometheusAddr)},
 		{vars("PROMETHEUS_PATH"), "", "Prometheus metrics path", str(&s.PrometheusPath)},
-		{vars("LOG_LEVEL"), "log-level", "debug, info, warn or error", str(&s.LogLevel)},
+		{vars("LOG_LEVEL"), "log-level", "debug, info, warn or error (the reference's trace reads as debug, warning as warn, fatal and panic as error)", str(&s.LogLevel)},
 		{vars("LOG_FORMAT"), "log-format", "text or json", str(&s.LogFormat)},
 		{vars("BUDGET_USAGE_TOP_PRINCIPALS"), "budget-usage-top-principals", "principals per budget in ratelimit_budget_usage_ratio (the highest usage ratios, ranked, never named), within [0, 100]; 0 = off", integer(&s.BudgetUsageTopPrincipals)},
 		{vars("THRESHOLD_EVENTS_URL"), "threshold-events-url", "POST each 80/90/100% threshold crossing as a CloudEvent to this http(s) URL; empty is off", str(&s.ThresholdEventsURL)},
