@@ -48,14 +48,19 @@ var (
 // Metrics are the service's collectors. A nil *Metrics is valid and records
 // nothing, so packages can be used without Prometheus.
 type Metrics struct {
-	Decisions       *prometheus.CounterVec // RuleLabels + outcome
-	TokensCharged   *prometheus.CounterVec // RuleLabels
-	Requests        *prometheus.CounterVec // code: ok, over_limit, invalid_argument, unavailable
-	StoreErrors     *prometheus.CounterVec // op: charge|deferred_charge, reason: see StoreErrorReasons
-	StoreLatency    *prometheus.HistogramVec
-	FailurePolicy   *prometheus.CounterVec // policy applied after a store error: allow|deny|error
-	ConfigLoads     *prometheus.CounterVec // source, result: success|error
-	ConfigRules     prometheus.Gauge
+	Decisions     *prometheus.CounterVec // RuleLabels + outcome
+	TokensCharged *prometheus.CounterVec // RuleLabels
+	Requests      *prometheus.CounterVec // code: ok, over_limit, invalid_argument, unavailable
+	StoreErrors   *prometheus.CounterVec // op: charge|deferred_charge, reason: see StoreErrorReasons
+	StoreLatency  *prometheus.HistogramVec
+	FailurePolicy *prometheus.CounterVec // policy applied after a store error: allow|deny|error
+	ConfigLoads   *prometheus.CounterVec // source, result: success|error
+	ConfigRules   prometheus.Gauge
+	// ConfigLastLoad is 1 per source whose last load succeeded, 0 after a
+	// rejected one, from the first load on (a rejection at startup too,
+	// which an increase() of ConfigLoads cannot see: it is in the first
+	// sample).
+	ConfigLastLoad  *prometheus.GaugeVec
 	OverLimitCache  *prometheus.CounterVec // result: hit|full
 	DeferredCharges prometheus.Counter
 	GlobalShadow    prometheus.Counter
@@ -104,7 +109,7 @@ func NewWith(reg prometheus.Registerer, o Options) *Metrics {
 	m.ChargeLatency = m.StoreLatency.WithLabelValues("charge")
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.TokensCharged, m.Requests, m.StoreErrors, m.StoreLatency,
-			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow, m.UnsentHits,
+			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.ConfigLastLoad, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow, m.UnsentHits,
 			m.ReservationHolds, m.ReservationHeldTokens, m.ReservationDenials, m.ReservationExpiredTokens)
 		if m.Usage != nil {
 			reg.MustRegister(m.Usage)
@@ -135,6 +140,10 @@ func newCollectors() *Metrics {
 			Name: "ratelimit_config_rules",
 			Help: "Rate limits in the active config.",
 		}),
+		ConfigLastLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelimit_config_last_load_success",
+			Help: "1 when the source's last config load succeeded, 0 when it was rejected (the last good config stays in force).",
+		}, []string{"source"}),
 		OverLimitCache: counter("ratelimit_over_limit_cache_total", "Over-limit cache answers (hit) and inserts that found it full (full).", "result"),
 		DeferredCharges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_deferred_charges_total",
@@ -192,9 +201,11 @@ func (m *Metrics) ConfigLoaded(source string, err error) {
 	}
 	if err != nil {
 		m.ConfigLoads.WithLabelValues(source, "error").Inc()
+		m.ConfigLastLoad.WithLabelValues(source).Set(0)
 		return
 	}
 	m.ConfigLoads.WithLabelValues(source, "success").Inc()
+	m.ConfigLastLoad.WithLabelValues(source).Set(1)
 }
 
 // ConfigInstalled sets the rules gauge to the limits of the config just

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -104,5 +105,28 @@ func TestTopPrincipalsBound(t *testing.T) {
 	}
 	if u := newUsage(Options{}); u.n != DefaultTopPrincipals {
 		t.Fatalf("default N = %d", u.n)
+	}
+}
+
+// TestConfigLastLoad: the gauge has no series for a source that never
+// loaded (no false alert), is 0 from a source's first rejected load on (a
+// rejection at startup included) and 1 again after a good one.
+func TestConfigLastLoad(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewWith(reg, Options{})
+	if n := testutil.CollectAndCount(reg, "ratelimit_config_last_load_success"); n != 0 {
+		t.Fatalf("%d series before any load, want 0", n)
+	}
+	m.ConfigLoaded("xds", errors.New("bad snapshot"))
+	m.ConfigLoaded("file", nil)
+	if got := testutil.ToFloat64(m.ConfigLastLoad.WithLabelValues("xds")); got != 0 {
+		t.Errorf("xds rejected at start: gauge %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(m.ConfigLastLoad.WithLabelValues("file")); got != 1 {
+		t.Errorf("file loaded: gauge %v, want 1", got)
+	}
+	m.ConfigLoaded("xds", nil)
+	if got := testutil.ToFloat64(m.ConfigLastLoad.WithLabelValues("xds")); got != 1 {
+		t.Errorf("xds loaded after a rejection: gauge %v, want 1", got)
 	}
 }
