@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -94,7 +95,7 @@ func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
 		var cursor uint64
 		seen := 0
 		for {
-			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(v.prefix+"ledger:{*}:*").Count(DefaultScanCount).Build()).AsScanEntry()
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(globQuote(v.prefix)+"ledger:{*}:*").Count(DefaultScanCount).Build()).AsScanEntry()
 			if err != nil {
 				return nil, fmt.Errorf("scan ledger keys on %s: %w", a, err)
 			}
@@ -115,6 +116,23 @@ func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
 		}
 	}
 	return sortKeys(found), nil
+}
+
+// globQuote escapes the glob characters of a key prefix (the service's
+// CACHE_KEY_PREFIX, which it does not restrict) for SCAN's MATCH, so a
+// prefix such as "rl[eu]:" matches itself
+// (https://valkey.io/commands/keys/: "Use \ to escape special characters if
+// you want to match them verbatim").
+func globQuote(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // Read implements Reader: a bounded HSCAN of the window's usage hash and of

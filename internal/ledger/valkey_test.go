@@ -283,3 +283,31 @@ func TestValkeyReadCountsARepeatedStatsFieldOnce(t *testing.T) {
 		}
 	}
 }
+
+// A prefix with glob characters (CACHE_KEY_PREFIX is free text) lists its
+// own keys, and only those.
+func TestValkeyKeysWithAGlobPrefix(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	c := newClient(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := RuleID{"ns/p", "ns/p/rule/0"}
+	w := DayWindow(DayOf(time.Now()))
+	for _, prefix := range []string{`rl[eu]:`, `rl*:`, `rl?\:`} {
+		if err := NewValkey(c, prefix).Add(ctx, Usage{Key: WindowUsageKey(prefix, r, w), Field: "alice", Tokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := NewValkey(c, "rle:").Add(ctx, Usage{Key: WindowUsageKey("rle:", r, w), Field: "bob", Tokens: 7}); err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{`rl[eu]:`, `rl*:`, `rl?\:`} {
+		keys, err := NewValkey(c, prefix).Keys(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 || keys[0] != (Key{r, w}) {
+			t.Fatalf("prefix %q: keys %v, want its one rule-window", prefix, keys)
+		}
+	}
+}

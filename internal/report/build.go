@@ -326,7 +326,7 @@ func project(v uint64, factor float64) uint64 {
 
 // finish computes the cap's numbers from its populations.
 func (f *fill) finish(c *Cap, p plan, o Options) {
-	pr := f.def.finish(c.Cap)
+	pr := f.def.finish(c.Cap, p)
 	c.PerWindow, c.Summary, c.WindowsCovered, c.DaysCovered = pr.perWindow, pr.summary, pr.covered, pr.daysCovered
 	c.Distribution, c.PrincipalPeaks = pr.distribution, pr.peaks
 	c.OverCapPrincipals, c.OverCapPrincipalsTotal = pr.over, len(pr.over)
@@ -343,7 +343,7 @@ func (f *fill) finish(c *Cap, p plan, o Options) {
 		c.NoData = noMeasurements(c, f.a.todayData, o)
 	}
 	for _, name := range sortedNames(f.overrides) {
-		op := f.overrides[name].finish(0)
+		op := f.overrides[name].finish(0, p)
 		ov := Override{Principal: name, Cap: f.a.info.Overrides[name][f.k].Cap, WindowsCovered: op.covered, DaysCovered: op.daysCovered, Summary: op.summary, PerWindow: op.perWindow}
 		if ov.Summary.PrincipalWindows > 0 {
 			ov.SuggestedCap, ov.SuggestionBasis = suggestPeak(op.summary.Max, "one principal with its own cap (override)", o.Headroom)

@@ -30,10 +30,16 @@ type judgedWindow struct {
 // after shadowSince, zero when unknown).
 func (p plan) judge(per ledger.Period, o Options, has func(ledger.Window) bool, since time.Time) judgement {
 	j := judgement{factor: 1}
+	// A day or hour before the first full day of shadow (shadowSince is
+	// partial: shadowing started during it) is not a full shadow window:
+	// like today, it counts in the sums but neither as covered nor in the
+	// share a verdict weighs, as promote --evidence judges it
+	// (internal/promote, capRefusals: shadow days from shadowSince+1).
+	early := func(w ledger.Window) bool { return !since.IsZero() && w.Start(p.loc).Before(since) }
 	switch per {
 	case ledger.PeriodDay:
 		for _, d := range p.days {
-			j.windows = append(j.windows, judgedWindow{w: d})
+			j.windows = append(j.windows, judgedWindow{w: d, partial: early(d)})
 		}
 		if o.IncludeToday {
 			j.windows = append(j.windows, judgedWindow{w: p.today, partial: true})
@@ -41,7 +47,7 @@ func (p plan) judge(per ledger.Period, o Options, has func(ledger.Window) bool, 
 		j.text = fmt.Sprintf("%d days %s..%s", len(p.days), p.days[0], p.days[len(p.days)-1])
 	case ledger.PeriodHour:
 		for _, h := range p.windows(per, p.start, p.end.Add(-time.Hour)) {
-			j.windows = append(j.windows, judgedWindow{w: h})
+			j.windows = append(j.windows, judgedWindow{w: h, partial: early(h)})
 		}
 		if o.IncludeToday {
 			for _, h := range p.windows(per, p.end, p.now) {

@@ -149,17 +149,29 @@ type populationResult struct {
 	outliers     []Outlier
 }
 
-func (p *population) finish(capv uint64) populationResult {
+// finish computes the population's numbers; pl gives the report's days in
+// its zone, which daysCovered counts.
+func (p *population) finish(capv uint64, pl plan) populationResult {
 	var res populationResult
 	var sum windowAcc
 	sum.principals = p.seen
+	reportDays := map[ledger.Day]bool{}
+	for _, d := range pl.days {
+		reportDays[d.Day] = true
+	}
 	days := map[ledger.Day]bool{}
 	for i, jw := range p.windows {
 		ws := p.acc[i].stats()
 		res.perWindow = append(res.perWindow, WindowStats{Window: jw.w.String(), Partial: jw.partial, Stats: ws})
 		if !jw.partial && (ws.PrincipalWindows > 0 || ws.Would429 > 0 || ws.Denied > 0) {
 			res.covered++
-			days[jw.w.Day] = true
+			// An hour window is named by its UTC date (hours are
+			// epoch-aligned), not by the day of the report's zone it falls
+			// in: count the local day it starts in, and only the report's
+			// days, so 6 local days of hours never read as 7 UTC dates.
+			if d := ledger.WindowAt(ledger.PeriodDay, jw.w.Start(pl.loc), pl.loc).Day; jw.w.Period != ledger.PeriodHour || reportDays[d] {
+				days[d] = true
+			}
 		}
 		sum.merge(&p.acc[i])
 	}
