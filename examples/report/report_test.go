@@ -11,12 +11,14 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +32,12 @@ import (
 var update = flag.Bool("update", false, "rewrite the committed reports from the fixture")
 
 // The shadow week: budgets in shadow since 2026-10-16 (the spec's
-// shadowSince); the report runs on 2026-10-23 at 15:00 UTC, so the window is
-// 2026-10-16..2026-10-22 and today is partial.
+// shadowSince, a partial day that promote does not count); the report runs on
+// 2026-10-24 at 15:00 UTC, so the window is the 7 full shadow days
+// 2026-10-17..2026-10-23 and today is partial.
 var (
-	firstDay = time.Date(2026, 10, 16, 0, 0, 0, 0, time.UTC)
-	now      = time.Date(2026, 10, 23, 15, 0, 0, 0, time.UTC)
+	firstDay = time.Date(2026, 10, 17, 0, 0, 0, 0, time.UTC)
+	now      = time.Date(2026, 10, 24, 15, 0, 0, 0, time.UTC)
 )
 
 const (
@@ -82,8 +85,8 @@ func TestExampleReportIsCurrent(t *testing.T) {
 	// What the example is there to show, so a regenerated file still shows it.
 	md, _ := os.ReadFile("report.md")
 	for _, want := range []string{
-		"2026-10-23", "partial", // today so far
-		"alice@example.com", "run-1018-loop", "key-07", // principals over their caps
+		"2026-10-24", "partial", // today so far
+		"alice@example.com", "run-1019-loop", "key-07", // principals over their caps
 		"acme-batch", "trial-42", // override populations, each against its own cap
 		"agent-fleet", "frontier", // shared buckets
 		"Reservations (reserve auto)", // per-run and per-human reserve
@@ -186,9 +189,9 @@ func egRule(i int, matches ...string) []*rlcommon.RateLimitDescriptor_Entry {
 }
 
 // agentgatewayDay: B1 per-run (agentgateway, 5M per run): runs live for a
-// day; one loops on 10-18, one retries too often on 10-20, one loops today.
+// day; one loops on 10-19, one retries too often on 10-21, one loops today.
 // B2 agent-fleet (one 200M bucket): the same calls, plus the fleet's calls
-// that carry no run (scheduled agents). per-run reserves; run-1020-retry
+// that carry no run (scheduled agents). per-run reserves; run-1021-retry
 // leaves three holds to expire.
 func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 	at, tag := day.Add(10*time.Hour), day.Format("0102")
@@ -199,11 +202,11 @@ func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 		fleet += tok
 		w.reserving(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", fmt.Sprintf("run-%s-%02d", tag, i))}, 0b10, at, tok, 250_000, 5_000_000, 0)
 	}
-	for run, tok := range map[string]uint64{"run-1018-loop": 11_400_000, "run-1020-retry": 6_500_000, "run-1023-loop": 7_200_000} {
+	for run, tok := range map[string]uint64{"run-1019-loop": 11_400_000, "run-1021-retry": 6_500_000, "run-1024-loop": 7_200_000} {
 		if strings.HasPrefix(run, "run-"+tag) {
 			fleet += tok
 			lost := uint64(0)
-			if run == "run-1020-retry" {
+			if run == "run-1021-retry" {
 				lost = 3 // the retries it gave up on mid-stream
 			}
 			w.reserving(agwDomain, []*rlcommon.RateLimitDescriptor_Entry{entry("budget", "per-run"), entry("principal", run)}, 0b10, at, tok, 250_000, 5_000_000, lost)
@@ -215,9 +218,9 @@ func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 
 // envoyDay: B3 per-human (Envoy Gateway rule 0, 2M): alice goes over on two
 // days. B4 per-api-key (rule 1, 1M; the override principals excluded):
-// key-07 goes over from 10-21; overrides acme-batch (rule 2, 20M) over once,
-// trial-42 (rule 3, 100k) over from 10-22. B5 frontier (rule 4, one 50M
-// bucket): over on 10-19.
+// key-07 goes over from 10-22; overrides acme-batch (rule 2, 20M) over once,
+// trial-42 (rule 3, 100k) over from 10-23. B5 frontier (rule 4, one 50M
+// bucket): over on 10-20.
 func (w *shadowWeek) envoyDay(d int, day time.Time) {
 	at := day.Add(10 * time.Hour)
 	for i := 1; i <= 25; i++ {
@@ -255,4 +258,48 @@ func (w *shadowWeek) envoyDay(d int, day time.Time) {
 		frontier = 56_000_000
 	}
 	w.use(egDomain, egRule(4, ""), 0, at, frontier, 400_000, 50_000_000)
+}
+
+// TestPromoteAgreesWithTheExample: the example's verdicts are the ones
+// `budgetgen promote --evidence report.json` reaches on the same day: a
+// budget the report calls ready is promoted, any other is refused.
+func TestPromoteAgreesWithTheExample(t *testing.T) {
+	raw, err := os.ReadFile("report.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Budgets []struct {
+			Name    string `json:"name"`
+			Verdict struct {
+				Status string `json:"status"`
+			} `json:"verdict"`
+		} `json:"budgets"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile("../budgets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for _, b := range rep.Budgets {
+		path := filepath.Join(t.TempDir(), "budgets.yaml")
+		if err := os.WriteFile(path, spec, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		args := []string{"promote", b.Name, "--spec", path, "--evidence", "report.json", "--now", now.Format(time.RFC3339)}
+		code := cli.Run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+		if promoted := code == 0; promoted != (b.Verdict.Status == "ready") {
+			t.Errorf("%s: report says %s, promote exit %d: %s", b.Name, b.Verdict.Status, code, stderr.String())
+		}
+		if b.Verdict.Status == "ready" {
+			ready++
+		}
+	}
+	if ready == 0 || ready == len(rep.Budgets) {
+		t.Errorf("%d of %d budgets ready: the example should show both verdicts", ready, len(rep.Budgets))
+	}
 }
