@@ -21,7 +21,8 @@ import (
 )
 
 // Snapshots (MEMORY_SNAPSHOT_PATH): so a restart of a service on the embedded
-// store does not forget the budget (seed 000), its counters and the usage
+// store does not forget the budget (a single replica without Valkey must
+// survive a restart), its counters and the usage
 // ledger are written to one file, periodically and on shutdown, atomically
 // (internal/atomicfile: a crash leaves the previous snapshot whole), and read
 // back at start, dropping what has expired. A crash loses at most what was
