@@ -95,7 +95,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		return nil, err
 	}
 	if err := checkAgentgatewayCaps(bs); err != nil {
-		return nil, err
+		return nil, positioned(bs, err)
 	}
 	costs, err := LLMRequestCosts(bs)
 	if err != nil {
@@ -118,7 +118,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		}
 		btp, err := backendTrafficPolicy(bs, gw)
 		if err != nil {
-			return nil, err
+			return nil, positioned(bs, err)
 		}
 		if err := claimDomain(bs, domains, i, btp.Namespace+"/"+btp.Name); err != nil {
 			return nil, err
@@ -544,7 +544,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 						header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
 					}}}
 				}
-				if err := addLimits(path+".overrides["+o.Principal+"]", o.AllLimits(), &b.Rollout, sel,
+				if err := addLimits(overridePath(path, b, o.Principal), o.AllLimits(), &b.Rollout, sel,
 					RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens, Principal: o.Principal}); err != nil {
 					return nil, nil, err
 				}
