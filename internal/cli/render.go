@@ -151,7 +151,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 			abort()
 			return failure(fmt.Errorf("render: -o %s: %w", o.outDir, err))
 		}
-		out, err = atomicfile.StageDir(o.outDir, res.Files(), manifestFileOpts)
+		out, err = atomicfile.StageDir(o.outDir, res.Files(), manifestOptions(o))
 		if err != nil {
 			abort()
 			return failure(err)

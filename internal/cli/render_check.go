@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -35,7 +36,7 @@ type renderOutput struct {
 func renderOutputs(o renderOptions, res *render.Result, rlsFiles map[string][]byte, mapFile []byte) []renderOutput {
 	var outs []renderOutput
 	if o.outDir != "" {
-		outs = append(outs, renderOutput{o.outDir, res.Files(), manifestFileOpts})
+		outs = append(outs, renderOutput{o.outDir, res.Files(), manifestOptions(o)})
 	}
 	if o.rlsDir != "" {
 		outs = append(outs, renderOutput{o.rlsDir, rlsFiles, rateLimitFileOpts})
@@ -53,6 +54,32 @@ var (
 	manifestFileOpts  = generatedOnly(render.IsGenerated)
 	rateLimitFileOpts = generatedOnly(rlsconfig.IsGenerated)
 )
+
+// manifestOptions are the stale-file rules of -o for the command line o: a
+// budget map this run writes into the -o directory starts with render's
+// generated header too, but it is an output of the run, not a file of an
+// object no longer rendered.
+func manifestOptions(o renderOptions) atomicfile.Options {
+	if o.mapPath == "" || !sameDir(o.outDir, filepath.Dir(o.mapPath)) {
+		return manifestFileOpts
+	}
+	keep := filepath.Base(o.mapPath)
+	return atomicfile.Options{RemoveStale: func(name string, content []byte) bool {
+		return name != keep && render.IsGenerated(content)
+	}}
+}
+
+// sameDir reports whether two directory paths name one directory.
+func sameDir(a, b string) bool {
+	if ia, err := os.Stat(a); err == nil {
+		if ib, err := os.Stat(b); err == nil {
+			return os.SameFile(ia, ib)
+		}
+	}
+	aa, errA := filepath.Abs(a)
+	ab, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && aa == ab
+}
 
 func generatedOnly(generated func([]byte) bool) atomicfile.Options {
 	return atomicfile.Options{RemoveStale: func(_ string, content []byte) bool { return generated(content) }}

@@ -90,3 +90,23 @@ func mustWrite(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenderCheckBudgetMapInOutputDir: a budget map kept next to the
+// manifests (-o DIR --budget-map DIR/budget-map.yaml) starts with render's
+// generated header, but it is this run's output, not a stale manifest:
+// render keeps it and --check must not report it for removal.
+func TestRenderCheckBudgetMapInOutputDir(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	args := []string{"render", examplePath, "-o", out, "--budget-map", filepath.Join(out, "budget-map.yaml")}
+	for i := 0; i < 2; i++ {
+		if code, _, stderr := runStdin(t, "", args...); code != ExitOK {
+			t.Fatalf("render: exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(out, "budget-map.yaml")); err != nil {
+			t.Fatalf("render %d removed its own budget map: %v", i+1, err)
+		}
+	}
+	if code, stdout, stderr := runStdin(t, "", append(args, "--check")...); code != ExitOK || stdout != "" {
+		t.Fatalf("--check after render: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

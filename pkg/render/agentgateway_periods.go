@@ -81,8 +81,7 @@ func agentgatewayCaps(path string, limits []spec.Limit) (map[spec.Period]int64, 
 }
 
 // planAgentgateway checks and plans one budget on an agentgateway Gateway.
-func planAgentgateway(b *spec.Budget) (*agwPlan, error) {
-	path := "spec.budgets[" + b.Name + "]"
+func planAgentgateway(path string, b *spec.Budget) (*agwPlan, error) {
 	caps, err := agentgatewayCaps(path, b.AllLimits())
 	if err != nil {
 		return nil, err
@@ -93,7 +92,7 @@ func planAgentgateway(b *spec.Budget) (*agwPlan, error) {
 		seen[w] = true
 	}
 	for _, o := range b.SortedOverrides() {
-		oc, err := agentgatewayCaps(path+".overrides["+o.Principal+"]", o.AllLimits())
+		oc, err := agentgatewayCaps(overridePath(path, b, o.Principal), o.AllLimits())
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +152,7 @@ func (p *agwPlan) leaves() []agwLeaf {
 func agentgatewayPlans(bs *spec.BudgetSet, gw spec.GatewayRef) ([]*agwPlan, error) {
 	var out []*agwPlan
 	for _, b := range agentgatewayBudgets(bs, gw) {
-		p, err := planAgentgateway(b)
+		p, err := planAgentgateway(budgetPath(bs, b), b)
 		if err != nil {
 			return nil, err
 		}

@@ -316,3 +316,36 @@ func TestBudgetMapFollowsDeployedPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsupportedErrorsNameTheLine: a validated spec render cannot express
+// fails with the spec's file, line and field path (indices, as validation
+// names them), like every other spec error.
+func TestUnsupportedErrorsNameTheLine(t *testing.T) {
+	const head = "apiVersion: budgetgen.dev/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  gateways:\n"
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"large cap, own token source", head + "    - {namespace: ns, name: gw1}\n  tokenSource: {key: my_tokens}\n  identities:\n    x-a: {jwtClaim: sub}\n  budgets:\n" +
+			"    - {name: z, perPrincipal: x-a, tokensPerDay: 10, shadowSince: 2026-01-01}\n" +
+			"    - name: a\n      perPrincipal: x-a\n      shadowSince: 2026-01-01\n      tokensPerDay: 10\n      overrides:\n" +
+			"        - {principal: zed, tokensPerDay: 10}\n        - principal: bob\n          limits:\n            - {tokens: 5000000000, per: month}\n",
+			"s.yaml:20: spec.budgets[1].overrides[1].limits[0]: a cap above 4294967295 tokens"},
+		{"money on agentgateway", head + "    - {namespace: ns, name: gw1, kind: agentgateway}\n  identities:\n    x-a: {jwtClaim: sub}\n" +
+			"  pricing:\n    models: [{model: x, input: 1, output: 1}]\n    default: {input: 1, output: 2}\n  budgets:\n" +
+			"    - {name: z, perPrincipal: x-a, tokensPerDay: 10, shadowSince: 2026-01-01}\n" +
+			"    - name: a\n      perPrincipal: x-a\n      shadowSince: 2026-01-01\n      limits:\n        - {cost: 5, per: month}\n",
+			"s.yaml:18: spec.budgets[1].limits[0]: a money limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bs, err := spec.Load([]byte(tc.doc), "s.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Render(bs)
+			var ue *UnsupportedError
+			if !asUnsupported(err, &ue) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("render error %v; want an UnsupportedError starting %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -22,9 +22,48 @@ const (
 type UnsupportedError struct {
 	Object string // the field path
 	Reason string
+	// File and Line locate Object in the spec file; set by Render for a
+	// spec loaded from YAML.
+	File string
+	Line int
 }
 
-func (e *UnsupportedError) Error() string { return e.Object + ": " + e.Reason }
+func (e *UnsupportedError) Error() string {
+	if e.File != "" && e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Object, e.Reason)
+	}
+	return e.Object + ": " + e.Reason
+}
+
+// positioned gives an UnsupportedError the spec's file and the line of its
+// field, as validation errors have; other errors are returned as they are.
+func positioned(bs *spec.BudgetSet, err error) error {
+	if ue, ok := err.(*UnsupportedError); ok && ue.File == "" && bs.File() != "" {
+		ue.File, ue.Line = bs.File(), bs.Line(ue.Object)
+	}
+	return err
+}
+
+// budgetPath is the field path of a budget of bs, by its index.
+func budgetPath(bs *spec.BudgetSet, b *spec.Budget) string {
+	for i := range bs.Spec.Budgets {
+		if &bs.Spec.Budgets[i] == b {
+			return fmt.Sprintf("spec.budgets[%d]", i)
+		}
+	}
+	return "spec.budgets[" + b.Name + "]"
+}
+
+// overridePath is the field path of b's override of principal (principals
+// are unique), by its index: render walks the overrides sorted.
+func overridePath(budgetPath string, b *spec.Budget, principal string) string {
+	for j := range b.Overrides {
+		if b.Overrides[j].Principal == principal {
+			return fmt.Sprintf("%s.overrides[%d]", budgetPath, j)
+		}
+	}
+	return budgetPath + ".overrides[" + principal + "]"
+}
 
 // charge is what one limit's rule counts: its limit, window and the
 // response metadata it charges.

@@ -95,7 +95,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		return nil, err
 	}
 	if err := checkAgentgatewayCaps(bs); err != nil {
-		return nil, err
+		return nil, positioned(bs, err)
 	}
 	costs, err := LLMRequestCosts(bs)
 	if err != nil {
@@ -103,8 +103,12 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	}
 	res := &Result{LLMRequestCosts: costs}
 	seenConfig := map[string]bool{}
-	for _, gw := range bs.Spec.Gateways {
+	domains := map[string]int{}
+	for i, gw := range bs.Spec.Gateways {
 		if gw.IsAgentgateway() {
+			if err := claimDomain(bs, domains, i, AgentgatewayDomain(bs, gw)); err != nil {
+				return nil, err
+			}
 			o, err := agentgatewayObject(bs, gw)
 			if err != nil {
 				return nil, err
@@ -114,6 +118,9 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 		}
 		btp, err := backendTrafficPolicy(bs, gw)
 		if err != nil {
+			return nil, positioned(bs, err)
+		}
+		if err := claimDomain(bs, domains, i, btp.Namespace+"/"+btp.Name); err != nil {
 			return nil, err
 		}
 		o, err := newObject(egv1a1.KindBackendTrafficPolicy, btp.Namespace, btp.Name, btp)
@@ -151,6 +158,30 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 	}
 	res.AgentgatewayConfigs = AgentgatewayConfigs(bs)
 	return res, nil
+}
+
+// claimDomain records that spec.gateways[i]'s policy is <namespace>/<name>,
+// which is also its rate limit domain, and refuses a second Gateway whose
+// policy has the same one: a base policy file shared by two Gateways (a base
+// without targetRefs takes each Gateway's), or one named like another
+// Gateway's <set>-<gateway> policy. Both policies would be one object in the
+// cluster and one file in -o (the first Gateway's budgets silently gone), and
+// their rules would count in each other's counters.
+func claimDomain(bs *spec.BudgetSet, domains map[string]int, i int, domain string) error {
+	first, dup := domains[domain]
+	if !dup {
+		domains[domain] = i
+		return nil
+	}
+	field := fmt.Sprintf("spec.gateways[%d]", i)
+	switch {
+	case bs.Spec.Gateways[i].BasePolicy != "":
+		field += ".basePolicy"
+	case bs.Spec.Gateways[first].BasePolicy != "":
+		field = fmt.Sprintf("spec.gateways[%d].basePolicy", first)
+	}
+	return bs.Errorf(field, "the policy of Gateway %s is %s, as is the policy of Gateway %s (spec.gateways[%d]): one object and one rate limit domain cannot hold both Gateways' budgets; give each Gateway its own base policy with its own metadata.name",
+		bs.Spec.Gateways[i].ID(), domain, bs.Spec.Gateways[first].ID(), first)
 }
 
 // gatewayConfig is the Envoy AI Gateway GatewayConfig that makes the AI
@@ -513,7 +544,7 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 						header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
 					}}}
 				}
-				if err := addLimits(path+".overrides["+o.Principal+"]", o.AllLimits(), &b.Rollout, sel,
+				if err := addLimits(overridePath(path, b, o.Principal), o.AllLimits(), &b.Rollout, sel,
 					RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens, Principal: o.Principal}); err != nil {
 					return nil, nil, err
 				}

@@ -462,3 +462,54 @@ func TestBasePolicyMerge(t *testing.T) {
 		t.Errorf("GatewayConfig:\n%s", gc.Manifest)
 	}
 }
+
+// TestBasePolicySharedByTwoGateways: two Gateways whose policies would have
+// one name (a base policy file without targetRefs used by both, or a base
+// named like another Gateway's rendered policy) are refused, naming the
+// spec's line: one object (and one -o file) would hold only the last
+// Gateway's budgets, and both would count in one rate limit domain.
+func TestBasePolicySharedByTwoGateways(t *testing.T) {
+	base := "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata:\n  name: %s\nspec:\n  timeout:\n    http:\n      requestTimeout: 30s\n"
+	for _, tc := range []struct {
+		name, gateways, baseName, want string
+	}{
+		{"shared base file", "    - {namespace: ns, name: gw1, basePolicy: base.yaml}\n    - {namespace: ns, name: gw2, basePolicy: base.yaml}\n",
+			"traffic", "s.yaml:7: spec.gateways[1].basePolicy: the policy of Gateway ns/gw2 is ns/traffic, as is the policy of Gateway ns/gw1 (spec.gateways[0])"},
+		{"base named like another policy", "    - {namespace: ns, name: gw1}\n    - {namespace: ns, name: gw2, basePolicy: base.yaml}\n",
+			"s-gw1", "s.yaml:7: spec.gateways[1].basePolicy: the policy of Gateway ns/gw2 is ns/s-gw1"},
+		{"another policy named like the base", "    - {namespace: ns, name: gw2, basePolicy: base.yaml}\n    - {namespace: ns, name: gw1}\n",
+			"s-gw1", "s.yaml:6: spec.gateways[0].basePolicy: the policy of Gateway ns/gw1 is ns/s-gw1"},
+		{"base named like an agentgateway policy", "    - {namespace: ns, name: gw1, kind: agentgateway}\n    - {namespace: ns, name: gw2, basePolicy: base.yaml}\n",
+			"s-gw1", "s.yaml:7: spec.gateways[1].basePolicy: the policy of Gateway ns/gw2 is ns/s-gw1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := "apiVersion: budgetgen.dev/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  gateways:\n" + tc.gateways +
+				"  identities:\n    x-a: {jwtClaim: sub}\n  budgets:\n    - {name: a, perPrincipal: x-a, tokensPerDay: 1000, shadowSince: 2026-01-01}\n"
+			if err := os.WriteFile(filepath.Join(dir, "s.yaml"), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "base.yaml"), fmt.Appendf(nil, base, tc.baseName), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bs, err := spec.Load([]byte(src), "s.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bs.ReadBasePolicies(dir); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Render(bs)
+			var pe *yamlpos.Error
+			if err == nil || !errors.As(err, &pe) || !strings.HasPrefix(err.Error(), tc.want) {
+				var files []string
+				if res != nil {
+					for name := range res.Files() {
+						files = append(files, name)
+					}
+				}
+				t.Fatalf("render = %v (files %v); want an error starting %q", err, files, tc.want)
+			}
+		})
+	}
+}
