@@ -378,6 +378,7 @@ func coveredDays(c *report.Cap, first, last time.Time) coverage {
 	}
 	days := map[string]bool{}
 	seen := map[string]bool{}
+	hours := map[string]int{} // an hour cap's listed hours per UTC date
 	for _, w := range c.PerWindow {
 		day, ok := inRange(w.Window, w.Partial)
 		if !ok {
@@ -390,11 +391,23 @@ func coveredDays(c *report.Cap, first, last time.Time) coverage {
 			continue
 		}
 		seen[w.Window] = true
+		hours[day]++
 		if w.PrincipalWindows > 0 || w.Would429 > 0 || w.Denied > 0 {
 			days[day] = true
 		}
 		cov.windows += w.PrincipalWindows
 		cov.over += w.OverCap
+	}
+	if c.Window == "hour" {
+		// Hour windows are named by their UTC date. A report in another
+		// zone lists its local days' hours, which touch one more UTC date
+		// than they cover: a UTC day counts only with all 24 of its hours
+		// in the evidence.
+		for day := range days {
+			if hours[day] < 24 {
+				delete(days, day)
+			}
+		}
 	}
 	for _, ov := range c.Overridden {
 		for _, w := range ov.PerWindow {

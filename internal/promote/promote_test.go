@@ -257,6 +257,26 @@ func TestPromoteEvidence(t *testing.T) {
 			}
 		})
 	}
+	// An hour cap: its windows are named by their UTC date. 168 hours from
+	// UTC midnight cover 7 full shadow days; 168 hours of a report in
+	// America/New_York (local midnight is 04:00Z) touch 8 UTC dates but
+	// cover only 6 of them whole.
+	hours := func(from string, n int) *report.Report {
+		start := day(from)
+		c := report.Cap{Window: "hour", Measure: report.MeasureTokens, Cap: 300000, SuggestedCap: 300000}
+		for i := range n {
+			c.PerWindow = append(c.PerWindow, report.WindowStats{Window: start.Add(time.Duration(i) * time.Hour).Format("2006-01-02T15Z"),
+				Stats: report.Stats{PrincipalWindows: 10}})
+		}
+		return &report.Report{Version: report.FormatVersion, From: "2026-10-17", To: "2026-10-23", Days: 7,
+			Budgets: []report.Budget{{Name: "per-run", Caps: []report.Cap{c}}}}
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: hours("2026-10-17T00:00:00Z", 168)}); err != nil {
+		t.Errorf("hour cap on 7 full UTC days: %v", err)
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: now, Evidence: hours("2026-10-17T04:00:00Z", 168)}); err == nil || !strings.Contains(err.Error(), "covers 6 of the 7") {
+		t.Errorf("hour cap on 7 New York days (6 whole UTC days): %v, want covers 6 of the 7", err)
+	}
 	// An edited report that repeats a day cannot stretch 6 days into 7.
 	dup := evidence("2026-10-18", 6, 100, 0, 5000000)
 	c := &dup.Budgets[0].Caps[0]
