@@ -373,3 +373,26 @@ func FuzzPromoteNeverCorrupts(f *testing.F) {
 		}
 	})
 }
+
+// TestForcePromoteBareFrontier: a frontier with no mode, shadowSince or name
+// (valid: shadow by default) is promoted with --force, its new fields first.
+func TestForcePromoteBareFrontier(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"block",
+			"apiVersion: budgetgen.io/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  frontier:\n    models:\n      - gpt-5.*\n    tokensPerDay: 50000000\n",
+			"apiVersion: budgetgen.io/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  frontier:\n    mode: enforce\n    enforcedSince: 2026-10-30\n    promotionReason: \"incident 7\"\n    models:\n      - gpt-5.*\n    tokensPerDay: 50000000\n"},
+		{"flow",
+			"apiVersion: budgetgen.io/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  frontier: {models: [gpt-5.*], tokensPerDay: 50000000}\n",
+			"apiVersion: budgetgen.io/v1alpha1\nkind: BudgetSet\nmetadata: {name: s}\nspec:\n  frontier: {mode: enforce, enforcedSince: 2026-10-30, promotionReason: \"incident 7\", models: [gpt-5.*], tokensPerDay: 50000000}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := Promote([]byte(tc.src), "frontier", Options{Now: day("2026-10-30T00:00:00Z"), Force: true, Reason: "incident 7"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(out) != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", out, tc.want)
+			}
+		})
+	}
+}

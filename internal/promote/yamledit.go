@@ -239,7 +239,13 @@ func planEdits(s *source, b *budgetNode, ops []fieldOp, anchors []string) ([]edi
 			}
 		}
 		if ak == nil {
-			return nil, fmt.Errorf("budget %s: no field to insert after", b.name)
+			// None of the anchors (a bare frontier: models and a cap):
+			// the new fields go first.
+			e, err := insertFirst(s, b, inserts)
+			if err != nil {
+				return nil, err
+			}
+			return append(edits, e), nil
 		}
 		_, vend, err := s.scalarSpan(av, b.flow)
 		if err != nil {
@@ -281,6 +287,37 @@ func planEdits(s *source, b *budgetNode, ops []fieldOp, anchors []string) ([]edi
 		}
 	}
 	return edits, nil
+}
+
+// insertFirst puts new fields before b's first field: "key: value, " in flow
+// style, or a line of each at the mapping's indentation in block style (not
+// when the first field shares its line with a list marker, which the fields
+// would then leave).
+func insertFirst(s *source, b *budgetNode, inserts []fieldOp) (edit, error) {
+	if len(b.mapping.Content) == 0 {
+		return edit{}, fmt.Errorf("budget %s: an empty mapping is not edited; add its fields by hand", b.name)
+	}
+	first := b.mapping.Content[0]
+	at, err := s.offset(first.Line, first.Column)
+	if err != nil {
+		return edit{}, err
+	}
+	var text strings.Builder
+	if b.flow {
+		for _, op := range inserts {
+			fmt.Fprintf(&text, "%s: %s, ", op.key, op.value)
+		}
+		return edit{at, at, text.String()}, nil
+	}
+	lstart := s.lines[first.Line-1]
+	indent := string(s.src[lstart:at])
+	if strings.Trim(indent, " ") != "" {
+		return edit{}, fmt.Errorf("line %d: budget %s's first field shares its line with a list marker; add %s by hand", first.Line, b.name, inserts[0].key)
+	}
+	for _, op := range inserts {
+		fmt.Fprintf(&text, "%s%s: %s\n", indent, op.key, op.value)
+	}
+	return edit{lstart, lstart, text.String()}, nil
 }
 
 func removeEdit(s *source, b *budgetNode, k, v *yaml.Node) (edit, error) {
