@@ -120,11 +120,17 @@ func runLedgerSync(ctx context.Context, e *env, o *ledgerSyncOptions) error {
 	defer closeSrc()
 	loc, _ := loadZone(o.timeZone)
 	st, err := db.Sync(ctx, src, ledgerpg.SyncOptions{Location: loc, Names: names, Now: func() time.Time { return now }})
-	if err != nil {
+	if err != nil && !errors.Is(err, ledgerpg.ErrSkipped) {
 		return failure(fmt.Errorf("sync from %s: %w (nothing was written: the copy is one transaction)", safetext.Inline(where), err))
 	}
-	_, err = fmt.Fprintf(e.stdout, "ledger sync: %d rule-windows, %d principal rows from %s; %d rows new or changed\n", st.Windows, st.Rows, safetext.Inline(where), st.Changed)
-	return err
+	if _, werr := fmt.Fprintf(e.stdout, "ledger sync: %d rule-windows, %d principal rows from %s; %d rows new or changed\n", st.Windows, st.Rows, safetext.Inline(where), st.Changed); werr != nil {
+		return werr
+	}
+	if err != nil {
+		// The rest is committed; the job still fails so the skipped windows are seen.
+		return failure(fmt.Errorf("sync from %s: %w", safetext.Inline(where), err))
+	}
+	return nil
 }
 
 // names is how rules are named: by the spec's rendered policies and budget

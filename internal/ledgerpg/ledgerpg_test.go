@@ -3,6 +3,7 @@ package ledgerpg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"reflect"
 	"strings"
@@ -296,5 +297,48 @@ func checkColumns(ctx context.Context, t *testing.T, pg *pgtest.Server) {
 		if got := pg.Psql(ctx, t, q); got != want {
 			t.Errorf("%s = %q, want %q", q, got, want)
 		}
+	}
+}
+
+// refusing is a Reader that refuses one rule's windows as over its bound.
+type refusing struct {
+	ledger.Reader
+	rule ledger.RuleID
+}
+
+func (r refusing) Read(ctx context.Context, rule ledger.RuleID, w ledger.Window) (ledger.Data, error) {
+	if rule == r.rule {
+		return ledger.Data{}, fmt.Errorf("hscan: %w: more than 2 principals", ledger.ErrTooMany)
+	}
+	return r.Reader.Read(ctx, rule, w)
+}
+
+// TestSyncSkipsAnOversizedWindow: a rule-window over the reader's principal
+// bound is left out and named, and every other one is still copied: one
+// oversized window must not stop the hourly copy of every budget.
+func TestSyncSkipsAnOversizedWindow(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	now := time.Date(2026, 10, 20, 12, 0, 0, 0, time.UTC)
+	mem := ledger.NewMemory("", func() time.Time { return now })
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-run"}
+	small := ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}
+	for _, u := range []ledger.Usage{rec.Usage(big, "run-1", now, 10), rec.Usage(big, "run-2", now, 10), rec.Usage(big, "run-3", now, 10), rec.Usage(small, "team-a", now, 7)} {
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	}
+	db := openDB(t, pg)
+	st, err := db.Sync(ctx, refusing{mem, big}, SyncOptions{Now: func() time.Time { return now }})
+	if !errors.Is(err, ErrSkipped) || !strings.Contains(err.Error(), "s/per-run") {
+		t.Fatalf("sync: %v, want ErrSkipped naming s/per-run", err)
+	}
+	if st.Windows != 1 || len(st.Skipped) != 1 {
+		t.Fatalf("stats %+v, want 1 window copied and 1 skipped", st)
+	}
+	if got := pg.Psql(ctx, t, "SELECT rule || '=' || units FROM ledger_usage ORDER BY 1"); got != "s/per-team=7" {
+		t.Fatalf("rows %q, want the other rule's row committed", got)
 	}
 }

@@ -2,8 +2,10 @@ package ledgerpg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,10 +69,21 @@ type SyncStats struct {
 	Windows, Rows int
 	// Changed counts the rows inserted or changed (0 when nothing was new).
 	Changed int64
+	// Skipped names the rule-windows left out because they hold more
+	// principals than the reader's bound (ledger.ErrTooMany).
+	Skipped []string
 }
 
+// ErrSkipped is wrapped by Sync's error when it copied everything but the
+// rule-windows in SyncStats.Skipped: those were refused by the reader's
+// bound, the rest is committed.
+var ErrSkipped = errors.New("rule-windows over the principal bound were not copied")
+
 // Sync copies src (the service's ledger in Valkey, or its debug port's) into
-// the database in one transaction: nothing is half-copied.
+// the database in one transaction: nothing is half-copied. A rule-window over
+// the reader's principal bound is left out whole and named in the error
+// (ErrSkipped) while the others commit: one oversized window must not stop
+// every budget's hourly copy until the ledger's retention has lost them.
 func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncStats, error) {
 	if o.Location == nil {
 		o.Location = time.UTC
@@ -90,6 +103,10 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 	err = pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
 		for _, k := range keys {
 			d, err := src.Read(ctx, k.Rule, k.Window)
+			if errors.Is(err, ledger.ErrTooMany) {
+				st.Skipped = append(st.Skipped, fmt.Sprintf("%s %s (%v)", k.Rule, k.Window, err))
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
 			}
@@ -106,6 +123,9 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 		}
 		return nil
 	})
+	if err == nil && len(st.Skipped) > 0 {
+		err = fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; "))
+	}
 	return st, err
 }
 
