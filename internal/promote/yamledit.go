@@ -238,42 +238,19 @@ func planEdits(s *source, b *budgetNode, ops []fieldOp, anchors []string) ([]edi
 				break
 			}
 		}
+		var e edit
+		var err error
 		if ak == nil {
 			// None of the anchors (a bare frontier: models and a cap):
 			// the new fields go first.
-			e, err := insertFirst(s, b, inserts)
-			if err != nil {
-				return nil, err
-			}
-			return append(edits, e), nil
-		}
-		_, vend, err := s.scalarSpan(av, b.flow)
-		if err != nil {
-			return nil, fmt.Errorf("field %s: %w", ak.Value, err)
-		}
-		var text strings.Builder
-		if b.flow {
-			for _, op := range inserts {
-				fmt.Fprintf(&text, ", %s: %s", op.key, op.value)
-			}
-			edits = append(edits, edit{vend, vend, text.String()})
+			e, err = insertFirst(s, b, inserts)
 		} else {
-			// Keys of a block mapping share the column of its first key.
-			indent := strings.Repeat(" ", b.mapping.Content[0].Column-1)
-			at := s.lineEnd(vend)
-			if at == len(s.src) {
-				text.WriteString("\n")
-			} else {
-				at++ // after the newline
-			}
-			for i, op := range inserts {
-				fmt.Fprintf(&text, "%s%s: %s", indent, op.key, op.value)
-				if i < len(inserts)-1 || at < len(s.src) {
-					text.WriteString("\n")
-				}
-			}
-			edits = append(edits, edit{at, at, text.String()})
+			e, err = insertAfter(s, b, ak, av, inserts)
 		}
+		if err != nil {
+			return nil, err
+		}
+		edits = append(edits, e)
 	}
 	sort.Slice(edits, func(i, j int) bool {
 		if edits[i].start != edits[j].start {
@@ -287,6 +264,37 @@ func planEdits(s *source, b *budgetNode, ops []fieldOp, anchors []string) ([]edi
 		}
 	}
 	return edits, nil
+}
+
+// insertAfter puts new fields right after field ak (value av): as
+// ", key: value" in flow style, or a line of each in block style.
+func insertAfter(s *source, b *budgetNode, ak, av *yaml.Node, inserts []fieldOp) (edit, error) {
+	_, vend, err := s.scalarSpan(av, b.flow)
+	if err != nil {
+		return edit{}, fmt.Errorf("field %s: %w", ak.Value, err)
+	}
+	var text strings.Builder
+	if b.flow {
+		for _, op := range inserts {
+			fmt.Fprintf(&text, ", %s: %s", op.key, op.value)
+		}
+		return edit{vend, vend, text.String()}, nil
+	}
+	// Keys of a block mapping share the column of its first key.
+	indent := strings.Repeat(" ", b.mapping.Content[0].Column-1)
+	at := s.lineEnd(vend)
+	if at == len(s.src) {
+		text.WriteString("\n")
+	} else {
+		at++ // after the newline
+	}
+	for i, op := range inserts {
+		fmt.Fprintf(&text, "%s%s: %s", indent, op.key, op.value)
+		if i < len(inserts)-1 || at < len(s.src) {
+			text.WriteString("\n")
+		}
+	}
+	return edit{at, at, text.String()}, nil
 }
 
 // insertFirst puts new fields before b's first field: "key: value, " in flow

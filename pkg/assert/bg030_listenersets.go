@@ -22,52 +22,18 @@ import (
 // whose Gateway the input does not show, and every route policy on a route
 // attached through such a ListenerSet.
 func checkListenerSets(p *Pass) {
-	ix := p.Index
-	budgeted := map[GatewayKey]string{} // Gateway (no section) -> a budget policy's name
-	for _, pol := range ix.BudgetPolicies() {
-		for _, t := range ix.Targets(pol.Obj) {
-			g := GatewayKey{Namespace: t.Gateway.Namespace, Name: t.Gateway.Name}
-			if _, ok := budgeted[g]; !ok {
-				budgeted[g] = pol.Obj.String()
-			}
-		}
-	}
-	if len(budgeted) == 0 {
+	ls := listenerSets{p: p, budgeted: budgetGateways(p.Index)}
+	if len(ls.budgeted) == 0 {
 		return
 	}
-	// lsParent: the budget policy whose Gateway a ListenerSet joins, "" when
-	// none does; ok false when the ListenerSet is not in the input.
-	lsParent := func(ns, name string) (budget string, ok bool) {
-		for _, o := range ix.Objects {
-			if o.Kind != "ListenerSet" || o.Namespace != ns || o.Name != name {
-				continue
-			}
-			ref := manifest.Get(o.Node, "spec", "parentRef")
-			gns := manifest.Str(manifest.Get(ref, "namespace"))
-			if gns == "" {
-				gns = o.Namespace
-			}
-			return budgeted[GatewayKey{Namespace: gns, Name: manifest.Str(manifest.Get(ref, "name"))}], true
-		}
-		return "", false
-	}
-	report := func(o *manifest.Object, n *yaml.Node, path, what, ns, name string) {
-		budget, ok := lsParent(ns, name)
-		switch {
-		case !ok:
-			p.Report(o, n, path, "%s ListenerSet %s/%s, which is not in the input, beside budget policy %s: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on its routes; add the ListenerSet to the input (its Gateway decides) or target the Gateway", what, ns, name, firstBudget(budgeted))
-		case budget != "":
-			p.Report(o, n, path, "%s ListenerSet %s/%s of a Gateway that budget policy %s covers: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on its routes; target the Gateway, or keep budgeted traffic off the ListenerSet", what, ns, name, budget)
-		}
-	}
-	for _, o := range ix.Objects {
+	for _, o := range p.Index.Objects {
 		if o.Group() != GroupEG || (o.Kind != kindBackendTrafficPolicy && o.Kind != kindSecurityPolicy && o.Kind != kindClientTrafficPolicy) {
 			continue
 		}
 		spec := manifest.Get(o.Node, "spec")
 		for i, sel := range manifest.Items(manifest.Get(spec, "targetSelectors")) {
 			if manifest.Str(manifest.Get(sel, "kind")) == "ListenerSet" {
-				p.Report(o, sel, fmt.Sprintf("spec.targetSelectors[%d]", i), "selects ListenerSets beside budget policy %s: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on their routes; target the Gateway or name the ListenerSets", firstBudget(budgeted))
+				p.Report(o, sel, fmt.Sprintf("spec.targetSelectors[%d]", i), "selects ListenerSets beside budget policy %s: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on their routes; target the Gateway or name the ListenerSets", ls.firstBudget())
 			}
 		}
 		refs, paths := targetRefNodes(spec)
@@ -78,29 +44,93 @@ func checkListenerSets(p *Pass) {
 			name := manifest.Str(manifest.Get(ref, "name"))
 			switch manifest.Str(manifest.Get(ref, "kind")) {
 			case "ListenerSet":
-				report(o, ref, paths[i], "targets", o.Namespace, name)
+				ls.report(o, ref, paths[i], "targets", o.Namespace, name)
 			case "HTTPRoute", "GRPCRoute":
-				if o.Kind == kindClientTrafficPolicy {
-					continue // a ClientTrafficPolicy targets Gateways only
-				}
-				for _, rt := range ix.Routes {
-					if rt.Namespace != o.Namespace || rt.Name != name {
-						continue
-					}
-					for _, pr := range manifest.Items(manifest.Get(rt.Node, "spec", "parentRefs")) {
-						if manifest.Str(manifest.Get(pr, "kind")) != "ListenerSet" {
-							continue
-						}
-						ns := manifest.Str(manifest.Get(pr, "namespace"))
-						if ns == "" {
-							ns = rt.Namespace
-						}
-						report(o, ref, paths[i], "targets route "+rt.String()+", attached through", ns, manifest.Str(manifest.Get(pr, "name")))
-					}
+				if o.Kind != kindClientTrafficPolicy { // a ClientTrafficPolicy targets Gateways only
+					ls.reportRoute(o, ref, paths[i], name)
 				}
 			}
 		}
 	}
+}
+
+// budgetGateways maps each Gateway (no section) a budget policy reaches to
+// the first such policy's name.
+func budgetGateways(ix *Index) map[GatewayKey]string {
+	budgeted := map[GatewayKey]string{}
+	for _, pol := range ix.BudgetPolicies() {
+		for _, t := range ix.Targets(pol.Obj) {
+			g := GatewayKey{Namespace: t.Gateway.Namespace, Name: t.Gateway.Name}
+			if _, ok := budgeted[g]; !ok {
+				budgeted[g] = pol.Obj.String()
+			}
+		}
+	}
+	return budgeted
+}
+
+// listenerSets reports policies that reach ListenerSets of budgeted Gateways.
+type listenerSets struct {
+	p        *Pass
+	budgeted map[GatewayKey]string
+}
+
+// parent is the budget policy whose Gateway ListenerSet ns/name joins, ""
+// when none does; ok is false when the ListenerSet is not in the input.
+func (ls listenerSets) parent(ns, name string) (budget string, ok bool) {
+	for _, o := range ls.p.Index.Objects {
+		if o.Kind != "ListenerSet" || o.Namespace != ns || o.Name != name {
+			continue
+		}
+		ref := manifest.Get(o.Node, "spec", "parentRef")
+		gns := manifest.Str(manifest.Get(ref, "namespace"))
+		if gns == "" {
+			gns = o.Namespace
+		}
+		return ls.budgeted[GatewayKey{Namespace: gns, Name: manifest.Str(manifest.Get(ref, "name"))}], true
+	}
+	return "", false
+}
+
+func (ls listenerSets) report(o *manifest.Object, n *yaml.Node, path, what, ns, name string) {
+	budget, ok := ls.parent(ns, name)
+	switch {
+	case !ok:
+		ls.p.Report(o, n, path, "%s ListenerSet %s/%s, which is not in the input, beside budget policy %s: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on its routes; add the ListenerSet to the input (its Gateway decides) or target the Gateway", what, ns, name, ls.firstBudget())
+	case budget != "":
+		ls.p.Report(o, n, path, "%s ListenerSet %s/%s of a Gateway that budget policy %s covers: Envoy Gateway applies a ListenerSet's policies before and instead of its Gateway's, and the gate does not model ListenerSets, so the budgets may not bind on its routes; target the Gateway, or keep budgeted traffic off the ListenerSet", what, ns, name, budget)
+	}
+}
+
+// reportRoute reports a route policy on a route of the input, named name in
+// o's namespace, attached through a ListenerSet.
+func (ls listenerSets) reportRoute(o *manifest.Object, ref *yaml.Node, path, name string) {
+	for _, rt := range ls.p.Index.Routes {
+		if rt.Namespace != o.Namespace || rt.Name != name {
+			continue
+		}
+		for _, pr := range manifest.Items(manifest.Get(rt.Node, "spec", "parentRefs")) {
+			if manifest.Str(manifest.Get(pr, "kind")) != "ListenerSet" {
+				continue
+			}
+			ns := manifest.Str(manifest.Get(pr, "namespace"))
+			if ns == "" {
+				ns = rt.Namespace
+			}
+			ls.report(o, ref, path, "targets route "+rt.String()+", attached through", ns, manifest.Str(manifest.Get(pr, "name")))
+		}
+	}
+}
+
+// firstBudget names one budget policy, the first in order.
+func (ls listenerSets) firstBudget() string {
+	first := ""
+	for _, name := range ls.budgeted {
+		if first == "" || name < first {
+			first = name
+		}
+	}
+	return first
 }
 
 // targetRefNodes is spec.targetRef, or else spec.targetRefs, with their
@@ -117,15 +147,4 @@ func targetRefNodes(spec *yaml.Node) ([]*yaml.Node, []string) {
 		paths[i] = fmt.Sprintf("spec.targetRefs[%d]", i)
 	}
 	return refs, paths
-}
-
-// firstBudget names one budget policy of budgeted, the first in order.
-func firstBudget(budgeted map[GatewayKey]string) string {
-	first := ""
-	for _, name := range budgeted {
-		if first == "" || name < first {
-			first = name
-		}
-	}
-	return first
 }
