@@ -218,6 +218,7 @@ func (s *Store) run(c *call) {
 	res := s.do(ctx, c.cmds)
 	if len(res) == len(c.cmds) {
 		s.retryNoScript(ctx, c.groups, res, c.now)
+		s.retryTryAgain(ctx, c.groups, res, c.now)
 	}
 	c.err = s.collect(c, res)
 	if c.err == nil {
@@ -306,6 +307,65 @@ func (s *Store) retryNoScript(ctx context.Context, gs []*group, res []valkey.Val
 }
 
 var errRetryUnanswered = errors.New("EVAL after NOSCRIPT: reply missing")
+
+// tryAgainAttempts and tryAgainPause bound retryTryAgain: a slot migration
+// moves a batch of keys in milliseconds.
+const (
+	tryAgainAttempts = 5
+	tryAgainPause    = 2 * time.Millisecond
+)
+
+// retryTryAgain re-sends the script calls answered TRYAGAIN, a few times
+// after a short pause. A cluster answers TRYAGAIN to a multi-key command
+// while a slot migrates and its keys are split between the two nodes
+// (https://valkey.io/topics/cluster-spec/, "Multi-keys operations"): an
+// error reply before the script ran, so nothing was applied and the same
+// call under the same id may be sent again. valkey-go does not retry it
+// here (DisableRetry). Without this a migration failed the charges of the
+// migrating slot (buffered and replayed: counted, but answered by the
+// failure policy).
+func (s *Store) retryTryAgain(ctx context.Context, gs []*group, res []valkey.ValkeyResult, now time.Time) {
+	for attempt := 1; attempt <= tryAgainAttempts; attempt++ {
+		var idx []int
+		for i := range gs {
+			if tryAgain(res[i]) {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(attempt) * tryAgainPause):
+		}
+		cmds := make([]valkey.Completed, len(idx))
+		for n, i := range idx {
+			cmds[n] = s.scriptCmd(gs[i], false, now)
+		}
+		again := s.do(ctx, cmds)
+		if len(again) != len(idx) {
+			for _, i := range idx {
+				res[i] = valkey.NewErrorResult(errTryAgainUnanswered)
+			}
+			return
+		}
+		for n, i := range idx {
+			res[i] = again[n]
+		}
+		// The node that answers now (the migration's target) may not have
+		// the script yet.
+		s.retryNoScript(ctx, gs, res, now)
+	}
+}
+
+var errTryAgainUnanswered = errors.New("script call after TRYAGAIN: reply missing")
+
+func tryAgain(r valkey.ValkeyResult) bool {
+	ve, ok := valkey.IsValkeyErr(r.Error())
+	return ok && ve.IsTryAgain()
+}
 
 func validate(counters []store.Counter, results []store.Result) error {
 	if len(results) != len(counters) {

@@ -72,6 +72,7 @@ func (s *Store) replayOnce() bool {
 		res = make([]valkey.ValkeyResult, len(cmds)) // nothing known: all maybe applied below
 	} else {
 		s.retryNoScript(ctx, r.groups, res, now)
+		s.retryTryAgain(ctx, r.groups, res, now)
 	}
 	ok := true
 	var hits, ledgerHits uint64
