@@ -279,30 +279,8 @@ func (s *Store) do(ctx context.Context, cmds []valkey.Completed) []valkey.Valkey
 // restarted, failed over or flushed its script cache): an error reply, so
 // nothing was applied. EVAL loads the script for the next EVALSHA.
 func (s *Store) retryNoScript(ctx context.Context, gs []*group, res []valkey.ValkeyResult, now time.Time) {
-	var idx []int
-	for i := range gs {
-		if noScript(res[i]) {
-			idx = append(idx, i)
-		}
-	}
-	if len(idx) == 0 {
-		return
-	}
-	cmds := make([]valkey.Completed, len(idx))
-	for n, i := range idx {
-		cmds[n] = s.scriptCmd(gs[i], true, now)
-	}
-	again := s.client.DoMulti(ctx, cmds...)
-	if len(again) != len(idx) {
-		// The EVALs were handed to the client: maybe applied, never summed
-		// back into the buffer.
-		for _, i := range idx {
-			res[i] = valkey.NewErrorResult(errRetryUnanswered)
-		}
-		return
-	}
-	for n, i := range idx {
-		res[i] = again[n]
+	if idx := failedWith(res[:len(gs)], noScript); len(idx) > 0 {
+		s.resend(ctx, gs, res, idx, true, now, errRetryUnanswered)
 	}
 }
 
@@ -326,12 +304,7 @@ const (
 // failure policy).
 func (s *Store) retryTryAgain(ctx context.Context, gs []*group, res []valkey.ValkeyResult, now time.Time) {
 	for attempt := 1; attempt <= tryAgainAttempts; attempt++ {
-		var idx []int
-		for i := range gs {
-			if tryAgain(res[i]) {
-				idx = append(idx, i)
-			}
-		}
+		idx := failedWith(res[:len(gs)], tryAgain)
 		if len(idx) == 0 {
 			return
 		}
@@ -340,19 +313,8 @@ func (s *Store) retryTryAgain(ctx context.Context, gs []*group, res []valkey.Val
 			return
 		case <-time.After(time.Duration(attempt) * tryAgainPause):
 		}
-		cmds := make([]valkey.Completed, len(idx))
-		for n, i := range idx {
-			cmds[n] = s.scriptCmd(gs[i], false, now)
-		}
-		again := s.do(ctx, cmds)
-		if len(again) != len(idx) {
-			for _, i := range idx {
-				res[i] = valkey.NewErrorResult(errTryAgainUnanswered)
-			}
+		if !s.resend(ctx, gs, res, idx, false, now, errTryAgainUnanswered) {
 			return
-		}
-		for n, i := range idx {
-			res[i] = again[n]
 		}
 		// The node that answers now (the migration's target) may not have
 		// the script yet.
@@ -361,6 +323,39 @@ func (s *Store) retryTryAgain(ctx context.Context, gs []*group, res []valkey.Val
 }
 
 var errTryAgainUnanswered = errors.New("script call after TRYAGAIN: reply missing")
+
+// failedWith lists the indexes of res that match.
+func failedWith(res []valkey.ValkeyResult, match func(valkey.ValkeyResult) bool) []int {
+	var idx []int
+	for i := range res {
+		if match(res[i]) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// resend sends groups idx of gs again (EVAL when eval) and puts their replies
+// in res. When the client hands back fewer replies than it took, the calls
+// may have been applied: each gets missing, an error that is never summed
+// back into the buffer, and resend reports false.
+func (s *Store) resend(ctx context.Context, gs []*group, res []valkey.ValkeyResult, idx []int, eval bool, now time.Time, missing error) bool {
+	cmds := make([]valkey.Completed, len(idx))
+	for n, i := range idx {
+		cmds[n] = s.scriptCmd(gs[i], eval, now)
+	}
+	again := s.do(ctx, cmds)
+	if len(again) != len(idx) {
+		for _, i := range idx {
+			res[i] = valkey.NewErrorResult(missing)
+		}
+		return false
+	}
+	for n, i := range idx {
+		res[i] = again[n]
+	}
+	return true
+}
 
 func tryAgain(r valkey.ValkeyResult) bool {
 	ve, ok := valkey.IsValkeyErr(r.Error())
