@@ -38,6 +38,12 @@ type ServerOptions struct {
 	// chain to; clients without a valid certificate are refused. Empty: no
 	// client certificate is asked for.
 	CAFile string
+	// ClientSAN, when set with CAFile, is a name (DNS or IP SAN) the client
+	// certificate must hold (GRPC_CLIENT_TLS_SAN), checked as the reference's
+	// verifyClient does (src/server/tls.go of envoyproxy/ratelimit: x509
+	// verification with DNSName set). Without CAFile no client certificate is
+	// asked for, and it has no effect, as in the reference.
+	ClientSAN string
 	// ReloadInterval bounds how often the files are checked for changes.
 	// Zero means DefaultReloadInterval; negative disables reloading.
 	ReloadInterval time.Duration
@@ -83,6 +89,17 @@ func Server(o ServerOptions) (*tls.Config, error) {
 		if st.pool != nil {
 			c.ClientCAs = st.pool
 			c.ClientAuth = tls.RequireAndVerifyClientCert
+			if san := o.ClientSAN; san != "" {
+				// Runs after the chain is verified. No certificate (a
+				// config relaxed to VerifyClientCertIfGiven) is left to
+				// the caller, which then sees no verified chain.
+				c.VerifyConnection = func(cs tls.ConnectionState) error {
+					if len(cs.PeerCertificates) == 0 {
+						return nil
+					}
+					return cs.PeerCertificates[0].VerifyHostname(san)
+				}
+			}
 		}
 		return c, nil
 	}

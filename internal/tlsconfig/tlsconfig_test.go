@@ -233,3 +233,32 @@ func TestErrorsNameTheFile(t *testing.T) {
 		})
 	}
 }
+
+// GRPC_CLIENT_TLS_SAN: with a CA and a ClientSAN, a client certificate of
+// that CA is refused unless it names the SAN, as the reference's verifyClient
+// (src/server/tls.go of envoyproxy/ratelimit) refuses it.
+func TestClientSANIsRequired(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "eg")
+	srv := ca.Server("envoy-ratelimit")
+	envoy := ca.Client("envoy")
+	other := ca.Client("other-workload")
+	cfg, err := tlsconfig.Server(tlsconfig.ServerOptions{CertFile: srv.CertFile, KeyFile: srv.KeyFile, CAFile: ca.CertFile, ClientSAN: "envoy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, cfg)
+	client := func(p tlstest.Pair) *tls.Config {
+		c, err := tlsconfig.Client(tlsconfig.ClientOptions{CertFile: p.CertFile, KeyFile: p.KeyFile, CAFile: ca.CertFile, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if ans, _, err := call(addr, client(envoy)); err != nil || ans != "envoy" {
+		t.Errorf("client naming the SAN = %q, %v; want served", ans, err)
+	}
+	if ans, _, err := call(addr, client(other)); err == nil {
+		t.Errorf("client of the CA without the SAN was served: %q", ans)
+	}
+}

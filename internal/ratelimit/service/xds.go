@@ -23,7 +23,7 @@ const InitialXDSConfigTimeout = 2 * time.Minute
 // reference's GRPC_CLIENT_TLS_CACERT): with a CA, clients must present a
 // certificate it signed. Envoy Gateway's Envoy does (its SDS client cert).
 func grpcServerTLS(s settings.Settings) (*tls.Config, error) {
-	tc, err := tlsconfig.Server(tlsconfig.ServerOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey, CAFile: s.GRPCClientTLSCACert})
+	tc, err := tlsconfig.Server(tlsconfig.ServerOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey, CAFile: s.GRPCClientTLSCACert, ClientSAN: s.GRPCClientTLSSAN})
 	if err != nil {
 		return nil, fmt.Errorf("GRPC_SERVER_USE_TLS: %w", err)
 	}

@@ -194,3 +194,48 @@ func TestBudgetMapScopesAndReloads(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A file update refused only because its domain is also in the xDS config is
+// installed once the xDS config drops that domain: the files on disk do not
+// change again, so their poll never loads them again, and without this the
+// file's domain stayed unserved (or its old limits in force) until someone
+// touched the directory.
+func TestFileHeldByAConflictIsInstalledWhenTheConflictEnds(t *testing.T) {
+	dir := t.TempDir()
+	writeDir(t, dir, "agw.yaml", agwFile)
+	s := &sink{}
+	a := &Applier{Sink: s, Logger: quiet()}
+	files := &Files{Dir: config.DirOptions{Root: dir}}
+	if err := files.Load(a); err != nil {
+		t.Fatal(err)
+	}
+	both := append(egProto("gw/s-gw1"), egProto("team/moved")...)
+	if err := a.ApplyProto(t.Context(), both); err != nil {
+		t.Fatal(err)
+	}
+	domains := func() string { c, _ := s.get(); return strings.Join(c.Domains(), ",") }
+	// team/moved moves from Envoy Gateway to the files: the file comes first.
+	writeDir(t, dir, "moved.yaml", "domain: team/moved\ndescriptors: [{key: k, rate_limit: {unit: day, requests_per_unit: 7}}]\n")
+	if err := files.Load(a); err == nil || !strings.Contains(err.Error(), "duplicate domain 'team/moved'") {
+		t.Fatalf("conflicting file: err = %v", err)
+	}
+	if got := domains(); got != "agents/s-agw,gw/s-gw1,team/moved" {
+		t.Fatalf("after the conflicting file: %s", got)
+	}
+	// Envoy Gateway drops the domain; the directory is unchanged.
+	if err := a.ApplyProto(t.Context(), egProto("gw/s-gw1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := files.Load(a); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := s.get()
+	if got := domains(); got != "agents/s-agw,gw/s-gw1,team/moved" {
+		t.Fatalf("after xDS dropped team/moved: %s; want the file's team/moved served", got)
+	}
+	for _, l := range c.Limits() {
+		if l.Domain == "team/moved" && (l.RequestsPerUnit != 7 || l.Rule != "team/moved.k") {
+			t.Errorf("team/moved limit = %s %d; want the file's (team/moved.k, 7)", l.Rule, l.RequestsPerUnit)
+		}
+	}
+}

@@ -48,7 +48,12 @@ type Applier struct {
 	mu     sync.Mutex
 	loaded bool
 	parts  map[string]*config.Config
-	scope  config.ScopeFunc
+	// held are configs refused only because they collide with another
+	// source's (the same domain in both), by source. Each is tried again
+	// whenever another source installs a config: its own source may never
+	// send it again (the files' poll reloads only changed files).
+	held  map[string]*config.Config
+	scope config.ScopeFunc
 }
 
 func (a *Applier) logger() *slog.Logger {
@@ -61,13 +66,18 @@ func (a *Applier) logger() *slog.Logger {
 // Apply installs c as source's config when err is nil; otherwise logs and
 // counts the rejection and keeps the current config. It returns err
 // unchanged, or the merge error when c cannot join the other sources'
-// configs (the same domain in two sources), in which case c is rejected too.
+// configs (the same domain in two sources), in which case c is rejected too,
+// but held: it is installed as soon as another source's install ends the
+// collision.
 func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	log := a.logger()
 	if err == nil && c == nil {
 		err = fmt.Errorf("%s: no config", source)
 	}
 	if err != nil {
+		a.mu.Lock()
+		delete(a.held, source) // the source has moved past it
+		a.mu.Unlock()
 		a.Metrics.ConfigLoaded(source, err)
 		log.Error("config rejected; keeping the last good config", "source", source, "err", err)
 		return err
@@ -75,6 +85,10 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	a.mu.Lock()
 	merged, err := a.mergeLocked(source, c)
 	if err != nil {
+		if a.held == nil {
+			a.held = map[string]*config.Config{}
+		}
+		a.held[source] = c
 		a.mu.Unlock()
 		err = fmt.Errorf("%s: merge with the other config sources: %w", source, err)
 		a.Metrics.ConfigLoaded(source, err)
@@ -85,6 +99,10 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 		a.parts = map[string]*config.Config{}
 	}
 	a.parts[source] = c
+	delete(a.held, source)
+	var retried []string
+	var retriedCfgs []*config.Config
+	merged, retried, retriedCfgs = a.installHeldLocked(merged)
 	a.Sink.SetConfig(merged)
 	a.loaded = true
 	// ratelimit_config_rules counts the merged config's limits, whichever
@@ -96,10 +114,48 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	for _, n := range c.NotApplied() {
 		log.Warn("config key not applied", "source", source, "detail", n)
 	}
+	for i, r := range retried {
+		a.Metrics.ConfigLoaded(r, nil)
+		log.Info("config loaded: its conflict with another source is gone", "source", r, "files", retriedCfgs[i].Sources())
+		for _, n := range retriedCfgs[i].NotApplied() {
+			log.Warn("config key not applied", "source", r, "detail", n)
+		}
+	}
 	if a.OnLoaded != nil {
 		a.OnLoaded(merged)
 	}
 	return nil
+}
+
+// installHeldLocked tries each held config again (sources in name order)
+// on top of merged, and makes each that now merges its source's part. It
+// returns the config to install, and the sources it installed with their
+// configs.
+func (a *Applier) installHeldLocked(merged *config.Config) (*config.Config, []string, []*config.Config) {
+	if len(a.held) == 0 {
+		return merged, nil, nil
+	}
+	names := make([]string, 0, len(a.held))
+	for n := range a.held {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var (
+		done []string
+		cfgs []*config.Config
+	)
+	for _, n := range names {
+		c := a.held[n]
+		m, err := a.mergeLocked(n, c)
+		if err != nil {
+			continue
+		}
+		a.parts[n] = c
+		delete(a.held, n)
+		merged = m
+		done, cfgs = append(done, n), append(cfgs, c)
+	}
+	return merged, done, cfgs
 }
 
 // mergeLocked builds the config the Sink gets when source's part becomes c

@@ -242,7 +242,11 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	// version_info differs from the snapshot's, so a NACK (which names the last
 	// good version) brings the same bad config straight back. The reference
 	// service re-parses it in a tight loop; here a resend of the version just
-	// rejected is not applied again, and its NACK is paced with the backoff.
+	// rejected is applied again only after a pause that grows with the
+	// backoff. It is applied again, not NACKed with the remembered reason:
+	// a rejection can depend on more than the resources (a domain also in
+	// the CONFIG_DIR files the service merges with them), and the same
+	// version may be accepted once that is fixed.
 	var nackedVersion, nackReason string
 	nackDelay := time.Duration(0)
 	for {
@@ -255,18 +259,15 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 		}
 		healthy = true
 		req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		var reason string
 		if nackReason != "" && resp.GetVersionInfo() == nackedVersion {
-			reason = nackReason
 			nackDelay = min(max(2*nackDelay, c.o.BackoffInitial), c.o.BackoffMax)
 			if err := sleep(ctx, nackDelay); err != nil {
 				return healthy, err
 			}
-			c.countNack(reason)
 		} else {
-			reason = c.handle(ctx, resp)
 			nackDelay = 0
 		}
+		reason := c.handle(ctx, resp)
 		if reason != "" {
 			nackedVersion, nackReason = resp.GetVersionInfo(), reason
 			req.VersionInfo = c.Version() // a NACK names the version still in force
