@@ -315,6 +315,12 @@ var unsupported = []struct {
 	{"TRACING_ENABLED", "tracing is not supported", []string{"false", "0"}},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", "not supported yet", nil},
 	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not supported yet", nil},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "the xDS client accepts responses up to 16 MiB (internal/ratelimit/xds DefaultMaxRecvMsgSize), 4 times grpc-go's default", nil},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
+	{"XDS_CLIENT_BACKOFF_JITTER", "the xDS client always adds jitter to its reconnect backoff", []string{"true", "1"}},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
 }
 
 // Description heads --help: what the service is and how it is configured.

@@ -235,3 +235,16 @@ func TestRedisSocketTypeFollowsURL(t *testing.T) {
 		})
 	}
 }
+
+// TestXDSClientSettingsReported: the reference's xDS client settings have no
+// effect here; one set to a value that would change the reference's
+// behaviour is reported at start, not ignored silently.
+func TestXDSClientSettingsReported(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "33554432", "XDS_CLIENT_BACKOFF_JITTER": "true"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Unsupported) != 1 || !strings.HasPrefix(s.Unsupported[0], "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is set but ignored") {
+		t.Fatalf("unsupported = %q, want XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES alone (jitter on is neutral)", s.Unsupported)
+	}
+}
