@@ -65,6 +65,7 @@ func TestShadowSinceDayIsNotAFullDay(t *testing.T) {
 		}
 		data = append(data, dd(ruleRun, first+ledger.Day(i), u, ledger.Denials{}, nil))
 	}
+	var daily []DailyTotal
 	build := func(since ledger.Day) Cap {
 		m := Mapping{
 			Rules:   map[ledger.RuleID]RuleInfo{ruleRun: {Budget: "per-run", Kind: budgetmap.KindTokens, Measure: MeasureTokens, Scale: 1}},
@@ -74,9 +75,13 @@ func TestShadowSinceDayIsNotAFullDay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		daily = r.Budgets[0].Daily
 		return r.Budgets[0].Caps[0]
 	}
 	c := build(first)
+	if len(daily) != 7 || !daily[0].Partial || daily[1].Partial {
+		t.Errorf("daily totals %+v: want the shadowSince day, and only it, partial", daily)
+	}
 	if c.DaysCovered != 6 || c.Verdict.Status != VerdictNotYet || len(c.Verdict.Reasons) != 2 ||
 		!strings.Contains(c.Verdict.Reasons[0], "measured on 6 of the 7 full days") || !strings.Contains(c.Verdict.Reasons[1], "1 of 61 principal-days") {
 		t.Errorf("shadow since the first day: daysCovered %d, verdict %+v; want 6 days and 1 of 61 over", c.DaysCovered, c.Verdict)
