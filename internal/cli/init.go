@@ -125,6 +125,10 @@ func runInit(e *env, o initOptions) error {
 			return failure(fmt.Errorf("init: %s already exists (use --force to overwrite)", gwFile))
 		}
 	}
+	// With --force an existing spec is overwritten: keep it, so a failed
+	// gateway file can put it back (both files or neither).
+	previous, readErr := os.ReadFile(o.output)
+	existed := readErr == nil
 	err = atomicfile.WriteFile(o.output, data, atomicfile.Options{NoOverwrite: !o.force})
 	if errors.Is(err, fs.ErrExist) {
 		return failure(fmt.Errorf("init: %s already exists (use --force to overwrite)", o.output))
@@ -133,8 +137,13 @@ func runInit(e *env, o initOptions) error {
 		return failure(fmt.Errorf("init: %w", err))
 	}
 	if err := writeGatewayFile(e, o, gwFile); err != nil {
-		if !o.force {
-			_ = os.Remove(o.output) // we created it: both files or neither; the error says why
+		// Both files or neither; the error says why.
+		if existed {
+			if rerr := atomicfile.WriteFile(o.output, previous, atomicfile.Options{}); rerr != nil {
+				return failure(fmt.Errorf("%w; and %s could not be put back: %w", err, safetext.Inline(o.output), rerr))
+			}
+		} else {
+			_ = os.Remove(o.output) // we created it
 		}
 		return err
 	}

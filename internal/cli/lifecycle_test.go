@@ -83,4 +83,20 @@ func TestInitWritesBothOrNeither(t *testing.T) {
 	if b, _ := os.ReadFile(gw); string(b) != "mine\n" {
 		t.Error("--no-gateway touched the gateway file")
 	}
+	// --force over an existing spec whose gateway file cannot be written
+	// (its directory is a file): the spec is put back.
+	dir2 := t.TempDir()
+	spec2 := filepath.Join(dir2, "budgets.yaml")
+	if err := os.WriteFile(spec2, []byte("my spec\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "gateway"), []byte("not a directory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runStdin(t, "", "init", "-o", spec2, "--force"); code != ExitFailure {
+		t.Fatalf("--force with an unwritable gateway file: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(spec2); string(b) != "my spec\n" {
+		t.Errorf("--force left %q in the spec after the gateway file failed, want the previous spec", b)
+	}
 }
