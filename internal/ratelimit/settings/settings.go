@@ -406,6 +406,11 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 			s.Unsupported = append(s.Unsupported, u.name+" is set but ignored: "+u.reason)
 		}
 	}
+	if s.GRPCClientTLSSAN != "" && s.GRPCClientTLSCACert == "" {
+		// As in the reference: no CA, no client certificate asked for, so
+		// no name to check. Said, so nobody believes the callers narrowed.
+		s.Unsupported = append(s.Unsupported, "GRPC_CLIENT_TLS_SAN is set but ignored: it needs GRPC_CLIENT_TLS_CACERT (no client certificate is asked for without a CA)")
+	}
 	sort.Strings(s.Unsupported)
 	s.MemorySnapshotPath = snapshotPath(s.MemorySnapshotPath, s.UseMemoryStore(), getenv, s.GRPCPort)
 	errs = append(errs, s.Validate())

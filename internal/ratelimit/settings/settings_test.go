@@ -248,3 +248,22 @@ func TestXDSClientSettingsReported(t *testing.T) {
 		t.Fatalf("unsupported = %q, want XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES alone (jitter on is neutral)", s.Unsupported)
 	}
 }
+
+// TestClientSANWithoutCAReported: GRPC_CLIENT_TLS_SAN without a client CA
+// checks nothing (no client certificate is asked for), and says so.
+func TestClientSANWithoutCAReported(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{"GRPC_CLIENT_TLS_SAN": "envoy.example"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Unsupported) != 1 || !strings.HasPrefix(s.Unsupported[0], "GRPC_CLIENT_TLS_SAN is set but ignored") {
+		t.Fatalf("unsupported = %q", s.Unsupported)
+	}
+	s, err = Load(nil, envOf(map[string]string{"GRPC_CLIENT_TLS_SAN": "envoy.example", "GRPC_CLIENT_TLS_CACERT": "/etc/ca.pem"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Unsupported) != 0 {
+		t.Fatalf("with a CA: unsupported = %q, want none", s.Unsupported)
+	}
+}
