@@ -78,7 +78,7 @@ func agentgatewayPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*agentgateway.P
 	if n > agentgateway.MaxDescriptors {
 		return nil, &LimitError{
 			Limit: "descriptors per global rate limit of an AgentgatewayPolicy", Object: "AgentgatewayPolicy " + gw.Namespace + "/" + name,
-			Need: n, Max: agentgateway.MaxDescriptors,
+			Need: n, Max: agentgateway.MaxDescriptors, Field: gatewayPath(bs, gw),
 			Hint: "place some budgets on other Gateways (spec.budgets[].gateways); each window of a budget is one descriptor, overrides cost none on agentgateway",
 		}
 	}

@@ -41,7 +41,20 @@ func positioned(bs *spec.BudgetSet, err error) error {
 	if ue, ok := err.(*UnsupportedError); ok && ue.File == "" && bs.File() != "" {
 		ue.File, ue.Line = bs.File(), bs.Line(ue.Object)
 	}
+	if le, ok := err.(*LimitError); ok && le.File == "" && le.Field != "" && bs.File() != "" {
+		le.File, le.Line = bs.File(), bs.Line(le.Field)
+	}
 	return err
+}
+
+// gatewayPath is the field path of Gateway gw of bs, by its index.
+func gatewayPath(bs *spec.BudgetSet, gw spec.GatewayRef) string {
+	for i := range bs.Spec.Gateways {
+		if bs.Spec.Gateways[i].ID() == gw.ID() {
+			return fmt.Sprintf("spec.gateways[%d]", i)
+		}
+	}
+	return "spec.gateways"
 }
 
 // budgetPath is the field path of a budget of bs, by its index.

@@ -81,10 +81,19 @@ type LimitError struct {
 	Need   int
 	Max    int
 	Hint   string // what to do instead
+	// Field is the spec field that asks for too much; File and Line locate
+	// it, set by Render for a spec loaded from YAML.
+	Field string
+	File  string
+	Line  int
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s: needs %d, Envoy Gateway allows %s (max %d): %s", e.Object, e.Need, e.Limit, e.Max, e.Hint)
+	msg := fmt.Sprintf("%s: needs %d, Envoy Gateway allows %s (max %d): %s", e.Object, e.Need, e.Limit, e.Max, e.Hint)
+	if e.File != "" && e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, msg)
+	}
+	return msg
 }
 
 // Render builds the objects for a loaded (defaulted, validated) BudgetSet.
@@ -92,7 +101,7 @@ func (e *LimitError) Error() string {
 // spec fails fast.
 func Render(bs *spec.BudgetSet) (*Result, error) {
 	if err := checkLimits(bs); err != nil {
-		return nil, err
+		return nil, positioned(bs, err)
 	}
 	if err := checkAgentgatewayCaps(bs); err != nil {
 		return nil, positioned(bs, err)
@@ -111,7 +120,7 @@ func Render(bs *spec.BudgetSet) (*Result, error) {
 			}
 			o, err := agentgatewayObject(bs, gw)
 			if err != nil {
-				return nil, err
+				return nil, positioned(bs, err)
 			}
 			res.Objects = append(res.Objects, o)
 			continue
@@ -245,15 +254,15 @@ func checkLimits(bs *spec.BudgetSet) error {
 		if n := len(b.Overrides); n > MaxOverridesPerBudget {
 			return &LimitError{
 				Limit:  fmt.Sprintf("%d header matches per selector x %d selectors per rule to exclude overridden principals from the default rule", MaxHeadersPerSelector, MaxSelectorsPerRule),
-				Object: path + " overrides", Need: n + 1, Max: MaxSelectorsPerRule * MaxHeadersPerSelector,
+				Object: path + " overrides", Need: n + 1, Max: MaxSelectorsPerRule * MaxHeadersPerSelector, Field: fmt.Sprintf("spec.budgets[%d].overrides", i),
 				Hint: "keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap",
 			}
 		}
-		for _, o := range b.Overrides {
+		for j, o := range b.Overrides {
 			if len(o.Principal) > MaxHeaderValueLength {
 				return &LimitError{
 					Limit: "header match values of at most 1024 characters", Object: path + " override " + truncate(o.Principal, 40),
-					Need: len(o.Principal), Max: MaxHeaderValueLength,
+					Need: len(o.Principal), Max: MaxHeaderValueLength, Field: fmt.Sprintf("spec.budgets[%d].overrides[%d]", i, j),
 					Hint: "principal values are header values; use a shorter identifier (a client id, not a token)",
 				}
 			}
@@ -263,25 +272,25 @@ func checkLimits(bs *spec.BudgetSet) error {
 		if re := ModelRegex(f.Models); len(re) > MaxHeaderValueLength {
 			return &LimitError{
 				Limit: "header match values of at most 1024 characters", Object: "spec.frontier.models (joined regex)",
-				Need: len(re), Max: MaxHeaderValueLength,
+				Need: len(re), Max: MaxHeaderValueLength, Field: "spec.frontier.models",
 				Hint: "shorten the model patterns, e.g. one prefix pattern per vendor (\"gpt-5.*\")",
 			}
 		}
 	}
 	if n := len(bs.Spec.Identities); n > MaxEarlyHeadersRemoved && !bs.Spec.HeaderHygiene.UserOwned {
 		return &LimitError{
-			Limit: "header names removed per ClientTrafficPolicy", Object: "spec.identities", Need: n, Max: MaxEarlyHeadersRemoved,
+			Limit: "header names removed per ClientTrafficPolicy", Object: "spec.identities", Need: n, Max: MaxEarlyHeadersRemoved, Field: "spec.identities",
 			Hint: "declare fewer identity headers, or set spec.headerHygiene.userOwned and strip them in your own policy",
 		}
 	}
-	for _, gw := range bs.Spec.Gateways {
+	for i, gw := range bs.Spec.Gateways {
 		n := RuleCountFor(bs, gw)
 		if gw.IsAgentgateway() || n <= MaxRulesPerPolicy {
 			continue
 		}
 		return &LimitError{
 			Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
-			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy,
+			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy, Field: fmt.Sprintf("spec.gateways[%d]", i),
 			Hint: "every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)",
 		}
 	}
@@ -326,7 +335,7 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 	if len(name) > 253 {
 		return nil, &LimitError{
 			Limit: "Kubernetes object names of at most 253 characters", Object: "BackendTrafficPolicy " + gw.Namespace + "/" + truncate(name, 60),
-			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name",
+			Need: len(name), Max: 253, Hint: "shorten metadata.name or the Gateway name", Field: gatewayPath(bs, gw),
 		}
 	}
 	var base *egv1a1.BackendTrafficPolicy
@@ -347,7 +356,7 @@ func backendTrafficPolicy(bs *spec.BudgetSet, gw spec.GatewayRef) (*egv1a1.Backe
 		if n := offset + RuleCountFor(bs, gw); n > MaxRulesPerPolicy {
 			return nil, &LimitError{
 				Limit:  "rate limit rules per BackendTrafficPolicy (base policy rules included)",
-				Object: "BackendTrafficPolicy " + gw.Namespace + "/" + base.Name, Need: n, Max: MaxRulesPerPolicy,
+				Object: "BackendTrafficPolicy " + gw.Namespace + "/" + base.Name, Need: n, Max: MaxRulesPerPolicy, Field: gatewayPath(bs, gw) + ".basePolicy",
 				Hint: fmt.Sprintf("the base policy %s has %d global rules; drop overrides or base rules", gw.Base.Path, offset),
 			}
 		}

@@ -311,13 +311,13 @@ func TestLimits(t *testing.T) {
 		name, doc, want string
 	}{
 		{"rules per policy", manyOverrides(256),
-			"BackendTrafficPolicy ai-gateway/big-agent-router: needs 257, Envoy Gateway allows rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy (max 256): every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)"},
+			"big.yaml:5: BackendTrafficPolicy ai-gateway/big-agent-router: needs 257, Envoy Gateway allows rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy (max 256): every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)"},
 		{"exclusions per rule", manyOverrides(1100),
-			"spec.budgets[0] (per-api-key) overrides: needs 1101, Envoy Gateway allows 128 header matches per selector x 8 selectors per rule to exclude overridden principals from the default rule (max 1024): keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap"},
+			"big.yaml:12: spec.budgets[0] (per-api-key) overrides: needs 1101, Envoy Gateway allows 128 header matches per selector x 8 selectors per rule to exclude overridden principals from the default rule (max 1024): keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap"},
 		{"principal length", strings.Replace(manyOverrides(1), "client-00000", long, 1),
-			"spec.budgets[0] (per-api-key) override " + strings.Repeat("p", 40) + "...: needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): principal values are header values; use a shorter identifier (a client id, not a token)"},
+			"big.yaml:12: spec.budgets[0] (per-api-key) override " + strings.Repeat("p", 40) + "...: needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): principal values are header values; use a shorter identifier (a client id, not a token)"},
 		{"model regex length", strings.Replace(manyOverrides(0), "      overrides:\n", "", 1) + "  frontier: {models: [\"" + strings.Repeat("m", 1021) + "\"], tokensPerDay: 5}\n",
-			"spec.frontier.models (joined regex): needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): shorten the model patterns, e.g. one prefix pattern per vendor (\"gpt-5.*\")"},
+			"big.yaml:11: spec.frontier.models (joined regex): needs 1025, Envoy Gateway allows header match values of at most 1024 characters (max 1024): shorten the model patterns, e.g. one prefix pattern per vendor (\"gpt-5.*\")"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
