@@ -15,12 +15,11 @@ func daily(a *budgetAcc, p plan, o Options) []DailyTotal {
 	}
 	out := make([]DailyTotal, len(days))
 	index := map[ledger.Day]int{}
-	// Partial: today so far, or a day before the first full shadow day (as
-	// the caps' windows mark it, judge).
+	// Partial: today so far, or a day before the first full shadow day, as
+	// the caps' windows mark it.
 	since := measuredSince(a.info.ShadowSince, p.loc)
 	for i, d := range days {
-		early := !since.IsZero() && d.Start(p.loc).Before(since)
-		out[i] = DailyTotal{Date: d.String(), Partial: d == p.today || early}
+		out[i] = DailyTotal{Date: d.String(), Partial: d == p.today || p.beforeShadow(d, since)}
 		index[d.Day] = i
 	}
 	any := false

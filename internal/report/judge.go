@@ -30,16 +30,10 @@ type judgedWindow struct {
 // after shadowSince, zero when unknown).
 func (p plan) judge(per ledger.Period, o Options, has func(ledger.Window) bool, since time.Time) judgement {
 	j := judgement{factor: 1}
-	// A day or hour before the first full day of shadow (shadowSince is
-	// partial: shadowing started during it) is not a full shadow window:
-	// like today, it counts in the sums but neither as covered nor in the
-	// share a verdict weighs, as promote --evidence judges it
-	// (internal/promote, capRefusals: shadow days from shadowSince+1).
-	early := func(w ledger.Window) bool { return !since.IsZero() && w.Start(p.loc).Before(since) }
 	switch per {
 	case ledger.PeriodDay:
 		for _, d := range p.days {
-			j.windows = append(j.windows, judgedWindow{w: d, partial: early(d)})
+			j.windows = append(j.windows, judgedWindow{w: d, partial: p.beforeShadow(d, since)})
 		}
 		if o.IncludeToday {
 			j.windows = append(j.windows, judgedWindow{w: p.today, partial: true})
@@ -47,7 +41,7 @@ func (p plan) judge(per ledger.Period, o Options, has func(ledger.Window) bool, 
 		j.text = fmt.Sprintf("%d days %s..%s", len(p.days), p.days[0], p.days[len(p.days)-1])
 	case ledger.PeriodHour:
 		for _, h := range p.windows(per, p.start, p.end.Add(-time.Hour)) {
-			j.windows = append(j.windows, judgedWindow{w: h, partial: early(h)})
+			j.windows = append(j.windows, judgedWindow{w: h, partial: p.beforeShadow(h, since)})
 		}
 		if o.IncludeToday {
 			for _, h := range p.windows(per, p.end, p.now) {
@@ -146,6 +140,16 @@ func (p plan) project(per ledger.Period, has func(ledger.Window) bool, since tim
 	j.text = fmt.Sprintf("%s %s: a projection from %.1f of %.0f days measured (x%.2f); no %s measured in full yet",
 		per, best, span.Hours()/24, length.Hours()/24, j.factor, per)
 	return j
+}
+
+// beforeShadow reports whether window w starts before since, the first full
+// day of shadow (zero: unknown, never). Such a window (shadowSince's day:
+// shadowing started during it) is not a full shadow window: like today, it
+// counts in the sums but neither as covered nor in the share a verdict
+// weighs, as promote --evidence judges it (internal/promote, capRefusals:
+// shadow days from shadowSince+1).
+func (p plan) beforeShadow(w ledger.Window, since time.Time) bool {
+	return !since.IsZero() && w.Start(p.loc).Before(since)
 }
 
 // measuredSince is the first instant of the first full day of shadow
