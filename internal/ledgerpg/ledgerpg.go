@@ -6,7 +6,8 @@
 //
 // The schema is created and upgraded by embedded SQL migrations applied with
 // goose (github.com/pressly/goose/v3) under a PostgreSQL advisory lock, so two
-// syncs starting together migrate once. A sync is one transaction of
+// syncs starting together migrate once; the versions are kept in the ledger's
+// own table (VersionTable), not goose's default shared by other apps. A sync is one transaction of
 // idempotent upserts that keep the larger of the stored and the read value:
 // running it twice gives the same rows, and a ledger that lost data never
 // lowers what was recorded.
@@ -14,6 +15,7 @@ package ledgerpg
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
@@ -134,6 +137,16 @@ func hasPassword(dsn string) bool {
 // Close closes the connection.
 func (db *DB) Close(ctx context.Context) error { return db.conn.Close(ctx) }
 
+// VersionTable is the ledger's own goose version table. goose's default,
+// goose_db_version, is shared by every goose app in a schema: another app's
+// versions 1 and 2 there made the ledger's migrations look applied, and
+// sync then failed on tables that were never created.
+const VersionTable = "budgetgen_ledger_version"
+
+// adoptLock keys the transaction-level advisory lock that serializes
+// adoptLegacy between syncs starting together ("budgetgen" in ASCII).
+const adoptLock = 0x6275646765746765
+
 // Migrate creates or upgrades the schema to the embedded migrations.
 func (db *DB) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrations, "migrations")
@@ -146,7 +159,10 @@ func (db *DB) Migrate(ctx context.Context) error {
 	}
 	sqlDB := stdlib.OpenDB(*db.cfg)
 	defer func() { _ = sqlDB.Close() }() // the migration connection only
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub, goose.WithSessionLocker(locker))
+	if err := adoptLegacy(ctx, sqlDB); err != nil {
+		return fmt.Errorf("migrate the ledger schema: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub, goose.WithSessionLocker(locker), goose.WithTableName(VersionTable))
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
@@ -154,6 +170,49 @@ func (db *DB) Migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate the ledger schema: %w", err)
 	}
 	return nil
+}
+
+// adoptLegacy gives a ledger migrated under goose's default version table
+// its own VersionTable, with the versions its schema shows applied: read
+// from the catalog, not from the legacy table, whose rows may be another
+// app's. A fresh database (no ledger tables) is left to goose.
+func adoptLegacy(ctx context.Context, sqlDB *sql.DB) error {
+	tx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adoptLock)); err != nil {
+		return fmt.Errorf("lock the schema: %w", err)
+	}
+	var own, ledgerTables, holds bool
+	err = tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		to_regclass('ledger_usage') IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('ledger_windows') AND attname = 'holds' AND NOT attisdropped)`,
+		VersionTable).Scan(&own, &ledgerTables, &holds)
+	if err != nil {
+		return fmt.Errorf("read the schema's state: %w", err)
+	}
+	if own || !ledgerTables {
+		return nil
+	}
+	store, err := database.NewStore(database.DialectPostgres, VersionTable)
+	if err != nil {
+		return err
+	}
+	if err := store.CreateVersionTable(ctx, tx); err != nil {
+		return fmt.Errorf("create %s: %w", VersionTable, err)
+	}
+	versions := []int64{0, 1}
+	if holds {
+		versions = append(versions, 2)
+	}
+	for _, v := range versions {
+		if err := store.Insert(ctx, tx, database.InsertRequest{Version: v}); err != nil {
+			return fmt.Errorf("record version %d in %s: %w", v, VersionTable, err)
+		}
+	}
+	return tx.Commit()
 }
 
 // Version is the schema's migration version (0 before Migrate).
@@ -164,7 +223,7 @@ func (db *DB) Version(ctx context.Context) (int64, error) {
 	}
 	sqlDB := stdlib.OpenDB(*db.cfg)
 	defer func() { _ = sqlDB.Close() }() // read only
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub)
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub, goose.WithTableName(VersionTable))
 	if err != nil {
 		return 0, err
 	}

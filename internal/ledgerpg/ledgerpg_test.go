@@ -246,19 +246,7 @@ func TestMigrateKeepsRowsOfTheFirstSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = db.Close(ctx) }()
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB := stdlib.OpenDB(*db.cfg)
-	defer sqlDB.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	legacyUp(ctx, t, db, 1) // the first schema was released under goose's default table
 	s.Psql(ctx, t, `INSERT INTO ledger_windows (domain, rule, window_label, window_kind, window_start, window_end, budget, measure, reserve_denials, synced_at)
 		VALUES ('budget', 's/per-run', '20261020', 'day', '2026-10-20T00:00:00Z', '2026-10-21T00:00:00Z', 'per-run', 'tokens', 2, now())`)
 	if err := db.Migrate(ctx); err != nil {
@@ -340,5 +328,77 @@ func TestSyncSkipsAnOversizedWindow(t *testing.T) {
 	}
 	if got := pg.Psql(ctx, t, "SELECT rule || '=' || units FROM ledger_usage ORDER BY 1"); got != "s/per-team=7" {
 		t.Fatalf("rows %q, want the other rule's row committed", got)
+	}
+}
+
+// legacyUp migrates the ledger as releases before VersionTable did: under
+// goose's default version table, up to version v.
+func legacyUp(ctx context.Context, t *testing.T, db *DB, v int64) {
+	t.Helper()
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDB(*db.cfg)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Another goose app in the ledger's schema: its versions 1-3 in goose's
+// default table do not make the ledger's migrations look applied.
+func TestMigrateBesideAnotherGooseApp(t *testing.T) {
+	s := pgtest.Start(t)
+	ctx := context.Background()
+	s.Psql(ctx, t, `CREATE TABLE goose_db_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
+		INSERT INTO goose_db_version (version_id, is_applied) VALUES (0, true), (1, true), (2, true), (3, true)`)
+	db := openDB(t, s)
+	if v, err := db.Version(ctx); err != nil || v != 2 {
+		t.Fatalf("version %d %v", v, err)
+	}
+	if got := s.Psql(ctx, t, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'ledger_windows'::regclass AND attname = 'holds'"); got != "1" {
+		t.Fatalf("ledger_windows.holds: %s", got)
+	}
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM goose_db_version"); got != "0,1,2,3" {
+		t.Fatalf("the other app's versions changed: %s", got)
+	}
+}
+
+// A ledger migrated under goose's default table, at either version, is
+// adopted: its rows stay, the versions its schema has are not run again,
+// and the missing one is.
+func TestMigrateAdoptsTheDefaultTable(t *testing.T) {
+	for _, legacy := range []int64{1, 2} {
+		t.Run(fmt.Sprint("version ", legacy), func(t *testing.T) {
+			s := pgtest.Start(t)
+			ctx := context.Background()
+			db, err := Open(ctx, s.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = db.Close(ctx) }()
+			legacyUp(ctx, t, db, legacy)
+			s.Psql(ctx, t, `INSERT INTO ledger_windows (domain, rule, window_label, window_kind, window_start, window_end, budget, measure, reserve_denials, synced_at)
+				VALUES ('budget', 's/per-run', '20261020', 'day', '2026-10-20T00:00:00Z', '2026-10-21T00:00:00Z', 'per-run', 'tokens', 2, now())`)
+			for range 2 {
+				if err := db.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v, err := db.Version(ctx); err != nil || v != 2 {
+				t.Fatalf("version %d %v", v, err)
+			}
+			if got := s.Psql(ctx, t, "SELECT reserve_denials || ',' || holds FROM ledger_windows"); got != "2,0" {
+				t.Fatalf("row after the adoption: %s", got)
+			}
+			if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2" {
+				t.Fatalf("%s: %s", VersionTable, got)
+			}
+		})
 	}
 }
