@@ -28,8 +28,9 @@ import (
 // back at start, dropping what has expired. A crash loses at most what was
 // charged since the last snapshot: one interval.
 //
-// Format (version 2; version 1 has no holds and is still read), all
-// integers unsigned varints unless noted:
+// Format (version 2; version 1 has no holds and is still read; a later
+// version keeps the header and the trailing checksum, so an older build
+// tells it from a corrupt file), all integers unsigned varints unless noted:
 //
 //	"BGMEMSNAP\x02"
 //	count of counters, then per counter: key length, key, value, expiry (Unix ms),
@@ -57,6 +58,10 @@ const DefaultSnapshotInterval = 10 * time.Second
 // ErrCorruptSnapshot is wrapped by Restore errors for a file that is not a
 // whole snapshot of this format.
 var ErrCorruptSnapshot = errors.New("corrupt memory snapshot")
+
+// ErrSnapshotVersion is wrapped by Restore errors for a snapshot of a later
+// format than this build reads (a downgrade): whole, but not readable here.
+var ErrSnapshotVersion = errors.New("newer snapshot format")
 
 // HashStore is the part of the usage ledger (ledger.Memory) a snapshot
 // holds: hashes of counters with an absolute expiry.
@@ -262,18 +267,11 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 // is checked against what is left, so no input makes it allocate beyond its
 // size.
 func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
-	if len(data) < len(snapshotMagic)+4 {
-		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
+	v2, err := snapshotVersion(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	v2 := string(data[:len(snapshotMagic)]) == snapshotMagic
-	if !v2 && string(data[:len(snapshotMagicV1)]) != snapshotMagicV1 {
-		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
-	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.ChecksumIEEE(body) != sum {
-		return nil, nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
-	}
-	r := &snapReader{b: body[len(snapshotMagic):]}
+	r := &snapReader{b: data[len(snapshotMagic) : len(data)-4]}
 	n := r.count(3) // a counter takes at least 3 bytes
 	cs := make([]snapCounter, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
@@ -303,6 +301,32 @@ func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
 		return nil, nil, r.err
 	}
 	return cs, hs, nil
+}
+
+// snapshotVersion checks data's frame (header, then the CRC-32 of
+// everything before it, which every version ends with) and returns true for
+// version 2, false for 1. A whole snapshot of a later version (a newer
+// ratelimit wrote it, then an older one started on it) is named as such: its
+// counts are not lost, only unreadable by this build.
+func snapshotVersion(data []byte) (v2 bool, err error) {
+	head := snapshotMagic[:len(snapshotMagic)-1]
+	if len(data) < len(snapshotMagic)+4 || string(data[:len(head)]) != head {
+		return false, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes, no %q header)", ErrCorruptSnapshot, len(data), head)
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.ChecksumIEEE(body) != sum {
+		return false, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
+	}
+	switch v := data[len(head)]; {
+	case v == snapshotMagic[len(head)]:
+		return true, nil
+	case v == snapshotMagicV1[len(head)]:
+		return false, nil
+	case v > snapshotMagic[len(head)]:
+		return false, fmt.Errorf("%w: version %d, and this ratelimit reads 1 and 2 (a newer one wrote it: run that version)", ErrSnapshotVersion, v)
+	default:
+		return false, fmt.Errorf("%w: unknown version %d", ErrCorruptSnapshot, v)
+	}
 }
 
 type snapReader struct {

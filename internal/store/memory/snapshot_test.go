@@ -128,8 +128,49 @@ func TestSnapshotMissingAndCorrupt(t *testing.T) {
 	}
 }
 
+// TestSnapshotForeignOrNewer: a file that is not a snapshot and one of a
+// later format (a downgrade) are told apart in the error, which names the
+// file, and nothing is restored from either.
+func TestSnapshotForeignOrNewer(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{})
+	defer s.Close()
+	if _, err := charge(t, s, "a", 5, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	good := (&Snapshotter{Store: s}).Encode()
+	v3 := append([]byte(nil), good[:len(good)-4]...)
+	v3[len(snapshotMagic)-1] = 3
+	v3 = binary.BigEndian.AppendUint32(v3, crc32.ChecksumIEEE(v3))
+	for _, c := range []struct {
+		name string
+		data []byte
+		is   error
+		says string
+	}{
+		{"newer", v3, ErrSnapshotVersion, "version 3, and this ratelimit reads 1 and 2"},
+		{"newer, cut", v3[:len(v3)-1], ErrCorruptSnapshot, "checksum mismatch"},
+		{"foreign", []byte("apiVersion: v1\nkind: ConfigMap\n"), ErrCorruptSnapshot, `not a budgetgen memory snapshot (31 bytes, no "BGMEMSNAP" header)`},
+		{"empty", nil, ErrCorruptSnapshot, "not a budgetgen memory snapshot (0 bytes"},
+	} {
+		path := filepath.Join(dir, "snap")
+		if err := os.WriteFile(path, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s2 := New(Options{})
+		_, err := (&Snapshotter{Path: path, Store: s2}).Restore()
+		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: err = %v, want %v naming %s and saying %q", c.name, err, c.is, path, c.says)
+		}
+		if n := s2.Stats().Counters; n != 0 {
+			t.Errorf("%s: %d counters restored", c.name, n)
+		}
+		s2.Close()
+	}
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
-// ErrCorruptSnapshot, and no input yields more entries than its bytes.
+// ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
 	s := New(Options{})
 	defer s.Close()
@@ -154,8 +195,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		for _, in := range [][]byte{data, framed} {
 			cs, hs, err := decodeSnapshot(in)
 			if err != nil {
-				if !errors.Is(err, ErrCorruptSnapshot) {
-					t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
+				if !errors.Is(err, ErrCorruptSnapshot) && !errors.Is(err, ErrSnapshotVersion) {
+					t.Fatalf("error %v wraps neither ErrCorruptSnapshot nor ErrSnapshotVersion", err)
 				}
 				continue
 			}
