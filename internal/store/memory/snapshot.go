@@ -48,10 +48,6 @@ const (
 	snapshotMagicV1 = "BGMEMSNAP\x01"
 )
 
-// MaxSnapshotBytes bounds the snapshot file read at start (about 4 million
-// counters with their ledger fields).
-const MaxSnapshotBytes = 1 << 30
-
 // DefaultSnapshotInterval is how often Snapshotter.Run writes the snapshot.
 const DefaultSnapshotInterval = 10 * time.Second
 
@@ -197,18 +193,41 @@ func (sn *Snapshotter) Restore() (RestoreStats, error) {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	defer func() { _ = f.Close() }() // read-only
-	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), MaxSnapshotBytes+1))
+	data, err := readSnapshot(f)
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
-	}
-	if len(data) > MaxSnapshotBytes {
-		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w: larger than %d bytes", sn.Path, ErrCorruptSnapshot, MaxSnapshotBytes)
 	}
 	cs, hs, err := decodeSnapshot(data)
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	return sn.apply(cs, hs), nil
+}
+
+// readSnapshot reads f whole once its first bytes are a snapshot's header.
+// A file of another kind (a path set by mistake, a device) is refused after
+// those few bytes, whatever its size; a snapshot is read at any size, since
+// it is what the service held in memory when it wrote it (a fixed bound here
+// would refuse at the next start the snapshot a large store just wrote).
+func readSnapshot(f *os.File) ([]byte, error) {
+	head := make([]byte, len(snapshotMagic)-1)
+	n, err := io.ReadFull(f, head)
+	switch {
+	case n == 0 && (err == nil || errors.Is(err, io.EOF)):
+		return nil, fmt.Errorf("%w: not a budgetgen memory snapshot (empty file)", ErrCorruptSnapshot)
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, err
+	case string(head[:n]) != snapshotMagic[:len(head)]:
+		return nil, fmt.Errorf("%w: not a budgetgen memory snapshot (no %q header)", ErrCorruptSnapshot, snapshotMagic[:len(head)])
+	}
+	var size int64
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	b := bytes.NewBuffer(make([]byte, 0, max(size, int64(n))+bytes.MinRead))
+	b.Write(head[:n])
+	_, err = b.ReadFrom(bufio.NewReader(f))
+	return b.Bytes(), err
 }
 
 func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
@@ -311,7 +330,7 @@ func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
 func snapshotVersion(data []byte) (v2 bool, err error) {
 	head := snapshotMagic[:len(snapshotMagic)-1]
 	if len(data) < len(snapshotMagic)+4 || string(data[:len(head)]) != head {
-		return false, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes, no %q header)", ErrCorruptSnapshot, len(data), head)
+		return false, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes)", ErrCorruptSnapshot, len(data))
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if crc32.ChecksumIEEE(body) != sum {

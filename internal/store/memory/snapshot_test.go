@@ -150,8 +150,9 @@ func TestSnapshotForeignOrNewer(t *testing.T) {
 	}{
 		{"newer", v3, ErrSnapshotVersion, "version 3, and this ratelimit reads 1 and 2"},
 		{"newer, cut", v3[:len(v3)-1], ErrCorruptSnapshot, "checksum mismatch"},
-		{"foreign", []byte("apiVersion: v1\nkind: ConfigMap\n"), ErrCorruptSnapshot, `not a budgetgen memory snapshot (31 bytes, no "BGMEMSNAP" header)`},
-		{"empty", nil, ErrCorruptSnapshot, "not a budgetgen memory snapshot (0 bytes"},
+		{"foreign", []byte("apiVersion: v1\nkind: ConfigMap\n"), ErrCorruptSnapshot, `not a budgetgen memory snapshot (no "BGMEMSNAP" header)`},
+		{"empty", nil, ErrCorruptSnapshot, "not a budgetgen memory snapshot (empty file)"},
+		{"header only", []byte(snapshotMagic), ErrCorruptSnapshot, "not a budgetgen memory snapshot (10 bytes)"},
 	} {
 		path := filepath.Join(dir, "snap")
 		if err := os.WriteFile(path, c.data, 0o600); err != nil {
@@ -166,6 +167,16 @@ func TestSnapshotForeignOrNewer(t *testing.T) {
 			t.Errorf("%s: %d counters restored", c.name, n)
 		}
 		s2.Close()
+	}
+	// A device that never ends is refused from its first bytes, not read
+	// into memory up to a bound.
+	start := time.Now()
+	_, err := (&Snapshotter{Path: "/dev/zero", Store: s}).Restore()
+	if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), "/dev/zero: corrupt memory snapshot: not a budgetgen memory snapshot (no") {
+		t.Errorf("/dev/zero: err = %v, want it refused for its header", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("/dev/zero refused after %v: read beyond its header", d)
 	}
 }
 
