@@ -555,6 +555,10 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 	}
 	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
+	if rs.OverBound > 0 {
+		startup.Warn("embedded store: the snapshot holds more live counters than MEMORY_MAX_COUNTERS; all are kept, and a request needing a new counter gets MEMORY_FULL_POLICY until windows end",
+			"counters", ms.Stats().Counters, "over_bound", rs.OverBound)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sn.Run(ctx); close(done) }()

@@ -86,7 +86,7 @@ type Snapshotter struct {
 type RestoreStats struct {
 	Counters, Hashes               int // restored
 	ExpiredCounters, ExpiredHashes int // dropped: their window (or retention) ended
-	OverBound                      int // counters dropped: the store's MaxCounters was reached
+	OverBound                      int // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
 }
 
 type snapCounter struct {
@@ -252,11 +252,14 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 			}
 			sh.m[c.key] = cur
 			st.Counters++
-		case s.count.Load() >= s.max:
-			st.OverBound++
 		default:
+			// Above MaxCounters too (a lowered MEMORY_MAX_COUNTERS): a
+			// dropped counter is its principal's budget forgotten. The store
+			// then refuses new counters until windows end, as at the bound.
 			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond), holds: c.holds}
-			s.count.Add(1)
+			if s.count.Add(1) > s.max {
+				st.OverBound++
+			}
 			st.Counters++
 		}
 		sh.mu.Unlock()

@@ -180,6 +180,40 @@ func TestSnapshotForeignOrNewer(t *testing.T) {
 	}
 }
 
+// TestSnapshotAboveTheBound: a snapshot with more live counters than the
+// restoring store's MaxCounters (MEMORY_MAX_COUNTERS lowered between two
+// runs) restores every one of them, since a dropped counter is a budget
+// forgotten; the store then refuses new counters, as at its bound.
+func TestSnapshotAboveTheBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snap")
+	s := New(Options{})
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	keys := []string{"a", "b", "c", "d", "e"}
+	for i, k := range keys {
+		if _, err := charge(t, s, k, uint64(100+i), exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (&Snapshotter{Path: path, Store: s}).Write(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := New(Options{MaxCounters: 2})
+	defer s2.Close()
+	st, err := (&Snapshotter{Path: path, Store: s2}).Restore()
+	if err != nil || st.Counters != 5 || st.OverBound != 3 {
+		t.Fatalf("restore into a store bounded at 2: %+v, %v; want 5 counters, 3 of them over the bound", st, err)
+	}
+	for i, k := range keys {
+		if got, err := charge(t, s2, k, 1, exp); err != nil || got != uint64(100+i+1) {
+			t.Errorf("%s after the restore: %d, %v; want %d", k, got, err, 100+i+1)
+		}
+	}
+	if _, err := charge(t, s2, "new", 1, exp); !errors.Is(err, ErrFull) {
+		t.Errorf("a new counter above the bound: %v, want ErrFull", err)
+	}
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
 // ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
