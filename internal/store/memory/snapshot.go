@@ -442,6 +442,18 @@ func (sn *Snapshotter) Run(ctx context.Context) {
 	}
 }
 
+// lockPath is the lock file of the snapshot at path: beside the file path
+// names after symbolic links (which Write follows too), so two services
+// given two names of one file (a link to it) take one lock.
+func lockPath(path string) string {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	return path + ".lock"
+}
+
 // ErrSnapshotInUse is wrapped by Claim's error when another process holds
 // the snapshot.
 var ErrSnapshotInUse = errors.New("memory snapshot in use by another process")
@@ -455,7 +467,7 @@ func (sn *Snapshotter) Claim() (release func(), err error) {
 	if err := os.MkdirAll(filepath.Dir(sn.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
-	f, err := os.OpenFile(sn.Path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(lockPath(sn.Path), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}

@@ -214,6 +214,42 @@ func TestSnapshotAboveTheBound(t *testing.T) {
 	}
 }
 
+// TestSnapshotClaimThroughLinks: the lock is taken on the file a path
+// names after symbolic links, so a second Snapshotter given a link to the
+// first one's file (or a path through a linked directory) is refused until
+// the first releases it.
+func TestSnapshotClaimThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "snap")
+	s := New(Options{})
+	defer s.Close()
+	first := &Snapshotter{Path: path, Store: s}
+	release, err := first.Claim()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Write(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path, filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "state"), filepath.Join(dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{filepath.Join(dir, "alias"), filepath.Join(dir, "linked", "snap")} {
+		if _, err := (&Snapshotter{Path: other, Store: s}).Claim(); !errors.Is(err, ErrSnapshotInUse) || !strings.Contains(err.Error(), other) {
+			t.Errorf("claim of %s while %s is held: %v, want ErrSnapshotInUse naming it", other, path, err)
+		}
+	}
+	release()
+	again, err := (&Snapshotter{Path: filepath.Join(dir, "alias"), Store: s}).Claim()
+	if err != nil {
+		t.Fatalf("claim after the release: %v", err)
+	}
+	again()
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
 // ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
