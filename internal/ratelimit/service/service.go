@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -555,6 +556,10 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 	}
 	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
+	if others := otherSnapshots(s.MemorySnapshotPath); !rs.Found && len(others) > 0 {
+		startup.Warn("embedded store: no snapshot at this path, so every budget starts from zero, but the directory holds others (a changed GRPC_PORT names another default file): if one is this service's, stop it and set MEMORY_SNAPSHOT_PATH to it",
+			"path", s.MemorySnapshotPath, "others", others)
+	}
 	if rs.OverBound > 0 {
 		startup.Warn("embedded store: the snapshot holds more live counters than MEMORY_MAX_COUNTERS; all are kept, and a request needing a new counter gets MEMORY_FULL_POLICY until windows end",
 			"counters", ms.Stats().Counters, "over_bound", rs.OverBound)
@@ -570,6 +575,23 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 		}
 		release()
 	}, nil
+}
+
+// otherSnapshots lists the other snapshot files (*.snapshot) in path's
+// directory: the default file is named by the gRPC port, so a service
+// restarted with another port finds its counts under another name.
+func otherSnapshots(path string) []string {
+	names, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*.snapshot"))
+	if err != nil {
+		return nil
+	}
+	out := names[:0]
+	for _, n := range names {
+		if n != filepath.Clean(path) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // openStore opens the counter store; with the embedded store it also

@@ -247,3 +247,49 @@ func TestSnapshotClaimed(t *testing.T) {
 		t.Fatalf("second service on one snapshot: err = %v, want an error naming %s as in use", err, path)
 	}
 }
+
+// TestSnapshotOtherPortWarns: the default snapshot is named by the gRPC
+// port, so a service restarted with another port starts from zero under a
+// new file. That is said at start, naming the snapshots beside it, instead
+// of every budget being reset silently; a first start in an empty directory
+// says nothing of the kind.
+func TestSnapshotOtherPortWarns(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "d.yaml", snapConfig)
+	state := t.TempDir()
+	start := func() string {
+		t.Helper()
+		logs := &syncBuffer{}
+		env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": state}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, []string{"--config-dir", dir}, func(k string) string { return env[k] }, logs, func(*server.Server) { cancel() })
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, logs)
+			}
+		case <-time.After(20 * time.Second):
+			cancel()
+			t.Fatalf("service did not start\n%s", logs)
+		}
+		return logs.String()
+	}
+	if logs := start(); strings.Contains(logs, "holds others") {
+		t.Fatalf("first start in an empty directory warned:\n%s", logs)
+	}
+	// The same service, earlier, on port 8081: its snapshot is beside.
+	old := filepath.Join(state, "budgetgen", "ratelimit-memory-8081.snapshot")
+	if err := os.Rename(filepath.Join(state, "budgetgen", "ratelimit-memory-0.snapshot"), old); err != nil {
+		t.Fatal(err)
+	}
+	logs := start()
+	if !strings.Contains(logs, "holds others") || !strings.Contains(logs, old) {
+		t.Fatalf("start beside another port's snapshot: no warning naming %s:\n%s", old, logs)
+	}
+	if logs := start(); strings.Contains(logs, "holds others") {
+		t.Fatalf("a start that found its own snapshot warned:\n%s", logs)
+	}
+}

@@ -84,6 +84,7 @@ type Snapshotter struct {
 
 // RestoreStats says what Restore read.
 type RestoreStats struct {
+	Found                          bool // the file existed (else a first start)
 	Counters, Hashes               int // restored
 	ExpiredCounters, ExpiredHashes int // dropped: their window (or retention) ended
 	OverBound                      int // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
@@ -201,7 +202,9 @@ func (sn *Snapshotter) Restore() (RestoreStats, error) {
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
-	return sn.apply(cs, hs), nil
+	st := sn.apply(cs, hs)
+	st.Found = true
+	return st, nil
 }
 
 // readSnapshot reads f whole once its first bytes are a snapshot's header.
