@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -85,9 +86,9 @@ type Snapshotter struct {
 // RestoreStats says what Restore read.
 type RestoreStats struct {
 	Found                          bool // the file existed (else a first start)
-	Counters, Hashes               int // restored
-	ExpiredCounters, ExpiredHashes int // dropped: their window (or retention) ended
-	OverBound                      int // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
+	Counters, Hashes               int  // restored
+	ExpiredCounters, ExpiredHashes int  // dropped: their window (or retention) ended
+	OverBound                      int  // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
 }
 
 type snapCounter struct {
@@ -110,7 +111,60 @@ type snapField struct {
 
 // Encode returns the snapshot bytes of the store and ledger now.
 func (sn *Snapshotter) Encode() []byte {
-	var cs []snapCounter
+	var b bytes.Buffer
+	_ = sn.encodeTo(&b) // a bytes.Buffer does not fail
+	return b.Bytes()
+}
+
+// Write writes the snapshot atomically (mode 0600: it names principals),
+// streamed to the file: only the sorted list of entries is held, not the
+// file's bytes.
+func (sn *Snapshotter) Write() error {
+	return atomicfile.WriteFunc(sn.Path, sn.encodeTo, atomicfile.Options{Perm: 0o600})
+}
+
+// encodeTo writes the snapshot of the store and ledger now to w.
+func (sn *Snapshotter) encodeTo(w io.Writer) error {
+	cs, hs := sn.entries()
+	e := &snapWriter{w: w, sum: crc32.NewIEEE()}
+	e.raw(snapshotMagic)
+	e.uv(uint64(len(cs)))
+	for _, c := range cs {
+		e.str(c.key)
+		e.uv(c.value)
+		e.uv(uint64(c.expireAt))
+		if h := c.holds; h == nil {
+			e.uv(0)
+		} else {
+			e.uv(1)
+			for _, v := range []uint64{uint64(h.end), uint64(h.p), h.c1, h.t1, h.c0, h.t0} {
+				e.uv(v)
+			}
+		}
+	}
+	e.uv(uint64(len(hs)))
+	for _, h := range hs {
+		e.str(h.key)
+		e.uv(uint64(h.expireAt))
+		e.uv(uint64(len(h.fields)))
+		for _, f := range h.fields {
+			e.str(f.name)
+			e.uv(f.value)
+		}
+	}
+	if e.err != nil {
+		return e.err
+	}
+	_, err := w.Write(binary.BigEndian.AppendUint32(nil, e.sum.Sum32()))
+	return err
+}
+
+// entries are the live counters and the ledger's hashes, sorted, so the
+// same state gives the same bytes.
+func (sn *Snapshotter) entries() ([]snapCounter, []snapHash) {
+	// Sized once: appending a million entries would allocate about five
+	// times the final slice.
+	cs := make([]snapCounter, 0, max(sn.Store.count.Load(), 0)+64)
 	now := sn.Store.now().UnixNano()
 	for i := range sn.Store.shards {
 		sh := &sn.Store.shards[i]
@@ -143,42 +197,39 @@ func (sn *Snapshotter) Encode() []byte {
 		})
 		sort.Slice(hs, func(i, j int) bool { return hs[i].key < hs[j].key })
 	}
-	var b bytes.Buffer
-	b.WriteString(snapshotMagic)
-	var tmp [binary.MaxVarintLen64]byte
-	uv := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
-	str := func(s string) { uv(uint64(len(s))); b.WriteString(s) }
-	uv(uint64(len(cs)))
-	for _, c := range cs {
-		str(c.key)
-		uv(c.value)
-		uv(uint64(c.expireAt))
-		if h := c.holds; h == nil {
-			uv(0)
-		} else {
-			uv(1)
-			for _, v := range []uint64{uint64(h.end), uint64(h.p), h.c1, h.t1, h.c0, h.t0} {
-				uv(v)
-			}
-		}
-	}
-	uv(uint64(len(hs)))
-	for _, h := range hs {
-		str(h.key)
-		uv(uint64(h.expireAt))
-		uv(uint64(len(h.fields)))
-		for _, f := range h.fields {
-			str(f.name)
-			uv(f.value)
-		}
-	}
-	b.Write(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(b.Bytes())))
-	return b.Bytes()
+	return cs, hs
 }
 
-// Write writes the snapshot atomically (mode 0600: it names principals).
-func (sn *Snapshotter) Write() error {
-	return atomicfile.WriteFile(sn.Path, sn.Encode(), atomicfile.Options{Perm: 0o600})
+// snapWriter writes a snapshot's numbers and strings to w and its
+// checksum; the first error sticks. Strings go through one reused buffer, so
+// writing allocates nothing per entry.
+type snapWriter struct {
+	w   io.Writer
+	sum hash.Hash32
+	buf []byte
+	err error
+}
+
+func (e *snapWriter) write(b []byte) {
+	if e.err == nil {
+		_, _ = e.sum.Write(b) // a hash.Hash never fails
+		_, e.err = e.w.Write(b)
+	}
+}
+
+func (e *snapWriter) raw(s string) {
+	e.buf = append(e.buf[:0], s...)
+	e.write(e.buf)
+}
+
+func (e *snapWriter) uv(v uint64) {
+	e.buf = binary.AppendUvarint(e.buf[:0], v)
+	e.write(e.buf)
+}
+
+func (e *snapWriter) str(s string) {
+	e.uv(uint64(len(s)))
+	e.raw(s)
 }
 
 // Restore reads the snapshot file into the store and ledger, dropping
