@@ -313,15 +313,23 @@ func CleanStale(dir string, opts Options) {
 		if err != nil {
 			continue
 		}
-		if time.Since(info.ModTime()) > age || writerGone(name) {
+		if time.Since(info.ModTime()) > age || writerGone(name, info.ModTime()) {
 			_ = os.Remove(filepath.Join(dir, name)) // sweep of stale temps: best-effort
 		}
 	}
 }
 
+// processStart is when this process started, near enough: a temporary file
+// named with this process's pid but last written before it was left by an
+// earlier process with the same pid.
+var processStart = time.Now()
+
 // writerGone reports whether the pid in a temporary file's name
-// (.budgetgen-tmp-<pid>-<random>) names no running process.
-func writerGone(name string) bool {
+// (.budgetgen-tmp-<pid>-<random>) names no running process, or names this
+// one and the file is older than it: a container's process is pid 1 in
+// every incarnation, so the debris of a killed one (a snapshot written as
+// the pod was OOM-killed) bears the pid of the next.
+func writerGone(name string, modified time.Time) bool {
 	pidText, _, ok := strings.Cut(strings.TrimPrefix(name, tempPrefix), "-")
 	if !ok {
 		return false
@@ -331,7 +339,7 @@ func writerGone(name string) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		return false
+		return modified.Before(processStart)
 	}
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
