@@ -190,7 +190,7 @@ func (r *runner) startStore() (*openedStore, error) {
 	ms, ok := st.(*memory.Store)
 	switch {
 	case ok && s.MemorySnapshotPath != "":
-		stop, err := startSnapshots(s, ms, lm, r.log, r.startup)
+		stop, err := startSnapshots(s, ms, lm, r.reg, r.log, r.startup)
 		if err != nil {
 			return nil, err
 		}
@@ -534,8 +534,9 @@ func ledgerReader(m *ledger.Memory) ledger.Reader {
 // every MEMORY_SNAPSHOT_INTERVAL; stop ends that and writes the shutdown
 // snapshot. A snapshot that cannot be read is a start-up error naming the
 // file (never a silent empty start: that is the budget lost).
-func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, log, startup *slog.Logger) (stop func(), err error) {
+func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, reg prometheus.Registerer, log, startup *slog.Logger) (stop func(), err error) {
 	sn := &memory.Snapshotter{Path: s.MemorySnapshotPath, Store: ms, Interval: s.MemorySnapshotInterval, Logger: log}
+	storemetrics.RegisterSnapshot(reg, sn)
 	if lm != nil {
 		sn.Ledger = lm
 	}

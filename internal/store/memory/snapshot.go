@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,6 +82,27 @@ type Snapshotter struct {
 	Interval time.Duration
 	// Logger receives failed periodic writes. Default slog.Default().
 	Logger *slog.Logger
+
+	written  atomic.Int64  // Unix ns of the last successful Write, 0: none
+	bytes    atomic.Int64  // its size
+	failures atomic.Uint64 // failed Writes
+}
+
+// SnapshotStats say how the snapshot writes went, for metrics: a write that
+// keeps failing makes a crash lose more than one interval.
+type SnapshotStats struct {
+	LastWritten time.Time // the last successful Write; zero: none yet
+	Bytes       int64     // its size
+	Failures    uint64    // failed Writes since start
+}
+
+// Stats returns the snapshot's write statistics.
+func (sn *Snapshotter) Stats() SnapshotStats {
+	st := SnapshotStats{Bytes: sn.bytes.Load(), Failures: sn.failures.Load()}
+	if ns := sn.written.Load(); ns != 0 {
+		st.LastWritten = time.Unix(0, ns)
+	}
+	return st
 }
 
 // RestoreStats says what Restore read.
@@ -120,7 +142,30 @@ func (sn *Snapshotter) Encode() []byte {
 // streamed to the file: only the sorted list of entries is held, not the
 // file's bytes.
 func (sn *Snapshotter) Write() error {
-	return atomicfile.WriteFunc(sn.Path, sn.encodeTo, atomicfile.Options{Perm: 0o600})
+	var n countingWriter
+	err := atomicfile.WriteFunc(sn.Path, func(w io.Writer) error {
+		n.w = w
+		return sn.encodeTo(&n)
+	}, atomicfile.Options{Perm: 0o600})
+	if err != nil {
+		sn.failures.Add(1)
+		return err
+	}
+	sn.bytes.Store(n.n)
+	sn.written.Store(time.Now().UnixNano())
+	return nil
+}
+
+// countingWriter counts what goes through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // encodeTo writes the snapshot of the store and ledger now to w.

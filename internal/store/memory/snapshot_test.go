@@ -290,6 +290,41 @@ func TestSnapshotWriteStreams(t *testing.T) {
 	}
 }
 
+// TestSnapshotStats: a successful write sets the time and size exported as
+// metrics; a failed one counts a failure and keeps them, so a snapshot that
+// keeps failing (and a crash that would lose more than one interval) shows.
+func TestSnapshotStats(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{})
+	defer s.Close()
+	if _, err := charge(t, s, "a", 5, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	sn := &Snapshotter{Path: filepath.Join(dir, "snap"), Store: s}
+	if st := sn.Stats(); !st.LastWritten.IsZero() || st.Failures != 0 {
+		t.Fatalf("before any write: %+v", st)
+	}
+	before := time.Now()
+	if err := sn.Write(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(sn.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := sn.Stats()
+	if ok.LastWritten.Before(before) || ok.Bytes != fi.Size() || ok.Failures != 0 {
+		t.Fatalf("after a write: %+v, want written since %v, %d bytes, no failure", ok, before, fi.Size())
+	}
+	sn.Path = filepath.Join(dir, "missing", "snap") // a directory that is not there
+	if err := sn.Write(); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+	if st := sn.Stats(); st.Failures != 1 || !st.LastWritten.Equal(ok.LastWritten) || st.Bytes != ok.Bytes {
+		t.Fatalf("after a failed write: %+v, want 1 failure and the last success kept (%+v)", st, ok)
+	}
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
 // ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
