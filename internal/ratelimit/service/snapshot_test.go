@@ -126,9 +126,11 @@ func TestSnapshotCorruptStops(t *testing.T) {
 }
 
 // TestSnapshotSIGKILL: the service as a real process with default settings
-// (its state directory a temporary one), SIGKILLed. What was charged at
-// least one interval before the kill survives; at most what was charged in
-// the last interval is lost (docs/reliability.md).
+// (its state directory a temporary one). It says at start where it keeps
+// state; SIGTERM loses nothing (exit 0, every hit back after the restart);
+// SIGKILL: what was charged at least one interval before the kill survives,
+// at most what was charged in the last interval is lost
+// (docs/reliability.md).
 func TestSnapshotSIGKILL(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "ratelimit")
 	build := exec.Command("go", "build", "-o", bin, "github.com/budgetgen/budgetgen/cmd/ratelimit")
@@ -152,19 +154,32 @@ func TestSnapshotSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addr := make(chan string, 1)
+		addr, kept := make(chan string, 1), make(chan string, 1)
 		go func() {
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
 				var line struct {
 					Msg  string `json:"msg"`
 					GRPC string `json:"grpc"`
+					Path string `json:"path"`
 				}
-				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				switch {
+				case json.Unmarshal(sc.Bytes(), &line) != nil:
+				case line.Msg == "listening":
 					addr <- line.GRPC
+				case strings.HasPrefix(line.Msg, "embedded store: state kept"):
+					kept <- line.Path
 				}
 			}
 		}()
+		select {
+		case p := <-kept:
+			if p != path {
+				t.Fatalf("start-up log: state kept in %q, want %q", p, path)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the service did not say where it keeps state")
+		}
 		select {
 		case a := <-addr:
 			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -179,7 +194,20 @@ func TestSnapshotSIGKILL(t *testing.T) {
 		return nil, nil
 	}
 	c, cmd := start()
-	for range 9 {
+	for range 4 {
+		chargeUser(t, c, "alice", 100_000)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v, want exit 0", err)
+	}
+	c, cmd = start()
+	if got := chargeUser(t, c, "alice", 100_000); got != 500_000 {
+		t.Fatalf("after SIGTERM and restart, one more charge: %d remaining, want 500,000 (nothing lost)", got)
+	}
+	for range 4 {
 		chargeUser(t, c, "alice", 100_000)
 	}
 	// Wait for a snapshot begun after the last charge was answered: it
