@@ -290,43 +290,17 @@ func (sn *Snapshotter) Restore() (RestoreStats, error) {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	defer func() { _ = f.Close() }() // read-only
-	data, err := readSnapshot(f)
-	if err != nil {
-		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
 	}
-	cs, hs, err := decodeSnapshot(data)
+	cs, hs, err := decodeFrom(f, size)
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	st := sn.apply(cs, hs)
 	st.Found = true
 	return st, nil
-}
-
-// readSnapshot reads f whole once its first bytes are a snapshot's header.
-// A file of another kind (a path set by mistake, a device) is refused after
-// those few bytes, whatever its size; a snapshot is read at any size, since
-// it is what the service held in memory when it wrote it (a fixed bound here
-// would refuse at the next start the snapshot a large store just wrote).
-func readSnapshot(f *os.File) ([]byte, error) {
-	head := make([]byte, len(snapshotMagic)-1)
-	n, err := io.ReadFull(f, head)
-	switch {
-	case n == 0 && (err == nil || errors.Is(err, io.EOF)):
-		return nil, fmt.Errorf("%w: not a budgetgen memory snapshot (empty file)", ErrCorruptSnapshot)
-	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, err
-	case string(head[:n]) != snapshotMagic[:len(head)]:
-		return nil, fmt.Errorf("%w: not a budgetgen memory snapshot (no %q header)", ErrCorruptSnapshot, snapshotMagic[:len(head)])
-	}
-	var size int64
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-		size = fi.Size()
-	}
-	b := bytes.NewBuffer(make([]byte, 0, max(size, int64(n))+bytes.MinRead))
-	b.Write(head[:n])
-	_, err = b.ReadFrom(bufio.NewReader(f))
-	return b.Bytes(), err
 }
 
 func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
@@ -384,15 +358,65 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 	return st
 }
 
-// decodeSnapshot parses a version-2 (or version-1) snapshot; every length
-// is checked against what is left, so no input makes it allocate beyond its
-// size.
+// decodeSnapshot decodes a snapshot held in memory (tests, fuzzing).
 func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
-	v2, err := snapshotVersion(data)
-	if err != nil {
+	return decodeFrom(bytes.NewReader(data), int64(len(data)))
+}
+
+// decodeFrom decodes the snapshot r holds, size bytes long (-1: r is not a
+// regular file), as it reads it: the entries are held, never the file's
+// bytes, so a restore needs about what the service held when it wrote the
+// snapshot, not that plus the file. A file of another kind (a path set by
+// mistake, a device) is refused after its first bytes, whatever its size;
+// a snapshot is read at any size. Every length is checked against the bytes
+// left, so no input makes it allocate beyond its size. Nothing is returned
+// unless the whole file is read and its checksum matches.
+func decodeFrom(r io.Reader, size int64) ([]snapCounter, []snapHash, error) {
+	head := make([]byte, len(snapshotMagic))
+	prefix := snapshotMagic[:len(snapshotMagic)-1]
+	n, err := io.ReadFull(r, head)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
 		return nil, nil, err
+	case n == 0:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (empty file)", ErrCorruptSnapshot)
+	case string(head[:min(n, len(prefix))]) != prefix[:min(n, len(prefix))]:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (no %q header)", ErrCorruptSnapshot, prefix)
+	case size < 0:
+		return nil, nil, fmt.Errorf("%w: not a regular file", ErrCorruptSnapshot)
+	case size < int64(len(snapshotMagic))+4:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes)", ErrCorruptSnapshot, size)
 	}
-	r := &snapReader{b: data[len(snapshotMagic) : len(data)-4]}
+	sum := crc32.NewIEEE()
+	_, _ = sum.Write(head) // a hash.Hash never fails
+	body := size - int64(len(head)) - 4
+	rd := &snapReader{r: bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, body), sum), 64<<10), left: body}
+	var cs []snapCounter
+	var hs []snapHash
+	switch v := head[len(prefix)]; {
+	case v == snapshotMagic[len(prefix)], v == snapshotMagicV1[len(prefix)]:
+		cs, hs = rd.entries(v == snapshotMagic[len(prefix)])
+	case v > snapshotMagic[len(prefix)]:
+		rd.err = fmt.Errorf("%w: version %d, and this ratelimit reads 1 and 2 (a newer one wrote it: run that version)", ErrSnapshotVersion, v)
+	default:
+		rd.fail("unknown version %d", v)
+	}
+	// The checksum covers every byte, read or not: a damaged file is named
+	// as such before whatever its damage made the decoder say.
+	_, _ = io.Copy(io.Discard, rd.r) // a short read shows in the checksum
+	var trailer [4]byte
+	if _, err := io.ReadFull(r, trailer[:]); err != nil || binary.BigEndian.Uint32(trailer[:]) != sum.Sum32() {
+		return nil, nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
+	}
+	if rd.err != nil {
+		return nil, nil, rd.err
+	}
+	return cs, hs, nil
+}
+
+// entries decodes the counters (with their holds in version 2) and the
+// ledger's hashes.
+func (r *snapReader) entries(v2 bool) ([]snapCounter, []snapHash) {
 	n := r.count(3) // a counter takes at least 3 bytes
 	cs := make([]snapCounter, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
@@ -415,44 +439,18 @@ func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
 		}
 		hs = append(hs, h)
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d bytes after the last entry", len(r.b))
+	if r.err == nil && r.left != 0 {
+		r.fail("%d bytes after the last entry", r.left)
 	}
-	if r.err != nil {
-		return nil, nil, r.err
-	}
-	return cs, hs, nil
+	return cs, hs
 }
 
-// snapshotVersion checks data's frame (header, then the CRC-32 of
-// everything before it, which every version ends with) and returns true for
-// version 2, false for 1. A whole snapshot of a later version (a newer
-// ratelimit wrote it, then an older one started on it) is named as such: its
-// counts are not lost, only unreadable by this build.
-func snapshotVersion(data []byte) (v2 bool, err error) {
-	head := snapshotMagic[:len(snapshotMagic)-1]
-	if len(data) < len(snapshotMagic)+4 || string(data[:len(head)]) != head {
-		return false, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes)", ErrCorruptSnapshot, len(data))
-	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.ChecksumIEEE(body) != sum {
-		return false, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
-	}
-	switch v := data[len(head)]; {
-	case v == snapshotMagic[len(head)]:
-		return true, nil
-	case v == snapshotMagicV1[len(head)]:
-		return false, nil
-	case v > snapshotMagic[len(head)]:
-		return false, fmt.Errorf("%w: version %d, and this ratelimit reads 1 and 2 (a newer one wrote it: run that version)", ErrSnapshotVersion, v)
-	default:
-		return false, fmt.Errorf("%w: unknown version %d", ErrCorruptSnapshot, v)
-	}
-}
-
+// snapReader reads a snapshot's body; the first error sticks.
 type snapReader struct {
-	b   []byte
-	err error
+	r    *bufio.Reader
+	left int64  // body bytes not read yet
+	buf  []byte // reused for strings
+	err  error
 }
 
 func (r *snapReader) fail(format string, args ...any) {
@@ -461,16 +459,27 @@ func (r *snapReader) fail(format string, args ...any) {
 	}
 }
 
+// ReadByte is io.ByteReader for binary.ReadUvarint, within the body.
+func (r *snapReader) ReadByte() (byte, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	b, err := r.r.ReadByte()
+	if err == nil {
+		r.left--
+	}
+	return b, err
+}
+
 func (r *snapReader) uv() uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
+	v, err := binary.ReadUvarint(r)
+	if err != nil {
 		r.fail("bad number")
 		return 0
 	}
-	r.b = r.b[n:]
 	return v
 }
 
@@ -479,13 +488,20 @@ func (r *snapReader) str() string {
 	if r.err != nil {
 		return ""
 	}
-	if n > uint64(len(r.b)) {
-		r.fail("string of %d bytes, %d left", n, len(r.b))
+	if n > uint64(r.left) {
+		r.fail("string of %d bytes, %d left", n, r.left)
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	if uint64(cap(r.buf)) < n {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		r.fail("string of %d bytes cut short", n)
+		return ""
+	}
+	r.left -= int64(n)
+	return string(b)
 }
 
 // holds reads counter i's holds: 0 for none, or 1 and the six numbers.
@@ -508,8 +524,8 @@ func (r *snapReader) holds(i int) *holds {
 // count reads an entry count, each entry taking at least min bytes.
 func (r *snapReader) count(min int) int {
 	n := r.uv()
-	if r.err == nil && n > uint64(len(r.b)/min) {
-		r.fail("%d entries cannot fit in %d bytes", n, len(r.b))
+	if r.err == nil && n > uint64(r.left/int64(min)) {
+		r.fail("%d entries cannot fit in %d bytes", n, r.left)
 		return 0
 	}
 	return int(n)
