@@ -232,6 +232,13 @@ func TestSnapshotClaimThroughLinks(t *testing.T) {
 	if err := first.Write(); err != nil {
 		t.Fatal(err)
 	}
+	// What names principals is the owner's only: the directory Claim made,
+	// the lock and the snapshot.
+	for p, want := range map[string]os.FileMode{filepath.Dir(path): 0o700, path + ".lock": 0o600, path: 0o600} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", p, fi, err, want)
+		}
+	}
 	if err := os.Symlink(path, filepath.Join(dir, "alias")); err != nil {
 		t.Fatal(err)
 	}
