@@ -569,6 +569,26 @@ func lockPath(path string) string {
 	return path + ".lock"
 }
 
+// ErrSharedDir is wrapped by Claim's error for a snapshot in a directory
+// every user can write to (such as /tmp).
+var ErrSharedDir = errors.New("directory writable by every user")
+
+// privateDir refuses a directory every user can write to: there another
+// user could replace the snapshot by a link (Write follows it, and would
+// overwrite the link's target) or put a file of their own in its place (a
+// forged snapshot restores any counts: its checksum is no signature), or
+// take the lock first.
+func privateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("%w: %s (mode %v): keep the snapshot in a directory of the service's own", ErrSharedDir, dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
 // ErrSnapshotInUse is wrapped by Claim's error when another process holds
 // the snapshot.
 var ErrSnapshotInUse = errors.New("memory snapshot in use by another process")
@@ -580,6 +600,9 @@ var ErrSnapshotInUse = errors.New("memory snapshot in use by another process")
 // ends).
 func (sn *Snapshotter) Claim() (release func(), err error) {
 	if err := os.MkdirAll(filepath.Dir(sn.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	if err := privateDir(filepath.Dir(lockPath(sn.Path))); err != nil {
 		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	f, err := os.OpenFile(lockPath(sn.Path), os.O_RDWR|os.O_CREATE, 0o600)

@@ -350,6 +350,27 @@ func TestSnapshotStats(t *testing.T) {
 	}
 }
 
+// TestSnapshotRefusesASharedDirectory: a snapshot right in a directory
+// every user can write to (/tmp) is refused at Claim, naming the directory;
+// one in a subdirectory of the service's own is taken.
+func TestSnapshotRefusesASharedDirectory(t *testing.T) {
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	defer s.Close()
+	path := filepath.Join(shared, "snap")
+	if _, err := (&Snapshotter{Path: path, Store: s}).Claim(); !errors.Is(err, ErrSharedDir) || !strings.Contains(err.Error(), shared) {
+		t.Fatalf("claim in a world-writable directory: %v, want ErrSharedDir naming %s", err, shared)
+	}
+	release, err := (&Snapshotter{Path: filepath.Join(shared, "own", "snap"), Store: s}).Claim()
+	if err != nil {
+		t.Fatalf("claim in a directory of our own under it: %v", err)
+	}
+	release()
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
 // ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
