@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -549,11 +550,9 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, re
 		release()
 		return nil, fmt.Errorf("%w (move it away to start empty)", err)
 	}
-	// Write once now, so an unwritable place stops the start instead of
-	// losing the budgets at the first restart.
-	if err := sn.Write(); err != nil {
+	if err := firstSnapshot(sn, startup); err != nil {
 		release()
-		return nil, fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", s.MemorySnapshotPath, err)
+		return nil, err
 	}
 	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
@@ -576,6 +575,26 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, re
 		}
 		release()
 	}, nil
+}
+
+// firstSnapshot writes the snapshot once at start, so an unwritable place
+// stops the start instead of losing the budgets at the first restart. A full
+// volume (ENOSPC, EDQUOT) is no such mistake, and the restored counts are in
+// memory: refusing to start would leave every budget unenforced (Envoy fails
+// open) or every request refused until space is freed, so the service
+// starts, says so at error level, and retries every interval
+// (ratelimit_memory_snapshot_failures_total counts the failures).
+func firstSnapshot(sn *memory.Snapshotter, startup *slog.Logger) error {
+	err := sn.Write()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		startup.Error("embedded store: the snapshot cannot be written, no space left: serving with the restored counts and retrying every interval; a crash before a write succeeds loses what is charged meanwhile",
+			"path", sn.Path, "err", err)
+		return nil
+	}
+	return fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", sn.Path, err)
 }
 
 // otherSnapshots lists the other snapshot files (*.snapshot) in path's

@@ -321,3 +321,76 @@ func TestSnapshotOtherPortWarns(t *testing.T) {
 		t.Fatalf("a start that found its own snapshot warned:\n%s", logs)
 	}
 }
+
+// TestSnapshotVolumeFullStillStarts: a restart on a full state volume (the
+// snapshot restores, but the start-up write finds no space) serves the
+// restored counts and says why it cannot write, instead of refusing to
+// start: a refusal leaves every budget unenforced (Envoy fails open) until
+// someone frees space. The binary runs in a user and mount namespace
+// (unshare) on a tmpfs of one page, which the snapshot fills.
+func TestSnapshotVolumeFullStillStarts(t *testing.T) {
+	if err := exec.Command("unshare", "--user", "--map-root-user", "--mount", "true").Run(); err != nil {
+		t.Skipf("no unprivileged user and mount namespaces here (unshare: %v)", err)
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, "d.yaml", snapConfig)
+	saved := filepath.Join(t.TempDir(), "ratelimit-memory-0.snapshot")
+	c, stop := runInProcess(t, dir, map[string]string{"MEMORY_SNAPSHOT_PATH": saved})
+	for range 9 {
+		chargeUser(t, c, "alice", 100_000)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "ratelimit")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/budgetgen/budgetgen/cmd/ratelimit").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	state := t.TempDir()
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+		`mount -t tmpfs -o size=4k tmpfs "$XDG_STATE_HOME" && mkdir -m 700 "$XDG_STATE_HOME/budgetgen" && cp "$SAVED" "$XDG_STATE_HOME/budgetgen/" && exec "$BIN" --config-dir "$DIR"`)
+	cmd.Env = append(withoutEnv(os.Environ(), "MEMORY_SNAPSHOT_PATH", "MEMORY_SNAPSHOT_INTERVAL", "REDIS_URL"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"LOG_FORMAT=json", "XDG_STATE_HOME="+state, "SAVED="+saved, "BIN="+bin, "DIR="+dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs, addr := &syncBuffer{}, make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			var line struct {
+				Msg  string `json:"msg"`
+				GRPC string `json:"grpc"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.GRPC
+			}
+		}
+		close(addr)
+	}()
+	var a string
+	select {
+	case a = <-addr:
+	case <-time.After(30 * time.Second):
+	}
+	if a == "" {
+		t.Fatalf("the service did not start on a full state volume:\n%s", logs)
+	}
+	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := chargeUser(t, rlpb.NewRateLimitServiceClient(conn), "alice", 1); got != 99_999 {
+		t.Fatalf("on a full volume: %d remaining, want 99,999 (the restored 900,000 and this hit)", got)
+	}
+	if !strings.Contains(logs.String(), "no space left") {
+		t.Fatalf("no word of the full volume at start:\n%s", logs)
+	}
+}
