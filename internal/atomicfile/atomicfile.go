@@ -4,8 +4,10 @@
 package atomicfile
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -51,6 +53,14 @@ func (o Options) perm() fs.FileMode {
 
 // writeTemp writes data to a synced temporary file in dir and returns its path.
 func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
+	return writeTempFunc(dir, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}, perm)
+}
+
+// writeTempFunc is writeTemp of what write writes (through a buffer).
+func writeTempFunc(dir string, write func(io.Writer) error, perm fs.FileMode) (string, error) {
 	// The writer's pid in the name lets a later run tell debris of a killed
 	// writer from a write in progress (CleanStale).
 	f, err := os.CreateTemp(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-*")
@@ -58,7 +68,11 @@ func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
 		return "", err
 	}
 	name := f.Name()
-	_, werr := f.Write(data)
+	bw := bufio.NewWriterSize(f, 64<<10)
+	werr := write(bw)
+	if werr == nil {
+		werr = bw.Flush()
+	}
 	if werr == nil {
 		werr = f.Chmod(perm)
 	}
@@ -78,6 +92,16 @@ func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
 // WriteFile writes data to path atomically: path holds either its old content
 // or all of data, never a mix.
 func WriteFile(path string, data []byte, opts Options) error {
+	return WriteFunc(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}, opts)
+}
+
+// WriteFunc is WriteFile of what write writes, streamed to the temporary
+// file (a large file is never held whole in memory). An error from write
+// leaves path as it was.
+func WriteFunc(path string, write func(io.Writer) error, opts Options) error {
 	// Write through a symbolic link to its target: a linked file (a spec
 	// shared between repositories, say) stays a link.
 	if target, err := filepath.EvalSymlinks(path); err == nil {
@@ -85,7 +109,7 @@ func WriteFile(path string, data []byte, opts Options) error {
 	}
 	dir := filepath.Dir(path)
 	CleanStale(dir, opts)
-	tmp, err := writeTemp(dir, data, opts.perm())
+	tmp, err := writeTempFunc(dir, write, opts.perm())
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -289,15 +313,23 @@ func CleanStale(dir string, opts Options) {
 		if err != nil {
 			continue
 		}
-		if time.Since(info.ModTime()) > age || writerGone(name) {
+		if time.Since(info.ModTime()) > age || writerGone(name, info.ModTime()) {
 			_ = os.Remove(filepath.Join(dir, name)) // sweep of stale temps: best-effort
 		}
 	}
 }
 
+// processStart is when this process started, near enough: a temporary file
+// named with this process's pid but last written before it was left by an
+// earlier process with the same pid.
+var processStart = time.Now()
+
 // writerGone reports whether the pid in a temporary file's name
-// (.budgetgen-tmp-<pid>-<random>) names no running process.
-func writerGone(name string) bool {
+// (.budgetgen-tmp-<pid>-<random>) names no running process, or names this
+// one and the file is older than it: a container's process is pid 1 in
+// every incarnation, so the debris of a killed one (a snapshot written as
+// the pod was OOM-killed) bears the pid of the next.
+func writerGone(name string, modified time.Time) bool {
 	pidText, _, ok := strings.Cut(strings.TrimPrefix(name, tempPrefix), "-")
 	if !ok {
 		return false
@@ -307,7 +339,7 @@ func writerGone(name string) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		return false
+		return modified.Before(processStart)
 	}
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

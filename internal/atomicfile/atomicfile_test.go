@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,6 +49,46 @@ func TestWriteFile(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "b.yaml"), []byte("x"), Options{}); err == nil {
 		t.Error("write into a missing directory succeeded")
+	}
+}
+
+// TestWriteFunc: what write streams lands whole (past the buffer's size),
+// with the asked mode; a write that fails part-way leaves the old content
+// and no temporary file.
+func TestWriteFunc(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "state")
+	big := strings.Repeat("0123456789", 20_000)
+	err := WriteFunc(p, func(w io.Writer) error {
+		for i := 0; i < len(big); i += 7 {
+			if _, err := io.WriteString(w, big[i:min(i+7, len(big))]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, Options{Perm: 0o600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != big {
+		t.Fatalf("content: %d bytes, want %d", len(b), len(big))
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode: %v, %v", fi, err)
+	}
+	boom := errors.New("encoder failed")
+	err = WriteFunc(p, func(w io.Writer) error {
+		_, _ = io.WriteString(w, strings.Repeat("x", 100_000))
+		return boom
+	}, Options{Perm: 0o600})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the writer's", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != big {
+		t.Fatal("a failed write changed the file")
+	}
+	if got := list(t, dir); !slices.Equal(got, []string{"state"}) {
+		t.Errorf("dir holds %v (temp files left behind?)", got)
 	}
 }
 

@@ -98,6 +98,32 @@ func TestKilledWriterDebrisIsCleanedOnNextWrite(t *testing.T) {
 	}
 }
 
+// TestDebrisOfAnEarlierProcessWithOurPid: in a container the service is
+// pid 1 each time it starts, so a file named with our pid but written before
+// this process started is a killed predecessor's debris and goes at the next
+// write (each crash would otherwise leave a snapshot-sized file for an
+// hour); one written since this process started is a write in progress.
+func TestDebrisOfAnEarlierProcessWithOurPid(t *testing.T) {
+	dir := t.TempDir()
+	earlier := filepath.Join(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-killed")
+	current := filepath.Join(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-inprogress")
+	for _, p := range []string{earlier, current} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := processStart.Add(-time.Second)
+	if err := os.Chtimes(earlier, before, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(filepath.Join(dir, "snap"), []byte("s"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tempsIn(t, dir); !slices.Equal(got, []string{filepath.Base(current)}) {
+		t.Errorf("temp files after the next write: %v, want only %s", got, filepath.Base(current))
+	}
+}
+
 func tempsIn(t *testing.T, dir string) []string {
 	t.Helper()
 	var names []string

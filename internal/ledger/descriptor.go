@@ -40,10 +40,11 @@ func FromDescriptor(domain, configRule string, entries []*rlcommon.RateLimitDesc
 }
 
 // bounded is a principal value as the ledger names it: a value too long for
-// a counter key is named by its digest, as the counter is.
+// a counter key is named by its digest, as the counter is, marked apart from
+// every value a request can send (DigestPart).
 func bounded(v string) string {
 	if len(v) > rlkey.MaxValueBytes {
-		return rlkey.Digest(v)
+		return DigestPart(v)
 	}
 	return v
 }

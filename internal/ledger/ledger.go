@@ -39,6 +39,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	rlkey "github.com/budgetgen/budgetgen/internal/ratelimit/key"
 )
 
 // Retention bounds, in days. Data of day D is kept until the end of D plus
@@ -255,13 +257,46 @@ func unescape(s string) (string, error) {
 	return b.String(), nil
 }
 
+// digestMark starts a principal part that stands for a value too long for a
+// counter key (DigestPart). 0xFF is never part of valid UTF-8, which every
+// value a request sends is (decide.Validate), so no value sent is such a
+// part; in a field it is written "\#sha256:<hex>", which no escaped value
+// spells either. A value that spells a digest ("sha256:<hex>") is therefore
+// another principal than the long value, in the ledger as in the counters.
+const digestMark = "\xff"
+
+// DigestPart is the principal part of a value too long for a counter key
+// (key.MaxValueBytes): digestMark and key.Digest of the value.
+func DigestPart(v string) string { return digestMark + rlkey.Digest(v) }
+
+// isDigestPart reports whether p is a DigestPart: digestMark, "sha256:"
+// and 64 lowercase hex digits.
+func isDigestPart(p string) bool {
+	h, ok := strings.CutPrefix(p, digestMark+"sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if (h[i] < '0' || h[i] > '9') && (h[i] < 'a' || h[i] > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// plainPrincipal reports whether a single value is its own field.
+func plainPrincipal(v string) bool {
+	return v != "" && !strings.ContainsAny(v, `\,`) && !isDigestPart(v)
+}
+
 // EncodePrincipal turns the identifying descriptor values of a charge (the
 // values of entries matched by a bare key, e.g. a Distinct header) into a hash
 // field. It is injective: no parts is "" (a shared bucket), a single plain
 // value is itself, and otherwise parts are joined with "," after escaping
-// "\" and "," with "\", an empty part being written "\e".
+// "\" and "," with "\", an empty part being written "\e" and a DigestPart
+// "\#" and its digest.
 func EncodePrincipal(parts []string) string {
-	if len(parts) == 1 && parts[0] != "" && !strings.ContainsAny(parts[0], `\,`) {
+	if len(parts) == 1 && plainPrincipal(parts[0]) {
 		return parts[0]
 	}
 	var b strings.Builder
@@ -271,6 +306,11 @@ func EncodePrincipal(parts []string) string {
 		}
 		if p == "" {
 			b.WriteString(`\e`)
+			continue
+		}
+		if isDigestPart(p) {
+			b.WriteString(`\#`)
+			b.WriteString(p[len(digestMark):])
 			continue
 		}
 		for j := 0; j < len(p); j++ {
@@ -285,7 +325,7 @@ func EncodePrincipal(parts []string) string {
 
 // EncodePrincipal1 is EncodePrincipal of one value, without a slice.
 func EncodePrincipal1(v string) string {
-	if v != "" && !strings.ContainsAny(v, `\,`) {
+	if plainPrincipal(v) {
 		return v
 	}
 	return EncodePrincipal([]string{v})
@@ -299,6 +339,7 @@ func DecodePrincipal(field string) ([]string, error) {
 	var parts []string
 	var cur strings.Builder
 	empty := false
+	digests := 0 // parts written \#
 	for i := 0; i < len(field); i++ {
 		c := field[i]
 		switch c {
@@ -325,6 +366,17 @@ func DecodePrincipal(field string) ([]string, error) {
 					return nil, fmt.Errorf("principal %q: \\e must be a whole part", field)
 				}
 				empty = true
+			case '#':
+				// A digest: a whole part, like \e (empty marks it closed).
+				const n = len("sha256:") + 64
+				d := digestMark + field[i+1:min(i+1+n, len(field))]
+				if cur.Len() != 0 || empty || !isDigestPart(d) || (i+1+n < len(field) && field[i+1+n] != ',') {
+					return nil, fmt.Errorf("principal %q: \\# must be a whole part: sha256: and 64 hex digits", field)
+				}
+				cur.WriteString(d)
+				i += n
+				empty = true
+				digests++
 			default:
 				return nil, fmt.Errorf("principal %q: bad escape", field)
 			}
@@ -339,14 +391,23 @@ func DecodePrincipal(field string) ([]string, error) {
 		return nil, fmt.Errorf("principal %q: empty part not written as \\e", field)
 	}
 	parts = append(parts, cur.String())
-	if len(parts) == 1 && parts[0] != "" && !strings.ContainsAny(parts[0], `\,`) && strings.ContainsAny(field, `\`) {
+	if len(parts) == 1 && plainPrincipal(parts[0]) && strings.ContainsAny(field, `\`) {
 		return nil, fmt.Errorf("principal %q: not canonical", field)
+	}
+	for _, p := range parts {
+		if isDigestPart(p) {
+			digests--
+		}
+	}
+	if digests != 0 {
+		return nil, fmt.Errorf("principal %q: a digest not written \\#", field)
 	}
 	return parts, nil
 }
 
 // PrincipalName is a principal's display name: its single value, or its
-// parts joined by ", ", or "" for a shared bucket.
+// parts joined by ", ", or "" for a shared bucket; a value too long for a
+// key shows as its digest, "sha256:<hex>".
 func PrincipalName(field string) string {
 	if !strings.ContainsAny(field, `\,`) {
 		return field
@@ -354,6 +415,11 @@ func PrincipalName(field string) string {
 	parts, err := DecodePrincipal(field)
 	if err != nil {
 		return field
+	}
+	for i, p := range parts {
+		if isDigestPart(p) {
+			parts[i] = p[len(digestMark):]
+		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -13,11 +13,15 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	rlkey "github.com/budgetgen/budgetgen/internal/ratelimit/key"
+
 	"github.com/budgetgen/budgetgen/internal/store"
 )
 
 func TestEncodePrincipalInjective(t *testing.T) {
-	cases := [][]string{nil, {""}, {"", ""}, {"a"}, {"a", "b"}, {"a,b"}, {`a\`, "b"}, {`a`, `\b`}, {"a", ""}, {"", "a"}, {`\e`}, {"e"}, {`,`}, {`\`}}
+	long := DigestPart(strings.Repeat("x", 9000))
+	cases := [][]string{nil, {""}, {"", ""}, {"a"}, {"a", "b"}, {"a,b"}, {`a\`, "b"}, {`a`, `\b`}, {"a", ""}, {"", "a"}, {`\e`}, {"e"}, {`,`}, {`\`},
+		{long}, {long[1:]}, {`\#` + long[1:]}, {long, "a"}, {"", long}, {long[:20]}, {long + "x"}}
 	seen := map[string][]string{}
 	for _, p := range cases {
 		f := EncodePrincipal(p)
@@ -42,6 +46,7 @@ func FuzzPrincipalRoundTrip(f *testing.F) {
 	f.Add("a", "b", 2)
 	f.Add("", "x,y", 1)
 	f.Add(`\e`, `\\`, 2)
+	f.Add(DigestPart("x"), `\#sha256:`, 2)
 	f.Fuzz(func(t *testing.T, a, b string, n int) {
 		var parts []string
 		switch ((n % 3) + 3) % 3 {
@@ -355,6 +360,41 @@ func TestFromDescriptor(t *testing.T) {
 	r, p = FromDescriptor("d", "d.user", e("user", "bob"), 1)
 	if r != (RuleID{"d", "d.user"}) || p != "bob" {
 		t.Fatalf("%v %q", r, p)
+	}
+}
+
+// TestLongValuePrincipal: a value too long for a counter key is recorded
+// under its digest, the same field every time (across restarts and
+// replicas: no seed), shown as "sha256:<hex>", and never the field of a
+// short value that spells that digest, alone or beside other values: two
+// principals are never merged in the ledger or the report.
+func TestLongValuePrincipal(t *testing.T) {
+	long := strings.Repeat("x", rlkey.MaxValueBytes+1)
+	e := func(vs ...string) []*rlcommon.RateLimitDescriptor_Entry {
+		var out []*rlcommon.RateLimitDescriptor_Entry
+		for _, v := range vs {
+			out = append(out, &rlcommon.RateLimitDescriptor_Entry{Key: "user", Value: v})
+		}
+		return out
+	}
+	_, lp := FromDescriptor("d", "d.user", e(long), 1)
+	_, again := FromDescriptor("d", "d.user", e(strings.Clone(long)), 1)
+	_, sp := FromDescriptor("d", "d.user", e(rlkey.Digest(long)), 1)
+	if lp != again || lp == sp || len(lp) > 100 {
+		t.Fatalf("long %q (again %q), short spelling its digest %q: want one bounded field for the long value, another for the short", lp, again, sp)
+	}
+	if got := PrincipalName(lp); got != rlkey.Digest(long) {
+		t.Errorf("name of the long value: %q, want %q", got, rlkey.Digest(long))
+	}
+	_, lp2 := FromDescriptor("d", "d.user", e(long, "a"), 0b11)
+	_, sp2 := FromDescriptor("d", "d.user", e(rlkey.Digest(long), "a"), 0b11)
+	if lp2 == sp2 || PrincipalName(lp2) != rlkey.Digest(long)+", a" {
+		t.Errorf("two values: long %q, short %q (name %q)", lp2, sp2, PrincipalName(lp2))
+	}
+	for _, f := range []string{`\#sha256:` + strings.Repeat("A", 64), `\#sha256:` + strings.Repeat("a", 63), `a\#sha256:` + strings.Repeat("a", 64), `\#sha256:` + strings.Repeat("a", 64) + "b"} {
+		if p, err := DecodePrincipal(f); err == nil {
+			t.Errorf("DecodePrincipal(%q) = %q, want an error (a digest is a whole part of 64 lowercase hex digits)", f, p)
+		}
 	}
 }
 

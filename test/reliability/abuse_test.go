@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
@@ -427,5 +428,44 @@ func TestLongValuesCounted(t *testing.T) {
 	}
 	if h1 := heapAfterGC(); h1 > h0+4*mib {
 		t.Errorf("live heap grew from %.1f to %.1f MiB: long values must not be kept", float64(h0)/mib, float64(h1)/mib)
+	}
+}
+
+// TestLongValuesEveryStoreAndFormat: in both stores and both key formats, a
+// long value is one principal, counted apart from a short value that spells
+// its digest, and it is the same counter after a restart (the embedded
+// store's snapshot) and on a second replica (Valkey).
+func TestLongValuesEveryStoreAndFormat(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
+	long := strings.Repeat("x", key.MaxValueBytes+1)
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	for _, format := range key.FormatNames {
+		for _, st := range []string{"memory", "valkey"} {
+			t.Run(st+"/"+format, func(t *testing.T) {
+				env := map[string]string{"KEY_FORMAT": format, "XDG_STATE_HOME": t.TempDir()}
+				if st == "valkey" {
+					env = merge(env, valkeyEnv(vk.Addr), map[string]string{"CACHE_KEY_PREFIX": format + "_"})
+				}
+				first := startSvc(t, svcOptions{ConfigDir: dir, Env: env})
+				for i, c := range []struct {
+					value string
+					want  uint32
+				}{{long, 99}, {key.Digest(long), 99}, {long, 98}} {
+					if got := call(t, first, req("rl", "user", c.value)).Statuses[0].LimitRemaining; got != c.want {
+						t.Fatalf("call %d: %d remaining, want %d", i, got, c.want)
+					}
+				}
+				if st == "memory" {
+					if err := first.stop(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				second := startSvc(t, svcOptions{ConfigDir: dir, Env: env})
+				if got := call(t, second, req("rl", "user", long)).Statuses[0].LimitRemaining; got != 97 {
+					t.Fatalf("the long value on the next service: %d remaining, want 97", got)
+				}
+			})
+		}
 	}
 }

@@ -81,7 +81,7 @@ func (e Encoder) Append(dst []byte, domain string, entries []*rlcommon.RateLimit
 			dst = append(dst, en.GetKey()...)
 			dst = append(dst, '_')
 			if v := value(en, share, i); len(v) > MaxValueBytes {
-				dst = append(dst, Digest(v)...) // the reference refuses it: no key to match
+				dst = appendEnvoyDigest(dst, v) // the reference refuses it: no key to match
 			} else {
 				dst = append(dst, v...)
 			}
@@ -118,6 +118,24 @@ const MaxValueBytes = 8192
 func Digest(v string) string {
 	h := sha256.Sum256([]byte(v))
 	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// envoyDigestMark starts a long value's digest in an Envoy-format key. The
+// format writes values as they are, so a digest spelled in text could also be
+// a short value ("sha256:..." sent as a header) and the two principals would
+// share one counter. 0xFF is never part of valid UTF-8, and decide.Validate
+// refuses a value that is not, so no value a request or a config can carry
+// spells a digest key (RFC 3629, section 1: the octets C0, C1, F5 to FF never
+// appear).
+const envoyDigestMark = "\xff"
+
+// appendEnvoyDigest appends a long value's digest as the Envoy format holds
+// it: envoyDigestMark and Digest.
+func appendEnvoyDigest(dst []byte, v string) []byte {
+	h := sha256.Sum256([]byte(v))
+	dst = append(dst, envoyDigestMark...)
+	dst = append(dst, "sha256:"...)
+	return hex.AppendEncode(dst, h[:])
 }
 
 // appendValue appends a value as a netstring, or a long one as "#" and its

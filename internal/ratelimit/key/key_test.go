@@ -169,7 +169,7 @@ func BenchmarkAppend(b *testing.B) {
 // TestLongValuesDigested: a value past MaxValueBytes is keyed by its
 // digest, in both formats and in budget keys; two long values that differ
 // anywhere get two counters; a short value that spells a digest never meets
-// a long one (safe and budget keys mark the digest apart); the key stays
+// a long one (every format marks the digest apart); the key stays
 // bounded; Decode gives the digest back.
 func TestLongValuesDigested(t *testing.T) {
 	long := strings.Repeat("v", MaxValueBytes+1)
@@ -184,11 +184,14 @@ func TestLongValuesDigested(t *testing.T) {
 		if a == b || len(a) > 200 || !strings.Contains(a, strings.TrimPrefix(Digest(long), "sha256:")) {
 			t.Errorf("%v: keys %q and %q: want distinct digests under 200 bytes", f, a, b)
 		}
+		spelled := string(e.Append(nil, "d", entry(Digest(long)), nil, 86400, 0))
+		if spelled == a {
+			t.Errorf("%v: a short value spelling the digest shares the long value's key", f)
+		}
+		if again := string(e.Append(nil, "d", entry(strings.Clone(long)), nil, 86400, 0)); again != a {
+			t.Errorf("%v: one long value, two keys: %q, %q", f, a, again)
+		}
 		if f == Safe {
-			spelled := string(e.Append(nil, "d", entry(Digest(long)), nil, 86400, 0))
-			if spelled == a {
-				t.Errorf("safe: a short value spelling the digest shares the long value's key")
-			}
 			d, err := Decode("p_", a)
 			if err != nil || d.Entries[0][1] != Digest(long) {
 				t.Errorf("Decode(%q) = %+v, %v", a, d, err)

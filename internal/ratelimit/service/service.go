@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -189,7 +191,7 @@ func (r *runner) startStore() (*openedStore, error) {
 	ms, ok := st.(*memory.Store)
 	switch {
 	case ok && s.MemorySnapshotPath != "":
-		stop, err := startSnapshots(s, ms, lm, r.log, r.startup)
+		stop, err := startSnapshots(s, ms, lm, r.reg, r.log, r.startup)
 		if err != nil {
 			return nil, err
 		}
@@ -533,8 +535,9 @@ func ledgerReader(m *ledger.Memory) ledger.Reader {
 // every MEMORY_SNAPSHOT_INTERVAL; stop ends that and writes the shutdown
 // snapshot. A snapshot that cannot be read is a start-up error naming the
 // file (never a silent empty start: that is the budget lost).
-func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, log, startup *slog.Logger) (stop func(), err error) {
+func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, reg prometheus.Registerer, log, startup *slog.Logger) (stop func(), err error) {
 	sn := &memory.Snapshotter{Path: s.MemorySnapshotPath, Store: ms, Interval: s.MemorySnapshotInterval, Logger: log}
+	storemetrics.RegisterSnapshot(reg, sn)
 	if lm != nil {
 		sn.Ledger = lm
 	}
@@ -547,14 +550,20 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 		release()
 		return nil, fmt.Errorf("%w (move it away to start empty)", err)
 	}
-	// Write once now, so an unwritable place stops the start instead of
-	// losing the budgets at the first restart.
-	if err := sn.Write(); err != nil {
+	if err := firstSnapshot(sn, startup); err != nil {
 		release()
-		return nil, fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", s.MemorySnapshotPath, err)
+		return nil, err
 	}
 	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
+	if others := otherSnapshots(s.MemorySnapshotPath); !rs.Found && len(others) > 0 {
+		startup.Warn("embedded store: no snapshot at this path, so every budget starts from zero, but the directory holds others (a changed GRPC_PORT names another default file): if one is this service's, stop it and set MEMORY_SNAPSHOT_PATH to it",
+			"path", s.MemorySnapshotPath, "others", others)
+	}
+	if rs.OverBound > 0 {
+		startup.Warn("embedded store: the snapshot holds more live counters than MEMORY_MAX_COUNTERS; all are kept, and a request needing a new counter gets MEMORY_FULL_POLICY until windows end",
+			"counters", ms.Stats().Counters, "over_bound", rs.OverBound)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sn.Run(ctx); close(done) }()
@@ -566,6 +575,43 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, lo
 		}
 		release()
 	}, nil
+}
+
+// firstSnapshot writes the snapshot once at start, so an unwritable place
+// stops the start instead of losing the budgets at the first restart. A full
+// volume (ENOSPC, EDQUOT) is no such mistake, and the restored counts are in
+// memory: refusing to start would leave every budget unenforced (Envoy fails
+// open) or every request refused until space is freed, so the service
+// starts, says so at error level, and retries every interval
+// (ratelimit_memory_snapshot_failures_total counts the failures).
+func firstSnapshot(sn *memory.Snapshotter, startup *slog.Logger) error {
+	err := sn.Write()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		startup.Error("embedded store: the snapshot cannot be written, no space left: serving with the restored counts and retrying every interval; a crash before a write succeeds loses what is charged meanwhile",
+			"path", sn.Path, "err", err)
+		return nil
+	}
+	return fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", sn.Path, err)
+}
+
+// otherSnapshots lists the other snapshot files (*.snapshot) in path's
+// directory: the default file is named by the gRPC port, so a service
+// restarted with another port finds its counts under another name.
+func otherSnapshots(path string) []string {
+	names, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*.snapshot"))
+	if err != nil {
+		return nil
+	}
+	out := names[:0]
+	for _, n := range names {
+		if n != filepath.Clean(path) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // openStore opens the counter store; with the embedded store it also

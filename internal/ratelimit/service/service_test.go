@@ -181,8 +181,14 @@ func TestRunWithoutValkeyHotReload(t *testing.T) {
 	if got := call(t, s.client, "d", "user", "c").Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {
 		t.Fatalf("limit after rejected reload = %d, want the last good 100", got)
 	}
-	if !strings.Contains(get(t, s.debug+"/metrics"), "ratelimit_memory_counters ") {
+	m := get(t, s.debug+"/metrics")
+	if !strings.Contains(m, "ratelimit_memory_counters ") {
 		t.Fatal("memory store metrics not exported")
+	}
+	// The start-up snapshot was written: its time is exported, no failure.
+	if strings.Contains(m, "ratelimit_memory_snapshot_last_success_timestamp_seconds 0\n") || !strings.Contains(m, "ratelimit_memory_snapshot_last_success_timestamp_seconds ") ||
+		!strings.Contains(m, "ratelimit_memory_snapshot_failures_total 0\n") {
+		t.Fatalf("snapshot metrics missing or wrong:\n%s", m)
 	}
 	if !strings.Contains(get(t, s.debug+"/rlconfig"), "requests_per_unit=100") {
 		t.Fatal("/rlconfig does not show the active config")

@@ -126,9 +126,11 @@ func TestSnapshotCorruptStops(t *testing.T) {
 }
 
 // TestSnapshotSIGKILL: the service as a real process with default settings
-// (its state directory a temporary one), SIGKILLed. What was charged at
-// least one interval before the kill survives; at most what was charged in
-// the last interval is lost (docs/reliability.md).
+// (its state directory a temporary one). It says at start where it keeps
+// state; SIGTERM loses nothing (exit 0, every hit back after the restart);
+// SIGKILL: what was charged at least one interval before the kill survives,
+// at most what was charged in the last interval is lost
+// (docs/reliability.md).
 func TestSnapshotSIGKILL(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "ratelimit")
 	build := exec.Command("go", "build", "-o", bin, "github.com/budgetgen/budgetgen/cmd/ratelimit")
@@ -152,19 +154,32 @@ func TestSnapshotSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addr := make(chan string, 1)
+		addr, kept := make(chan string, 1), make(chan string, 1)
 		go func() {
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
 				var line struct {
 					Msg  string `json:"msg"`
 					GRPC string `json:"grpc"`
+					Path string `json:"path"`
 				}
-				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				switch {
+				case json.Unmarshal(sc.Bytes(), &line) != nil:
+				case line.Msg == "listening":
 					addr <- line.GRPC
+				case strings.HasPrefix(line.Msg, "embedded store: state kept"):
+					kept <- line.Path
 				}
 			}
 		}()
+		select {
+		case p := <-kept:
+			if p != path {
+				t.Fatalf("start-up log: state kept in %q, want %q", p, path)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the service did not say where it keeps state")
+		}
 		select {
 		case a := <-addr:
 			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -179,7 +194,20 @@ func TestSnapshotSIGKILL(t *testing.T) {
 		return nil, nil
 	}
 	c, cmd := start()
-	for range 9 {
+	for range 4 {
+		chargeUser(t, c, "alice", 100_000)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v, want exit 0", err)
+	}
+	c, cmd = start()
+	if got := chargeUser(t, c, "alice", 100_000); got != 500_000 {
+		t.Fatalf("after SIGTERM and restart, one more charge: %d remaining, want 500,000 (nothing lost)", got)
+	}
+	for range 4 {
 		chargeUser(t, c, "alice", 100_000)
 	}
 	// Wait for a snapshot begun after the last charge was answered: it
@@ -245,5 +273,124 @@ func TestSnapshotClaimed(t *testing.T) {
 	err := Run(context.Background(), []string{"--config-dir", dir}, func(k string) string { return env[k] }, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second service on one snapshot: err = %v, want an error naming %s as in use", err, path)
+	}
+}
+
+// TestSnapshotOtherPortWarns: the default snapshot is named by the gRPC
+// port, so a service restarted with another port starts from zero under a
+// new file. That is said at start, naming the snapshots beside it, instead
+// of every budget being reset silently; a first start in an empty directory
+// says nothing of the kind.
+func TestSnapshotOtherPortWarns(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, "d.yaml", snapConfig)
+	state := t.TempDir()
+	start := func() string {
+		t.Helper()
+		logs := &syncBuffer{}
+		env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": state}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, []string{"--config-dir", dir}, func(k string) string { return env[k] }, logs, func(*server.Server) { cancel() })
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, logs)
+			}
+		case <-time.After(20 * time.Second):
+			cancel()
+			t.Fatalf("service did not start\n%s", logs)
+		}
+		return logs.String()
+	}
+	if logs := start(); strings.Contains(logs, "holds others") {
+		t.Fatalf("first start in an empty directory warned:\n%s", logs)
+	}
+	// The same service, earlier, on port 8081: its snapshot is beside.
+	old := filepath.Join(state, "budgetgen", "ratelimit-memory-8081.snapshot")
+	if err := os.Rename(filepath.Join(state, "budgetgen", "ratelimit-memory-0.snapshot"), old); err != nil {
+		t.Fatal(err)
+	}
+	logs := start()
+	if !strings.Contains(logs, "holds others") || !strings.Contains(logs, old) {
+		t.Fatalf("start beside another port's snapshot: no warning naming %s:\n%s", old, logs)
+	}
+	if logs := start(); strings.Contains(logs, "holds others") {
+		t.Fatalf("a start that found its own snapshot warned:\n%s", logs)
+	}
+}
+
+// TestSnapshotVolumeFullStillStarts: a restart on a full state volume (the
+// snapshot restores, but the start-up write finds no space) serves the
+// restored counts and says why it cannot write, instead of refusing to
+// start: a refusal leaves every budget unenforced (Envoy fails open) until
+// someone frees space. The binary runs in a user and mount namespace
+// (unshare) on a tmpfs of one page, which the snapshot fills.
+func TestSnapshotVolumeFullStillStarts(t *testing.T) {
+	if err := exec.Command("unshare", "--user", "--map-root-user", "--mount", "true").Run(); err != nil {
+		t.Skipf("no unprivileged user and mount namespaces here (unshare: %v)", err)
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, "d.yaml", snapConfig)
+	saved := filepath.Join(t.TempDir(), "ratelimit-memory-0.snapshot")
+	c, stop := runInProcess(t, dir, map[string]string{"MEMORY_SNAPSHOT_PATH": saved})
+	for range 9 {
+		chargeUser(t, c, "alice", 100_000)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "ratelimit")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/budgetgen/budgetgen/cmd/ratelimit").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	state := t.TempDir()
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+		`mount -t tmpfs -o size=4k tmpfs "$XDG_STATE_HOME" && mkdir -m 700 "$XDG_STATE_HOME/budgetgen" && cp "$SAVED" "$XDG_STATE_HOME/budgetgen/" && exec "$BIN" --config-dir "$DIR"`)
+	cmd.Env = append(withoutEnv(os.Environ(), "MEMORY_SNAPSHOT_PATH", "MEMORY_SNAPSHOT_INTERVAL", "REDIS_URL"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"LOG_FORMAT=json", "XDG_STATE_HOME="+state, "SAVED="+saved, "BIN="+bin, "DIR="+dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs, addr := &syncBuffer{}, make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			var line struct {
+				Msg  string `json:"msg"`
+				GRPC string `json:"grpc"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.GRPC
+			}
+		}
+		close(addr)
+	}()
+	var a string
+	select {
+	case a = <-addr:
+	case <-time.After(30 * time.Second):
+	}
+	if a == "" {
+		t.Fatalf("the service did not start on a full state volume:\n%s", logs)
+	}
+	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := chargeUser(t, rlpb.NewRateLimitServiceClient(conn), "alice", 1); got != 99_999 {
+		t.Fatalf("on a full volume: %d remaining, want 99,999 (the restored 900,000 and this hit)", got)
+	}
+	if !strings.Contains(logs.String(), "no space left") {
+		t.Fatalf("no word of the full volume at start:\n%s", logs)
 	}
 }

@@ -428,8 +428,10 @@ const SnapshotOff = "off"
 // MEMORY_SNAPSHOT_PATH is unset: ratelimit-memory-<gRPC port>.snapshot (the
 // port tells two services on one host apart) in $XDG_STATE_HOME/budgetgen/
 // (the container image sets XDG_STATE_HOME=/var/lib), else
-// $HOME/.local/state/budgetgen/ (a plain `go run`), else the temporary
-// directory.
+// $HOME/.local/state/budgetgen/ (a plain `go run`), else budgetgen-<uid>/
+// in the temporary directory: a directory of this user's own (created 0700
+// by the snapshot's Claim), never a file right in a directory every user
+// can write to, where another user could put a link or a file of theirs.
 func DefaultSnapshotPath(getenv func(string) string, grpcPort int) string {
 	file := "ratelimit-memory-" + strconv.Itoa(grpcPort) + ".snapshot"
 	switch {
@@ -438,7 +440,7 @@ func DefaultSnapshotPath(getenv func(string) string, grpcPort int) string {
 	case getenv("HOME") != "":
 		return filepath.Join(getenv("HOME"), ".local", "state", "budgetgen", file)
 	}
-	return filepath.Join(os.TempDir(), "budgetgen-"+file)
+	return filepath.Join(os.TempDir(), "budgetgen-"+strconv.Itoa(os.Getuid()), file)
 }
 
 // snapshotPath resolves MEMORY_SNAPSHOT_PATH: the default for the embedded

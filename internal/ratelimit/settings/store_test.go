@@ -2,6 +2,9 @@ package settings
 
 import (
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +25,11 @@ func TestStoreSettings(t *testing.T) {
 	// directory (XDG_STATE_HOME wins; the image sets it).
 	if s.MemorySnapshotPath != "/home/u/.local/state/budgetgen/ratelimit-memory-8081.snapshot" || s.MemorySnapshotInterval != 10*time.Second {
 		t.Fatalf("snapshot defaults: %q every %v", s.MemorySnapshotPath, s.MemorySnapshotInterval)
+	}
+	// Neither set: a directory of this user's own in the temporary one,
+	// not a file in a directory every user can write to.
+	if s, err = Load(nil, envOf(map[string]string{}), io.Discard); err != nil || s.MemorySnapshotPath != filepath.Join(os.TempDir(), "budgetgen-"+strconv.Itoa(os.Getuid()), "ratelimit-memory-8081.snapshot") {
+		t.Fatalf("snapshot path without HOME or XDG_STATE_HOME: %q, %v", s.MemorySnapshotPath, err)
 	}
 	s, err = Load(nil, envOf(map[string]string{
 		"VALKEY_IDEMPOTENCY_WINDOW": "2m", "MEMORY_FULL_POLICY": "failure-policy", "RESERVATION_EXPIRY": "90s",

@@ -49,3 +49,24 @@ func Register(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
 	}
 }
+
+// RegisterSnapshot exports the embedded store's snapshot writes on reg: when
+// the last one succeeded and its size, and the failures (while writes fail,
+// a crash loses everything since the last success, not one interval).
+func RegisterSnapshot(reg prometheus.Registerer, sn *memory.Snapshotter) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_memory_snapshot_last_success_timestamp_seconds",
+			Help: "Unix time of the last successful write of the embedded store's snapshot (MEMORY_SNAPSHOT_PATH); 0 before the first."},
+			func() float64 {
+				if t := sn.Stats().LastWritten; !t.IsZero() {
+					return float64(t.UnixNano()) / 1e9
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_memory_snapshot_bytes", Help: "Size of the last snapshot written."},
+			func() float64 { return float64(sn.Stats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_memory_snapshot_failures_total",
+			Help: "Failed snapshot writes (the previous snapshot is kept; a crash loses everything charged since the last success)."},
+			func() float64 { return float64(sn.Stats().Failures) }),
+	)
+}

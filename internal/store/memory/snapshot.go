@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,8 +30,9 @@ import (
 // back at start, dropping what has expired. A crash loses at most what was
 // charged since the last snapshot: one interval.
 //
-// Format (version 2; version 1 has no holds and is still read), all
-// integers unsigned varints unless noted:
+// Format (version 2; version 1 has no holds and is still read; a later
+// version keeps the header and the trailing checksum, so an older build
+// tells it from a corrupt file), all integers unsigned varints unless noted:
 //
 //	"BGMEMSNAP\x02"
 //	count of counters, then per counter: key length, key, value, expiry (Unix ms),
@@ -47,16 +50,16 @@ const (
 	snapshotMagicV1 = "BGMEMSNAP\x01"
 )
 
-// MaxSnapshotBytes bounds the snapshot file read at start (about 4 million
-// counters with their ledger fields).
-const MaxSnapshotBytes = 1 << 30
-
 // DefaultSnapshotInterval is how often Snapshotter.Run writes the snapshot.
 const DefaultSnapshotInterval = 10 * time.Second
 
 // ErrCorruptSnapshot is wrapped by Restore errors for a file that is not a
 // whole snapshot of this format.
 var ErrCorruptSnapshot = errors.New("corrupt memory snapshot")
+
+// ErrSnapshotVersion is wrapped by Restore errors for a snapshot of a later
+// format than this build reads (a downgrade): whole, but not readable here.
+var ErrSnapshotVersion = errors.New("newer snapshot format")
 
 // HashStore is the part of the usage ledger (ledger.Memory) a snapshot
 // holds: hashes of counters with an absolute expiry.
@@ -79,13 +82,35 @@ type Snapshotter struct {
 	Interval time.Duration
 	// Logger receives failed periodic writes. Default slog.Default().
 	Logger *slog.Logger
+
+	written  atomic.Int64  // Unix ns of the last successful Write, 0: none
+	bytes    atomic.Int64  // its size
+	failures atomic.Uint64 // failed Writes
+}
+
+// SnapshotStats say how the snapshot writes went, for metrics: a write that
+// keeps failing makes a crash lose more than one interval.
+type SnapshotStats struct {
+	LastWritten time.Time // the last successful Write; zero: none yet
+	Bytes       int64     // its size
+	Failures    uint64    // failed Writes since start
+}
+
+// Stats returns the snapshot's write statistics.
+func (sn *Snapshotter) Stats() SnapshotStats {
+	st := SnapshotStats{Bytes: sn.bytes.Load(), Failures: sn.failures.Load()}
+	if ns := sn.written.Load(); ns != 0 {
+		st.LastWritten = time.Unix(0, ns)
+	}
+	return st
 }
 
 // RestoreStats says what Restore read.
 type RestoreStats struct {
-	Counters, Hashes               int // restored
-	ExpiredCounters, ExpiredHashes int // dropped: their window (or retention) ended
-	OverBound                      int // counters dropped: the store's MaxCounters was reached
+	Found                          bool // the file existed (else a first start)
+	Counters, Hashes               int  // restored
+	ExpiredCounters, ExpiredHashes int  // dropped: their window (or retention) ended
+	OverBound                      int  // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
 }
 
 type snapCounter struct {
@@ -108,7 +133,83 @@ type snapField struct {
 
 // Encode returns the snapshot bytes of the store and ledger now.
 func (sn *Snapshotter) Encode() []byte {
-	var cs []snapCounter
+	var b bytes.Buffer
+	_ = sn.encodeTo(&b) // a bytes.Buffer does not fail
+	return b.Bytes()
+}
+
+// Write writes the snapshot atomically (mode 0600: it names principals),
+// streamed to the file: only the sorted list of entries is held, not the
+// file's bytes.
+func (sn *Snapshotter) Write() error {
+	var n countingWriter
+	err := atomicfile.WriteFunc(sn.Path, func(w io.Writer) error {
+		n.w = w
+		return sn.encodeTo(&n)
+	}, atomicfile.Options{Perm: 0o600})
+	if err != nil {
+		sn.failures.Add(1)
+		return err
+	}
+	sn.bytes.Store(n.n)
+	sn.written.Store(time.Now().UnixNano())
+	return nil
+}
+
+// countingWriter counts what goes through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// encodeTo writes the snapshot of the store and ledger now to w.
+func (sn *Snapshotter) encodeTo(w io.Writer) error {
+	cs, hs := sn.entries()
+	e := &snapWriter{w: w, sum: crc32.NewIEEE()}
+	e.raw(snapshotMagic)
+	e.uv(uint64(len(cs)))
+	for _, c := range cs {
+		e.str(c.key)
+		e.uv(c.value)
+		e.uv(uint64(c.expireAt))
+		if h := c.holds; h == nil {
+			e.uv(0)
+		} else {
+			e.uv(1)
+			for _, v := range []uint64{uint64(h.end), uint64(h.p), h.c1, h.t1, h.c0, h.t0} {
+				e.uv(v)
+			}
+		}
+	}
+	e.uv(uint64(len(hs)))
+	for _, h := range hs {
+		e.str(h.key)
+		e.uv(uint64(h.expireAt))
+		e.uv(uint64(len(h.fields)))
+		for _, f := range h.fields {
+			e.str(f.name)
+			e.uv(f.value)
+		}
+	}
+	if e.err != nil {
+		return e.err
+	}
+	_, err := w.Write(binary.BigEndian.AppendUint32(nil, e.sum.Sum32()))
+	return err
+}
+
+// entries are the live counters and the ledger's hashes, sorted, so the
+// same state gives the same bytes.
+func (sn *Snapshotter) entries() ([]snapCounter, []snapHash) {
+	// Sized once: appending a million entries would allocate about five
+	// times the final slice.
+	cs := make([]snapCounter, 0, max(sn.Store.count.Load(), 0)+64)
 	now := sn.Store.now().UnixNano()
 	for i := range sn.Store.shards {
 		sh := &sn.Store.shards[i]
@@ -141,42 +242,39 @@ func (sn *Snapshotter) Encode() []byte {
 		})
 		sort.Slice(hs, func(i, j int) bool { return hs[i].key < hs[j].key })
 	}
-	var b bytes.Buffer
-	b.WriteString(snapshotMagic)
-	var tmp [binary.MaxVarintLen64]byte
-	uv := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
-	str := func(s string) { uv(uint64(len(s))); b.WriteString(s) }
-	uv(uint64(len(cs)))
-	for _, c := range cs {
-		str(c.key)
-		uv(c.value)
-		uv(uint64(c.expireAt))
-		if h := c.holds; h == nil {
-			uv(0)
-		} else {
-			uv(1)
-			for _, v := range []uint64{uint64(h.end), uint64(h.p), h.c1, h.t1, h.c0, h.t0} {
-				uv(v)
-			}
-		}
-	}
-	uv(uint64(len(hs)))
-	for _, h := range hs {
-		str(h.key)
-		uv(uint64(h.expireAt))
-		uv(uint64(len(h.fields)))
-		for _, f := range h.fields {
-			str(f.name)
-			uv(f.value)
-		}
-	}
-	b.Write(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(b.Bytes())))
-	return b.Bytes()
+	return cs, hs
 }
 
-// Write writes the snapshot atomically (mode 0600: it names principals).
-func (sn *Snapshotter) Write() error {
-	return atomicfile.WriteFile(sn.Path, sn.Encode(), atomicfile.Options{Perm: 0o600})
+// snapWriter writes a snapshot's numbers and strings to w and its
+// checksum; the first error sticks. Strings go through one reused buffer, so
+// writing allocates nothing per entry.
+type snapWriter struct {
+	w   io.Writer
+	sum hash.Hash32
+	buf []byte
+	err error
+}
+
+func (e *snapWriter) write(b []byte) {
+	if e.err == nil {
+		_, _ = e.sum.Write(b) // a hash.Hash never fails
+		_, e.err = e.w.Write(b)
+	}
+}
+
+func (e *snapWriter) raw(s string) {
+	e.buf = append(e.buf[:0], s...)
+	e.write(e.buf)
+}
+
+func (e *snapWriter) uv(v uint64) {
+	e.buf = binary.AppendUvarint(e.buf[:0], v)
+	e.write(e.buf)
+}
+
+func (e *snapWriter) str(s string) {
+	e.uv(uint64(len(s)))
+	e.raw(s)
 }
 
 // Restore reads the snapshot file into the store and ledger, dropping
@@ -192,18 +290,17 @@ func (sn *Snapshotter) Restore() (RestoreStats, error) {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
 	defer func() { _ = f.Close() }() // read-only
-	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), MaxSnapshotBytes+1))
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	cs, hs, err := decodeFrom(f, size)
 	if err != nil {
 		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
-	if len(data) > MaxSnapshotBytes {
-		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w: larger than %d bytes", sn.Path, ErrCorruptSnapshot, MaxSnapshotBytes)
-	}
-	cs, hs, err := decodeSnapshot(data)
-	if err != nil {
-		return RestoreStats{}, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
-	}
-	return sn.apply(cs, hs), nil
+	st := sn.apply(cs, hs)
+	st.Found = true
+	return st, nil
 }
 
 func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
@@ -228,11 +325,14 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 			}
 			sh.m[c.key] = cur
 			st.Counters++
-		case s.count.Load() >= s.max:
-			st.OverBound++
 		default:
+			// Above MaxCounters too (a lowered MEMORY_MAX_COUNTERS): a
+			// dropped counter is its principal's budget forgotten. The store
+			// then refuses new counters until windows end, as at the bound.
 			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond), holds: c.holds}
-			s.count.Add(1)
+			if s.count.Add(1) > s.max {
+				st.OverBound++
+			}
 			st.Counters++
 		}
 		sh.mu.Unlock()
@@ -258,22 +358,65 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 	return st
 }
 
-// decodeSnapshot parses a version-2 (or version-1) snapshot; every length
-// is checked against what is left, so no input makes it allocate beyond its
-// size.
+// decodeSnapshot decodes a snapshot held in memory (tests, fuzzing).
 func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
-	if len(data) < len(snapshotMagic)+4 {
-		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
+	return decodeFrom(bytes.NewReader(data), int64(len(data)))
+}
+
+// decodeFrom decodes the snapshot r holds, size bytes long (-1: r is not a
+// regular file), as it reads it: the entries are held, never the file's
+// bytes, so a restore needs about what the service held when it wrote the
+// snapshot, not that plus the file. A file of another kind (a path set by
+// mistake, a device) is refused after its first bytes, whatever its size;
+// a snapshot is read at any size. Every length is checked against the bytes
+// left, so no input makes it allocate beyond its size. Nothing is returned
+// unless the whole file is read and its checksum matches.
+func decodeFrom(r io.Reader, size int64) ([]snapCounter, []snapHash, error) {
+	head := make([]byte, len(snapshotMagic))
+	prefix := snapshotMagic[:len(snapshotMagic)-1]
+	n, err := io.ReadFull(r, head)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, nil, err
+	case n == 0:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (empty file)", ErrCorruptSnapshot)
+	case string(head[:min(n, len(prefix))]) != prefix[:min(n, len(prefix))]:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (no %q header)", ErrCorruptSnapshot, prefix)
+	case size < 0:
+		return nil, nil, fmt.Errorf("%w: not a regular file", ErrCorruptSnapshot)
+	case size < int64(len(snapshotMagic))+4:
+		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (%d bytes)", ErrCorruptSnapshot, size)
 	}
-	v2 := string(data[:len(snapshotMagic)]) == snapshotMagic
-	if !v2 && string(data[:len(snapshotMagicV1)]) != snapshotMagicV1 {
-		return nil, nil, fmt.Errorf("%w: not a budgetgen memory snapshot (version 1 or 2)", ErrCorruptSnapshot)
+	sum := crc32.NewIEEE()
+	_, _ = sum.Write(head) // a hash.Hash never fails
+	body := size - int64(len(head)) - 4
+	rd := &snapReader{r: bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, body), sum), 64<<10), left: body}
+	var cs []snapCounter
+	var hs []snapHash
+	switch v := head[len(prefix)]; {
+	case v == snapshotMagic[len(prefix)], v == snapshotMagicV1[len(prefix)]:
+		cs, hs = rd.entries(v == snapshotMagic[len(prefix)])
+	case v > snapshotMagic[len(prefix)]:
+		rd.err = fmt.Errorf("%w: version %d, and this ratelimit reads 1 and 2 (a newer one wrote it: run that version)", ErrSnapshotVersion, v)
+	default:
+		rd.fail("unknown version %d", v)
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.ChecksumIEEE(body) != sum {
+	// The checksum covers every byte, read or not: a damaged file is named
+	// as such before whatever its damage made the decoder say.
+	_, _ = io.Copy(io.Discard, rd.r) // a short read shows in the checksum
+	var trailer [4]byte
+	if _, err := io.ReadFull(r, trailer[:]); err != nil || binary.BigEndian.Uint32(trailer[:]) != sum.Sum32() {
 		return nil, nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorruptSnapshot)
 	}
-	r := &snapReader{b: body[len(snapshotMagic):]}
+	if rd.err != nil {
+		return nil, nil, rd.err
+	}
+	return cs, hs, nil
+}
+
+// entries decodes the counters (with their holds in version 2) and the
+// ledger's hashes.
+func (r *snapReader) entries(v2 bool) ([]snapCounter, []snapHash) {
 	n := r.count(3) // a counter takes at least 3 bytes
 	cs := make([]snapCounter, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
@@ -296,18 +439,18 @@ func decodeSnapshot(data []byte) ([]snapCounter, []snapHash, error) {
 		}
 		hs = append(hs, h)
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d bytes after the last entry", len(r.b))
+	if r.err == nil && r.left != 0 {
+		r.fail("%d bytes after the last entry", r.left)
 	}
-	if r.err != nil {
-		return nil, nil, r.err
-	}
-	return cs, hs, nil
+	return cs, hs
 }
 
+// snapReader reads a snapshot's body; the first error sticks.
 type snapReader struct {
-	b   []byte
-	err error
+	r    *bufio.Reader
+	left int64  // body bytes not read yet
+	buf  []byte // reused for strings
+	err  error
 }
 
 func (r *snapReader) fail(format string, args ...any) {
@@ -316,16 +459,27 @@ func (r *snapReader) fail(format string, args ...any) {
 	}
 }
 
+// ReadByte is io.ByteReader for binary.ReadUvarint, within the body.
+func (r *snapReader) ReadByte() (byte, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	b, err := r.r.ReadByte()
+	if err == nil {
+		r.left--
+	}
+	return b, err
+}
+
 func (r *snapReader) uv() uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
+	v, err := binary.ReadUvarint(r)
+	if err != nil {
 		r.fail("bad number")
 		return 0
 	}
-	r.b = r.b[n:]
 	return v
 }
 
@@ -334,13 +488,20 @@ func (r *snapReader) str() string {
 	if r.err != nil {
 		return ""
 	}
-	if n > uint64(len(r.b)) {
-		r.fail("string of %d bytes, %d left", n, len(r.b))
+	if n > uint64(r.left) {
+		r.fail("string of %d bytes, %d left", n, r.left)
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	if uint64(cap(r.buf)) < n {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		r.fail("string of %d bytes cut short", n)
+		return ""
+	}
+	r.left -= int64(n)
+	return string(b)
 }
 
 // holds reads counter i's holds: 0 for none, or 1 and the six numbers.
@@ -363,8 +524,8 @@ func (r *snapReader) holds(i int) *holds {
 // count reads an entry count, each entry taking at least min bytes.
 func (r *snapReader) count(min int) int {
 	n := r.uv()
-	if r.err == nil && n > uint64(len(r.b)/min) {
-		r.fail("%d entries cannot fit in %d bytes", n, len(r.b))
+	if r.err == nil && n > uint64(r.left/int64(min)) {
+		r.fail("%d entries cannot fit in %d bytes", n, r.left)
 		return 0
 	}
 	return int(n)
@@ -396,6 +557,38 @@ func (sn *Snapshotter) Run(ctx context.Context) {
 	}
 }
 
+// lockPath is the lock file of the snapshot at path: beside the file path
+// names after symbolic links (which Write follows too), so two services
+// given two names of one file (a link to it) take one lock.
+func lockPath(path string) string {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	return path + ".lock"
+}
+
+// ErrSharedDir is wrapped by Claim's error for a snapshot in a directory
+// every user can write to (such as /tmp).
+var ErrSharedDir = errors.New("directory writable by every user")
+
+// privateDir refuses a directory every user can write to: there another
+// user could replace the snapshot by a link (Write follows it, and would
+// overwrite the link's target) or put a file of their own in its place (a
+// forged snapshot restores any counts: its checksum is no signature), or
+// take the lock first.
+func privateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("%w: %s (mode %v): keep the snapshot in a directory of the service's own", ErrSharedDir, dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
 // ErrSnapshotInUse is wrapped by Claim's error when another process holds
 // the snapshot.
 var ErrSnapshotInUse = errors.New("memory snapshot in use by another process")
@@ -409,7 +602,10 @@ func (sn *Snapshotter) Claim() (release func(), err error) {
 	if err := os.MkdirAll(filepath.Dir(sn.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}
-	f, err := os.OpenFile(sn.Path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err := privateDir(filepath.Dir(lockPath(sn.Path))); err != nil {
+		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
+	}
+	f, err := os.OpenFile(lockPath(sn.Path), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("memory snapshot %s: %w", sn.Path, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,8 +129,250 @@ func TestSnapshotMissingAndCorrupt(t *testing.T) {
 	}
 }
 
+// TestSnapshotForeignOrNewer: a file that is not a snapshot and one of a
+// later format (a downgrade) are told apart in the error, which names the
+// file, and nothing is restored from either.
+func TestSnapshotForeignOrNewer(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{})
+	defer s.Close()
+	if _, err := charge(t, s, "a", 5, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	good := (&Snapshotter{Store: s}).Encode()
+	v3 := append([]byte(nil), good[:len(good)-4]...)
+	v3[len(snapshotMagic)-1] = 3
+	v3 = binary.BigEndian.AppendUint32(v3, crc32.ChecksumIEEE(v3))
+	for _, c := range []struct {
+		name string
+		data []byte
+		is   error
+		says string
+	}{
+		{"newer", v3, ErrSnapshotVersion, "version 3, and this ratelimit reads 1 and 2"},
+		{"newer, cut", v3[:len(v3)-1], ErrCorruptSnapshot, "checksum mismatch"},
+		{"foreign", []byte("apiVersion: v1\nkind: ConfigMap\n"), ErrCorruptSnapshot, `not a budgetgen memory snapshot (no "BGMEMSNAP" header)`},
+		{"empty", nil, ErrCorruptSnapshot, "not a budgetgen memory snapshot (empty file)"},
+		{"header only", []byte(snapshotMagic), ErrCorruptSnapshot, "not a budgetgen memory snapshot (10 bytes)"},
+	} {
+		path := filepath.Join(dir, "snap")
+		if err := os.WriteFile(path, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s2 := New(Options{})
+		_, err := (&Snapshotter{Path: path, Store: s2}).Restore()
+		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: err = %v, want %v naming %s and saying %q", c.name, err, c.is, path, c.says)
+		}
+		if n := s2.Stats().Counters; n != 0 {
+			t.Errorf("%s: %d counters restored", c.name, n)
+		}
+		s2.Close()
+	}
+	// A device that never ends is refused from its first bytes, not read
+	// into memory up to a bound.
+	start := time.Now()
+	_, err := (&Snapshotter{Path: "/dev/zero", Store: s}).Restore()
+	if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), "/dev/zero: corrupt memory snapshot: not a budgetgen memory snapshot (no") {
+		t.Errorf("/dev/zero: err = %v, want it refused for its header", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("/dev/zero refused after %v: read beyond its header", d)
+	}
+}
+
+// TestSnapshotAboveTheBound: a snapshot with more live counters than the
+// restoring store's MaxCounters (MEMORY_MAX_COUNTERS lowered between two
+// runs) restores every one of them, since a dropped counter is a budget
+// forgotten; the store then refuses new counters, as at its bound.
+func TestSnapshotAboveTheBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snap")
+	s := New(Options{})
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	keys := []string{"a", "b", "c", "d", "e"}
+	for i, k := range keys {
+		if _, err := charge(t, s, k, uint64(100+i), exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (&Snapshotter{Path: path, Store: s}).Write(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := New(Options{MaxCounters: 2})
+	defer s2.Close()
+	st, err := (&Snapshotter{Path: path, Store: s2}).Restore()
+	if err != nil || st.Counters != 5 || st.OverBound != 3 {
+		t.Fatalf("restore into a store bounded at 2: %+v, %v; want 5 counters, 3 of them over the bound", st, err)
+	}
+	for i, k := range keys {
+		if got, err := charge(t, s2, k, 1, exp); err != nil || got != uint64(100+i+1) {
+			t.Errorf("%s after the restore: %d, %v; want %d", k, got, err, 100+i+1)
+		}
+	}
+	if _, err := charge(t, s2, "new", 1, exp); !errors.Is(err, ErrFull) {
+		t.Errorf("a new counter above the bound: %v, want ErrFull", err)
+	}
+}
+
+// TestSnapshotClaimThroughLinks: the lock is taken on the file a path
+// names after symbolic links, so a second Snapshotter given a link to the
+// first one's file (or a path through a linked directory) is refused until
+// the first releases it.
+func TestSnapshotClaimThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "snap")
+	s := New(Options{})
+	defer s.Close()
+	first := &Snapshotter{Path: path, Store: s}
+	release, err := first.Claim()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Write(); err != nil {
+		t.Fatal(err)
+	}
+	// What names principals is the owner's only: the directory Claim made,
+	// the lock and the snapshot.
+	for p, want := range map[string]os.FileMode{filepath.Dir(path): 0o700, path + ".lock": 0o600, path: 0o600} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", p, fi, err, want)
+		}
+	}
+	if err := os.Symlink(path, filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "state"), filepath.Join(dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{filepath.Join(dir, "alias"), filepath.Join(dir, "linked", "snap")} {
+		if _, err := (&Snapshotter{Path: other, Store: s}).Claim(); !errors.Is(err, ErrSnapshotInUse) || !strings.Contains(err.Error(), other) {
+			t.Errorf("claim of %s while %s is held: %v, want ErrSnapshotInUse naming it", other, path, err)
+		}
+	}
+	release()
+	again, err := (&Snapshotter{Path: filepath.Join(dir, "alias"), Store: s}).Claim()
+	if err != nil {
+		t.Fatalf("claim after the release: %v", err)
+	}
+	again()
+}
+
+// TestSnapshotStreams: a periodic snapshot streams to its file, so writing
+// one allocates under a quarter of its size (the encoded bytes were built
+// whole in memory, twice over with the buffer's growth, every
+// MEMORY_SNAPSHOT_INTERVAL, beside the store itself under the pod's memory
+// limit); the file is what Encode gives; and a restore decodes as it reads.
+func TestSnapshotStreams(t *testing.T) {
+	s := New(Options{SweepInterval: time.Hour})
+	defer s.Close()
+	exp := time.Now().Add(time.Hour)
+	pad := strings.Repeat("p", 2000)
+	for i := range 4_000 {
+		if _, err := charge(t, s, pad+strconv.Itoa(i), uint64(i+1), exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sn := &Snapshotter{Path: filepath.Join(t.TempDir(), "snap"), Store: s}
+	if err := sn.Write(); err != nil { // warm: the directory, the temporary name
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := sn.Write(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	written, err := os.ReadFile(sn.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(written, sn.Encode()) {
+		t.Fatal("the written file differs from Encode")
+	}
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a %d-byte snapshot written with %d bytes allocated", len(written), got)
+	if got > uint64(len(written))/4 {
+		t.Fatalf("writing a %d-byte snapshot allocated %d bytes: want under a quarter of its size", len(written), got)
+	}
+
+	// Read back, it is decoded as it is read: a restore allocates about
+	// the entries it restores (here the keys: nearly the whole file), not
+	// the file's bytes besides (which needed twice the store's memory at
+	// start, the moment a pod sized for the store is OOM-killed again).
+	s2 := New(Options{SweepInterval: time.Hour})
+	defer s2.Close()
+	runtime.ReadMemStats(&before)
+	st, err := (&Snapshotter{Path: sn.Path, Store: s2}).Restore()
+	runtime.ReadMemStats(&after)
+	if err != nil || st.Counters != 4_000 {
+		t.Fatalf("restore: %+v, %v", st, err)
+	}
+	got = after.TotalAlloc - before.TotalAlloc
+	t.Logf("a %d-byte snapshot restored with %d bytes allocated", len(written), got)
+	if got > uint64(len(written))*3/2 {
+		t.Fatalf("restoring a %d-byte snapshot allocated %d bytes: want under 1.5 times its size", len(written), got)
+	}
+}
+
+// TestSnapshotStats: a successful write sets the time and size exported as
+// metrics; a failed one counts a failure and keeps them, so a snapshot that
+// keeps failing (and a crash that would lose more than one interval) shows.
+func TestSnapshotStats(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{})
+	defer s.Close()
+	if _, err := charge(t, s, "a", 5, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	sn := &Snapshotter{Path: filepath.Join(dir, "snap"), Store: s}
+	if st := sn.Stats(); !st.LastWritten.IsZero() || st.Failures != 0 {
+		t.Fatalf("before any write: %+v", st)
+	}
+	before := time.Now()
+	if err := sn.Write(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(sn.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := sn.Stats()
+	if ok.LastWritten.Before(before) || ok.Bytes != fi.Size() || ok.Failures != 0 {
+		t.Fatalf("after a write: %+v, want written since %v, %d bytes, no failure", ok, before, fi.Size())
+	}
+	sn.Path = filepath.Join(dir, "missing", "snap") // a directory that is not there
+	if err := sn.Write(); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+	if st := sn.Stats(); st.Failures != 1 || !st.LastWritten.Equal(ok.LastWritten) || st.Bytes != ok.Bytes {
+		t.Fatalf("after a failed write: %+v, want 1 failure and the last success kept (%+v)", st, ok)
+	}
+}
+
+// TestSnapshotRefusesASharedDirectory: a snapshot right in a directory
+// every user can write to (/tmp) is refused at Claim, naming the directory;
+// one in a subdirectory of the service's own is taken.
+func TestSnapshotRefusesASharedDirectory(t *testing.T) {
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	defer s.Close()
+	path := filepath.Join(shared, "snap")
+	if _, err := (&Snapshotter{Path: path, Store: s}).Claim(); !errors.Is(err, ErrSharedDir) || !strings.Contains(err.Error(), shared) {
+		t.Fatalf("claim in a world-writable directory: %v, want ErrSharedDir naming %s", err, shared)
+	}
+	release, err := (&Snapshotter{Path: filepath.Join(shared, "own", "snap"), Store: s}).Claim()
+	if err != nil {
+		t.Fatalf("claim in a directory of our own under it: %v", err)
+	}
+	release()
+}
+
 // FuzzDecodeSnapshot: no input panics, every failure wraps
-// ErrCorruptSnapshot, and no input yields more entries than its bytes.
+// ErrCorruptSnapshot (or ErrSnapshotVersion), and no input yields more entries than its bytes.
 func FuzzDecodeSnapshot(f *testing.F) {
 	s := New(Options{})
 	defer s.Close()
@@ -154,8 +397,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		for _, in := range [][]byte{data, framed} {
 			cs, hs, err := decodeSnapshot(in)
 			if err != nil {
-				if !errors.Is(err, ErrCorruptSnapshot) {
-					t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
+				if !errors.Is(err, ErrCorruptSnapshot) && !errors.Is(err, ErrSnapshotVersion) {
+					t.Fatalf("error %v wraps neither ErrCorruptSnapshot nor ErrSnapshotVersion", err)
 				}
 				continue
 			}
