@@ -403,7 +403,9 @@ func oversized(t *testing.T, s *svc) {
 func TestLongValuesCounted(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "rl.yaml", "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
-	s := startSvc(t, svcOptions{ConfigDir: dir})
+	// A 1 MiB request under load can outlast the default 15 ms store
+	// deadline, whose failure policy answer would read as a lost count.
+	s := startSvc(t, svcOptions{ConfigDir: dir, Env: map[string]string{"STORE_TIMEOUT": "5s"}})
 	mb := strings.Repeat("x", 1<<20)
 	other := mb[:len(mb)-1] + "y"
 	h0 := heapAfterGC()
