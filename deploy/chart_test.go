@@ -143,10 +143,36 @@ func validateAll(t *testing.T, where string, docs [][]byte) map[string]int {
 	return kinds
 }
 
-// TestChartLint: helm lint --strict, with the default and the example values.
+// TestChartLint: helm lint --strict, with the example values and the kustomize
+// base's (the defaults with config.create=false; the defaults alone are refused,
+// TestChartRefuses).
 func TestChartLint(t *testing.T) {
-	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace)
+	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", baseValues)
 	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", exampleValues)
+}
+
+// helmRefuses runs helm template with args and wants it to fail saying want.
+func helmRefuses(t *testing.T, want string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", "x", chartDir, "--namespace", namespace}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("helm template %s: err = %v, want a refusal saying %q; output:\n%s", strings.Join(args, " "), err, want, out)
+	}
+}
+
+// TestChartRefuses: values that would install a service that cannot start
+// are refused at helm install, with the reason. The budget map: the service
+// does not start without a valid one at BUDGET_MAP_PATH, and Envoy Gateway's
+// rate limit Deployment mounts the same ConfigMap, so the chart's defaults
+// (config.create with an empty budgetMap) would stop both.
+func TestChartRefuses(t *testing.T) {
+	const noMap = "config.budgetMap must hold the budget map"
+	helmRefuses(t, noMap)
+	helmRefuses(t, noMap, "--set-string", "config.budgetMap=# from budgetgen render --budget-map")
+	helmRefuses(t, noMap, "--set-string", "config.budgetMap=kind: BudgetSet")
+	helmRefuses(t, "tls.mode must be mutual, server or disabled", "--values", exampleValues, "--set", "tls.mode=strict")
 }
 
 // TestChartTemplateValidates: helm template with the example values (every
@@ -161,12 +187,6 @@ func TestChartTemplateValidates(t *testing.T) {
 		if kinds[k] != n {
 			t.Errorf("rendered %d %s, want %d (all: %v)", kinds[k], k, n, kinds)
 		}
-	}
-	// A value the chart refuses: a clear error, not a broken manifest.
-	cmd := exec.Command(helm(t), "template", "x", chartDir, "--set", "tls.mode=strict")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "tls.mode must be mutual, server or disabled") {
-		t.Errorf("tls.mode=strict: err = %v, output %s", err, out)
 	}
 }
 

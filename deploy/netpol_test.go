@@ -175,7 +175,8 @@ func kustomizeDocs(t *testing.T, dir string) [][]byte {
 }
 
 // TestNetworkPoliciesAdmitExactlyTheProxies evaluates the NetworkPolicies of
-// the chart (its default values and the example's), of deploy/ (Envoy
+// the chart (its default values, with config.create=false as the chart
+// refuses an empty budget map, and the example's), of deploy/ (Envoy
 // Gateway's rate limit pods) and of examples/gitops against the example
 // pods: agentgateway's proxy reaches the chart's gRPC port, Envoy's proxy
 // reaches Envoy Gateway's rate limit Deployment, and nothing else reaches a
@@ -184,7 +185,7 @@ func TestNetworkPoliciesAdmitExactlyTheProxies(t *testing.T) {
 	deployNPs := networkPolicies(t, kustomizeDocs(t, "."))
 	want := []string{"agentgateway proxy -> budgetgen-ratelimit", "Envoy proxy -> envoy-ratelimit"}
 	for name, docs := range map[string][][]byte{
-		"chart defaults":  splitDocs(t, helmTemplate(t)),
+		"chart defaults":  splitDocs(t, helmTemplate(t, baseValues)),
 		"chart example":   splitDocs(t, helmTemplate(t, exampleValues)),
 		"kustomize base":  kustomizeDocs(t, baseDir),
 		"examples/gitops": kustomizeDocs(t, "../examples/gitops/deploy"),

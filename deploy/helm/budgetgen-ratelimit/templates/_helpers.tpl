@@ -37,4 +37,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not .Values.valkey.secretName -}}
 {{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
 {{- end -}}
+{{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
+(internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own
+rate limit Deployment mounts the same ConfigMap: an empty one would stop both. */ -}}
+{{- if .Values.config.create -}}
+{{- $bm := fromYaml (.Values.config.budgetMap | default "") -}}
+{{- if ne (get $bm "kind" | toString) "BudgetMap" -}}
+{{- fail "config.budgetMap must hold the budget map (budgetgen render --budget-map FILE; helm --set-file config.budgetMap=FILE): without one the service and Envoy Gateway's rate limit Deployment, which mounts the same ConfigMap, do not start. Or set config.create=false when the ConfigMaps are made elsewhere" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
