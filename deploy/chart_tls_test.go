@@ -310,6 +310,14 @@ func writeConfigMap(t *testing.T, dir, key string, data []byte) {
 
 func startChartService(t *testing.T, env map[string]string) string {
 	t.Helper()
+	g, _, _, _ := startChartServer(t, env).Addrs()
+	return g.String()
+}
+
+// startChartServer runs the service with env until the test ends and
+// returns it once it listens.
+func startChartServer(t *testing.T, env map[string]string) *server.Server {
+	t.Helper()
 	ready := make(chan *server.Server, 1)
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -333,8 +341,7 @@ func startChartService(t *testing.T, env map[string]string) string {
 			t.Errorf("run: %v", err)
 		}
 	})
-	g, _, _, _ := srv.Addrs()
-	return g.String()
+	return srv
 }
 
 // shouldRateLimit makes agentgateway's request-time call for per-run.
