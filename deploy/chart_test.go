@@ -162,8 +162,8 @@ func helmRefuses(t *testing.T, want string, args ...string) {
 	}
 }
 
-// TestChartRefuses: values that would install a service that cannot start
-// are refused at helm install, with the reason. The budget map: the service
+// TestChartRefuses: values that would install a service that cannot start,
+// or block node drains, are refused at helm install, with the reason. The budget map: the service
 // does not start without a valid one at BUDGET_MAP_PATH, and Envoy Gateway's
 // rate limit Deployment mounts the same ConfigMap, so the chart's defaults
 // (config.create with an empty budgetMap) would stop both.
@@ -172,6 +172,12 @@ func TestChartRefuses(t *testing.T) {
 	helmRefuses(t, noMap)
 	helmRefuses(t, noMap, "--set-string", "config.budgetMap=# from budgetgen render --budget-map")
 	helmRefuses(t, noMap, "--set-string", "config.budgetMap=kind: BudgetSet")
+	// A PodDisruptionBudget that allows no eviction: node drains would block.
+	const pdb = "podDisruptionBudget.minAvailable (1) must be below replicas (1)"
+	helmRefuses(t, pdb, "--values", exampleValues, "--set", "replicas=1")
+	helmRefuses(t, "podDisruptionBudget.minAvailable (2) must be below replicas (2)", "--values", exampleValues, "--set", "podDisruptionBudget.minAvailable=2")
+	runHelm(t, "template", "x", chartDir, "--values", exampleValues, "--set", "replicas=1", "--set", "podDisruptionBudget.enabled=false")
+	runHelm(t, "template", "x", chartDir, "--values", exampleValues, "--set", "replicas=3", "--set", "podDisruptionBudget.minAvailable=2")
 }
 
 // TestChartTemplateValidates: helm template with the example values (every

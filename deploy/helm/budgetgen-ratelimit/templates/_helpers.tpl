@@ -37,6 +37,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not .Values.valkey.secretName -}}
 {{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
 {{- end -}}
+{{- /* A PodDisruptionBudget that allows no eviction blocks every node drain
+(cluster upgrades included) until someone deletes it. */ -}}
+{{- with .Values.podDisruptionBudget -}}
+{{- if and .enabled (not (kindIs "string" .minAvailable)) (ge (int .minAvailable) (int $.Values.replicas)) -}}
+{{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicas (%v): otherwise no pod may ever be evicted and node drains block; lower it, add replicas or set podDisruptionBudget.enabled=false" .minAvailable $.Values.replicas) -}}
+{{- end -}}
+{{- end -}}
 {{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
 (internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own
 rate limit Deployment mounts the same ConfigMap: an empty one would stop both. */ -}}
