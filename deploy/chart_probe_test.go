@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/budgetgen/budgetgen/internal/tlsconfig/tlstest"
@@ -37,10 +40,13 @@ func probe(p *corev1.Probe, ports map[string]net.Addr) error {
 		}
 		return c.Close()
 	}
-	if p.HTTPGet.Scheme != "" && p.HTTPGet.Scheme != corev1.URISchemeHTTP {
-		return fmt.Errorf("probe scheme %s", p.HTTPGet.Scheme)
+	scheme, client := "http", &http.Client{Timeout: time.Second}
+	if p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		// The kubelet does not verify the certificate and presents none.
+		scheme = "https"
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // as the kubelet's probes
 	}
-	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr.String() + p.HTTPGet.Path)
+	resp, err := client.Get(scheme + "://" + addr.String() + p.HTTPGet.Path)
 	if err != nil {
 		return err
 	}
@@ -49,6 +55,36 @@ func probe(p *corev1.Probe, ports map[string]net.Addr) error {
 		return fmt.Errorf("GET %s: %s", p.HTTPGet.Path, resp.Status)
 	}
 	return nil
+}
+
+// startChartPod starts the service as the chart's Deployment (rendered
+// with the example values and --set each of set) runs it: its env, the
+// Secrets its Certificates create and its ConfigMaps, mounted where it
+// mounts them. env changes the pod's environment first. It returns the
+// Deployment and the service's ports by container port name.
+func startChartPod(t *testing.T, env map[string]string, set ...string) (*appsv1.Deployment, map[string]net.Addr) {
+	t.Helper()
+	dep, certs := chartObjects(t, set...)
+	c := issueChartSecrets(t, certs)
+	for secret, path := range secretMounts(dep) {
+		if _, ok := c.secrets[secret]; ok {
+			c.mount(t, secret, path)
+		}
+	}
+	mountConfigMaps(t, dep, c.root)
+	podenv := podEnv(dep, c.root)
+	maps.Copy(podenv, env)
+	if f := podenv["REDIS_AUTH_FILE"]; f != "" && podenv["REDIS_URL"] != "" {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tlstest.WriteFile(t, f, []byte("secret"))
+	}
+	if podenv["REDIS_URL"] == "" {
+		delete(podenv, "REDIS_AUTH_FILE") // the embedded store: no Valkey password
+	}
+	g, h, _, m := startChartServer(t, podenv).Addrs()
+	return dep, map[string]net.Addr{"grpc": g, "http": h, "metrics": m}
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -73,25 +109,7 @@ func closedAddr(t *testing.T) string {
 // RateLimitOutageBufferFilling: do not restart while it holds charges) and
 // never letting it reach Valkey's return.
 func TestChartProbesWhileValkeyUnreachable(t *testing.T) {
-	dep, certs := chartObjects(t)
-	c := issueChartSecrets(t, certs)
-	for secret, path := range secretMounts(dep) {
-		if _, ok := c.secrets[secret]; ok {
-			c.mount(t, secret, path)
-		}
-	}
-	mountConfigMaps(t, dep, c.root)
-	env := podEnv(dep, c.root)
-	env["REDIS_URL"] = closedAddr(t)
-	if f := env["REDIS_AUTH_FILE"]; f != "" {
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		tlstest.WriteFile(t, f, []byte("secret"))
-	}
-	srv := startChartServer(t, env)
-	g, h, _, m := srv.Addrs()
-	ports := map[string]net.Addr{"grpc": g, "http": h, "metrics": m}
+	dep, ports := startChartPod(t, map[string]string{"REDIS_URL": closedAddr(t)})
 	ctr := dep.Spec.Template.Spec.Containers[0]
 	if ctr.ReadinessProbe == nil || ctr.LivenessProbe == nil {
 		t.Fatal("the chart's container has no readiness or no liveness probe")
@@ -104,6 +122,23 @@ func TestChartProbesWhileValkeyUnreachable(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		if err := probe(ctr.LivenessProbe, ports); err != nil {
 			t.Fatalf("liveness fails with Valkey unreachable (%v): the kubelet would restart the pod and drop its buffered charges", err)
+		}
+	}
+}
+
+// TestChartProbesWithJSONOverTLS: with tls.mode mutual and env.HTTP_JSON
+// true the service serves its HTTP port over TLS (/json then asks for the
+// client certificate), so the probes must speak HTTPS to it or the pod is
+// never ready. On the embedded store (the test's), ready at once.
+func TestChartProbesWithJSONOverTLS(t *testing.T) {
+	for _, set := range [][]string{nil, {"env.HTTP_JSON=true"}, {"env.HTTP_JSON=false"}} {
+		dep, ports := startChartPod(t, nil, set...)
+		ctr := dep.Spec.Template.Spec.Containers[0]
+		if err := probe(ctr.ReadinessProbe, ports); err != nil {
+			t.Errorf("--set %v: readiness fails on a ready service: %v", set, err)
+		}
+		if err := probe(ctr.LivenessProbe, ports); err != nil {
+			t.Errorf("--set %v: liveness fails: %v", set, err)
 		}
 	}
 }

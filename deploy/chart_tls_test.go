@@ -28,13 +28,18 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
-// chartObjects renders the chart with the example values and returns the
-// Deployment and the cert-manager Certificates (as plain maps).
-func chartObjects(t *testing.T) (*appsv1.Deployment, []map[string]any) {
+// chartObjects renders the chart with the example values (and --set each
+// of set) and returns the Deployment and the cert-manager Certificates (as
+// plain maps).
+func chartObjects(t *testing.T, set ...string) (*appsv1.Deployment, []map[string]any) {
 	t.Helper()
 	var dep *appsv1.Deployment
 	var certs []map[string]any
-	for _, doc := range splitDocs(t, helmTemplate(t, exampleValues)) {
+	args := []string{"template", "budgetgen-ratelimit", chartDir, "--namespace", namespace, "--values", exampleValues}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	for _, doc := range splitDocs(t, runHelm(t, args...)) {
 		var m map[string]any
 		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
 			t.Fatal(err)

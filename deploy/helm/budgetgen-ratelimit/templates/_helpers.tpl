@@ -54,3 +54,15 @@ rate limit Deployment mounts the same ConfigMap: an empty one would stop both. *
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* Scheme of the HTTP port: with client certificates required on gRPC and
+env.HTTP_JSON true, the service serves the HTTP port over TLS, /json asking for
+the client certificate and /healthcheck open to probes that present none
+(jsonExposure in internal/ratelimit/service/service.go). */ -}}
+{{- define "rls.httpScheme" -}}
+{{- if and (eq .Values.tls.mode "mutual") (eq (lower (toString (get .Values.env "HTTP_JSON"))) "true") -}}
+HTTPS
+{{- else -}}
+HTTP
+{{- end -}}
+{{- end -}}
