@@ -51,8 +51,28 @@ func helm(t *testing.T) string {
 	return ""
 }
 
+// trackInputs reads every file below the given directories, so go test's
+// cache, which sees only the files the test process itself opens, reruns
+// the tests when one changes (helm reads them in a child process).
+func trackInputs(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			_, err = os.ReadFile(p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func runHelm(t *testing.T, args ...string) []byte {
 	t.Helper()
+	trackInputs(t, chartDir, "envoy-gateway")
 	cmd := exec.Command(helm(t), args...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -154,6 +174,7 @@ func TestChartLint(t *testing.T) {
 // helmRefuses runs helm template with args and wants it to fail saying want.
 func helmRefuses(t *testing.T, want string, args ...string) {
 	t.Helper()
+	trackInputs(t, chartDir)
 	cmd := exec.Command(helm(t), append([]string{"template", "x", chartDir, "--namespace", namespace}, args...)...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
