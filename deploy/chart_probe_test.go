@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"maps"
@@ -8,13 +9,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
 	"github.com/budgetgen/budgetgen/internal/tlsconfig/tlstest"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
 // probe does what the kubelet does for one try of p: an HTTP GET
@@ -57,12 +62,29 @@ func probe(p *corev1.Probe, ports map[string]net.Addr) error {
 	return nil
 }
 
+// runningPod is the service started as the chart's Deployment runs it.
+type runningPod struct {
+	dep   *appsv1.Deployment
+	ports map[string]net.Addr // by container port name
+	logs  *syncWriter
+}
+
 // startChartPod starts the service as the chart's Deployment (rendered
 // with the example values and --set each of set) runs it: its env, the
-// Secrets its Certificates create and its ConfigMaps, mounted where it
-// mounts them. env changes the pod's environment first. It returns the
-// Deployment and the service's ports by container port name.
-func startChartPod(t *testing.T, env map[string]string, set ...string) (*appsv1.Deployment, map[string]net.Addr) {
+// Secrets its Certificates create, the user's Secrets (userSecrets, by
+// name and key; the kubelet's items mapping applied) and its ConfigMaps,
+// mounted where it mounts them. env changes the pod's environment first.
+func startChartPod(t *testing.T, env map[string]string, userSecrets map[string]map[string][]byte, set ...string) runningPod {
+	t.Helper()
+	dep, podenv := preparePod(t, env, userSecrets, set...)
+	srv, logs := startChartServer(t, podenv)
+	g, h, _, m := srv.Addrs()
+	return runningPod{dep: dep, ports: map[string]net.Addr{"grpc": g, "http": h, "metrics": m}, logs: logs}
+}
+
+// preparePod lays out the pod's files as startChartPod describes and
+// returns the Deployment and the container's environment.
+func preparePod(t *testing.T, env map[string]string, userSecrets map[string]map[string][]byte, set ...string) (*appsv1.Deployment, map[string]string) {
 	t.Helper()
 	dep, certs := chartObjects(t, set...)
 	c := issueChartSecrets(t, certs)
@@ -71,20 +93,57 @@ func startChartPod(t *testing.T, env map[string]string, set ...string) (*appsv1.
 			c.mount(t, secret, path)
 		}
 	}
+	mountUserSecrets(t, dep, c.root, userSecrets)
 	mountConfigMaps(t, dep, c.root)
 	podenv := podEnv(dep, c.root)
 	maps.Copy(podenv, env)
-	if f := podenv["REDIS_AUTH_FILE"]; f != "" && podenv["REDIS_URL"] != "" {
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-			t.Fatal(err)
+	if _, err := os.Stat(podenv["REDIS_AUTH_FILE"]); err != nil {
+		delete(podenv, "REDIS_AUTH_FILE") // no Valkey Secret given: the embedded store
+	}
+	return dep, podenv
+}
+
+// mountUserSecrets writes, below root, the keys of each given Secret that
+// the pod mounts, as the kubelet does: every key, or only the volume's
+// items under their paths.
+func mountUserSecrets(t *testing.T, dep *appsv1.Deployment, root string, secrets map[string]map[string][]byte) {
+	t.Helper()
+	pod := dep.Spec.Template.Spec
+	for _, v := range pod.Volumes {
+		data, ok := secrets[secretName(v)]
+		if !ok {
+			continue
 		}
-		tlstest.WriteFile(t, f, []byte("secret"))
+		files := map[string][]byte{}
+		for k, b := range data {
+			files[k] = b
+		}
+		if len(v.Secret.Items) > 0 {
+			files = map[string][]byte{}
+			for _, it := range v.Secret.Items {
+				files[it.Path] = data[it.Key]
+			}
+		}
+		for _, m := range pod.Containers[0].VolumeMounts {
+			if m.Name != v.Name {
+				continue
+			}
+			for name, b := range files {
+				p := filepath.Join(root, m.MountPath, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				tlstest.WriteFile(t, p, b)
+			}
+		}
 	}
-	if podenv["REDIS_URL"] == "" {
-		delete(podenv, "REDIS_AUTH_FILE") // the embedded store: no Valkey password
+}
+
+func secretName(v corev1.Volume) string {
+	if v.Secret == nil {
+		return ""
 	}
-	g, h, _, m := startChartServer(t, podenv).Addrs()
-	return dep, map[string]net.Addr{"grpc": g, "http": h, "metrics": m}
+	return v.Secret.SecretName
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -109,7 +168,8 @@ func closedAddr(t *testing.T) string {
 // RateLimitOutageBufferFilling: do not restart while it holds charges) and
 // never letting it reach Valkey's return.
 func TestChartProbesWhileValkeyUnreachable(t *testing.T) {
-	dep, ports := startChartPod(t, map[string]string{"REDIS_URL": closedAddr(t)})
+	p := startChartPod(t, map[string]string{"REDIS_URL": closedAddr(t)}, nil)
+	dep, ports := p.dep, p.ports
 	ctr := dep.Spec.Template.Spec.Containers[0]
 	if ctr.ReadinessProbe == nil || ctr.LivenessProbe == nil {
 		t.Fatal("the chart's container has no readiness or no liveness probe")
@@ -132,7 +192,8 @@ func TestChartProbesWhileValkeyUnreachable(t *testing.T) {
 // never ready. On the embedded store (the test's), ready at once.
 func TestChartProbesWithJSONOverTLS(t *testing.T) {
 	for _, set := range [][]string{nil, {"env.HTTP_JSON=true"}, {"env.HTTP_JSON=false"}} {
-		dep, ports := startChartPod(t, nil, set...)
+		p := startChartPod(t, nil, nil, set...)
+		dep, ports := p.dep, p.ports
 		ctr := dep.Spec.Template.Spec.Containers[0]
 		if err := probe(ctr.ReadinessProbe, ports); err != nil {
 			t.Errorf("--set %v: readiness fails on a ready service: %v", set, err)
@@ -140,5 +201,52 @@ func TestChartProbesWithJSONOverTLS(t *testing.T) {
 		if err := probe(ctr.LivenessProbe, ports); err != nil {
 			t.Errorf("--set %v: liveness fails: %v", set, err)
 		}
+	}
+}
+
+// TestChartValkeyPasswordFromSecret runs the chart's pod against a real
+// Valkey that requires a password, given only as the chart takes it: a key
+// of the Secret valkey.secretName, mounted as a file (REDIS_AUTH_FILE). The
+// pod becomes ready (it authenticated); with a wrong password the service
+// stops at start saying so; and the password is in neither the Deployment
+// nor the service's log or error.
+func TestChartValkeyPasswordFromSecret(t *testing.T) {
+	const password = "s3cret-only-in-the-Secret"
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	if _, err := vk.Do("CONFIG", "SET", "requirepass", password); err != nil { // after Start's unauthenticated readiness check
+		t.Fatal(err)
+	}
+	secret := func(pw string) map[string]map[string][]byte {
+		return map[string]map[string][]byte{"budgetgen-valkey": {"url": []byte(vk.Addr), "password": []byte(pw + "\n")}}
+	}
+	p := startChartPod(t, map[string]string{"REDIS_URL": vk.Addr}, secret(password))
+	readiness := p.dep.Spec.Template.Spec.Containers[0].ReadinessProbe
+	err := probe(readiness, p.ports)
+	for i := 0; err != nil && i < 50; i++ {
+		time.Sleep(100 * time.Millisecond) // the first connection is made in the background
+		err = probe(readiness, p.ports)
+	}
+	if err != nil {
+		t.Errorf("not ready with the Secret's password: %v\n%s", err, p.logs)
+	}
+	dep, err := sigsyaml.Marshal(p.dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dep), password) || strings.Contains(p.logs.String(), password) {
+		t.Error("the Valkey password is in the Deployment or the service's log")
+	}
+
+	wrong := "not-" + password
+	_, env := preparePod(t, map[string]string{"REDIS_URL": vk.Addr}, secret(wrong))
+	logs := &syncWriter{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = service.Run(ctx, nil, func(k string) string { return env[k] }, logs, nil)
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("with a wrong password: Run = %v, want a start-up error saying WRONGPASS", err)
+	}
+	if err != nil && strings.Contains(err.Error()+logs.String(), wrong) {
+		t.Error("the wrong password is in the start-up error or the log")
 	}
 }

@@ -315,13 +315,14 @@ func writeConfigMap(t *testing.T, dir, key string, data []byte) {
 
 func startChartService(t *testing.T, env map[string]string) string {
 	t.Helper()
-	g, _, _, _ := startChartServer(t, env).Addrs()
+	srv, _ := startChartServer(t, env)
+	g, _, _, _ := srv.Addrs()
 	return g.String()
 }
 
 // startChartServer runs the service with env until the test ends and
-// returns it once it listens.
-func startChartServer(t *testing.T, env map[string]string) *server.Server {
+// returns it once it listens, with its log.
+func startChartServer(t *testing.T, env map[string]string) (*server.Server, *syncWriter) {
 	t.Helper()
 	ready := make(chan *server.Server, 1)
 	done := make(chan error, 1)
@@ -346,7 +347,7 @@ func startChartServer(t *testing.T, env map[string]string) *server.Server {
 			t.Errorf("run: %v", err)
 		}
 	})
-	return srv
+	return srv, logs
 }
 
 // shouldRateLimit makes agentgateway's request-time call for per-run.
