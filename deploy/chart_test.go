@@ -51,8 +51,28 @@ func helm(t *testing.T) string {
 	return ""
 }
 
+// trackInputs reads every file below the given directories, so go test's
+// cache, which sees only the files the test process itself opens, reruns
+// the tests when one changes (helm reads them in a child process).
+func trackInputs(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			_, err = os.ReadFile(p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func runHelm(t *testing.T, args ...string) []byte {
 	t.Helper()
+	trackInputs(t, chartDir, "envoy-gateway")
 	cmd := exec.Command(helm(t), args...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -143,10 +163,42 @@ func validateAll(t *testing.T, where string, docs [][]byte) map[string]int {
 	return kinds
 }
 
-// TestChartLint: helm lint --strict, with the default and the example values.
+// TestChartLint: helm lint --strict, with the example values and the kustomize
+// base's (the defaults with config.create=false; the defaults alone are refused,
+// TestChartRefuses).
 func TestChartLint(t *testing.T) {
-	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace)
+	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", baseValues)
 	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", exampleValues)
+}
+
+// helmRefuses runs helm template with args and wants it to fail saying want.
+func helmRefuses(t *testing.T, want string, args ...string) {
+	t.Helper()
+	trackInputs(t, chartDir)
+	cmd := exec.Command(helm(t), append([]string{"template", "x", chartDir, "--namespace", namespace}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("helm template %s: err = %v, want a refusal saying %q; output:\n%s", strings.Join(args, " "), err, want, out)
+	}
+}
+
+// TestChartRefuses: values that would install a service that cannot start,
+// or block node drains, are refused at helm install, with the reason. The budget map: the service
+// does not start without a valid one at BUDGET_MAP_PATH, and Envoy Gateway's
+// rate limit Deployment mounts the same ConfigMap, so the chart's defaults
+// (config.create with an empty budgetMap) would stop both.
+func TestChartRefuses(t *testing.T) {
+	const noMap = "config.budgetMap must hold the budget map"
+	helmRefuses(t, noMap)
+	helmRefuses(t, noMap, "--set-string", "config.budgetMap=# from budgetgen render --budget-map")
+	helmRefuses(t, noMap, "--set-string", "config.budgetMap=kind: BudgetSet")
+	// A PodDisruptionBudget that allows no eviction: node drains would block.
+	const pdb = "podDisruptionBudget.minAvailable (1) must be below replicas (1)"
+	helmRefuses(t, pdb, "--values", exampleValues, "--set", "replicas=1")
+	helmRefuses(t, "podDisruptionBudget.minAvailable (2) must be below replicas (2)", "--values", exampleValues, "--set", "podDisruptionBudget.minAvailable=2")
+	runHelm(t, "template", "x", chartDir, "--values", exampleValues, "--set", "replicas=1", "--set", "podDisruptionBudget.enabled=false")
+	runHelm(t, "template", "x", chartDir, "--values", exampleValues, "--set", "replicas=3", "--set", "podDisruptionBudget.minAvailable=2")
 }
 
 // TestChartTemplateValidates: helm template with the example values (every
@@ -161,12 +213,6 @@ func TestChartTemplateValidates(t *testing.T) {
 		if kinds[k] != n {
 			t.Errorf("rendered %d %s, want %d (all: %v)", kinds[k], k, n, kinds)
 		}
-	}
-	// A value the chart refuses: a clear error, not a broken manifest.
-	cmd := exec.Command(helm(t), "template", "x", chartDir, "--set", "tls.mode=strict")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "tls.mode must be mutual, server or disabled") {
-		t.Errorf("tls.mode=strict: err = %v, output %s", err, out)
 	}
 }
 
@@ -193,3 +239,29 @@ func TestKustomizeBaseMatchesChart(t *testing.T) {
 }
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// TestChartValuesSchema: values.schema.json names every key, so a typo in a
+// values file fails helm install instead of being ignored (a misspelt
+// valkey.authKey would leave Valkey's password unused, a misspelt
+// networkPolicy.grpcFrom would leave the default peers), and env may not
+// override what the chart sets from other values nor carry a password as a
+// literal in the Deployment.
+func TestChartValuesSchema(t *testing.T) {
+	for _, c := range []struct{ set, want string }{
+		{"replica=3", "additional properties 'replica' not allowed"},
+		{"valkey.authkey=password", "additional properties 'authkey' not allowed"},
+		{"networkPolicy.grpcfrom[0].podSelector.matchLabels.app=x", "additional properties 'grpcfrom' not allowed"},
+		{"tls.certManager.issuerref.name=ca", "additional properties 'issuerref' not allowed"},
+		{"serviceMonitor.enable=true", "additional properties 'enable' not allowed"},
+		{"valkey.type=redis", "valkey/type"},
+		{"tls.mode=strict", "value must be one of 'mutual', 'server', 'disabled'"},
+		{"ports.grpc=0", "ports/grpc"},
+		{"env.REDIS_AUTH=hunter2", "invalid propertyName 'REDIS_AUTH'"},
+		{"env.GRPC_SERVER_USE_TLS=false", "invalid propertyName 'GRPC_SERVER_USE_TLS'"},
+		{"env.REDIS_URL=", "invalid propertyName 'REDIS_URL'"},
+	} {
+		helmRefuses(t, c.want, "--values", exampleValues, "--set", c.set)
+	}
+	// Settings the chart leaves to env are accepted.
+	runHelm(t, "template", "x", chartDir, "--values", exampleValues, "--set", "env.FAILURE_POLICY=deny", "--set", "env.CACHE_KEY_PREFIX=budgets")
+}

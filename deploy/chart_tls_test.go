@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
@@ -27,13 +28,18 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
-// chartObjects renders the chart with the example values and returns the
-// Deployment and the cert-manager Certificates (as plain maps).
-func chartObjects(t *testing.T) (*appsv1.Deployment, []map[string]any) {
+// chartObjects renders the chart with the example values (and --set each
+// of set) and returns the Deployment and the cert-manager Certificates (as
+// plain maps).
+func chartObjects(t *testing.T, set ...string) (*appsv1.Deployment, []map[string]any) {
 	t.Helper()
 	var dep *appsv1.Deployment
 	var certs []map[string]any
-	for _, doc := range splitDocs(t, helmTemplate(t, exampleValues)) {
+	args := []string{"template", "budgetgen-ratelimit", chartDir, "--namespace", namespace, "--values", exampleValues}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	for _, doc := range splitDocs(t, runHelm(t, args...)) {
 		var m map[string]any
 		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
 			t.Fatal(err)
@@ -160,7 +166,9 @@ func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 
 // TestChartTLSWithRenderedPolicy starts the service with the chart's
 // certificate layout (the Secrets its Certificates create, mounted where
-// its Deployment mounts them, with its TLS settings) and connects as
+// its Deployment mounts them, with its TLS settings) and its ConfigMaps
+// (the rate limit config and the budget map, as the chart renders them,
+// mounted where the Deployment mounts them), and connects as
 // agentgateway would with the backend TLS policy render emits for the
 // example spec: its client certificate and CA from the Secrets the policy
 // names, the Service's cluster name as SNI, ALPN h2. That client is
@@ -179,8 +187,7 @@ func TestChartTLSWithRenderedPolicy(t *testing.T) {
 			t.Fatalf("the chart does not set %s", k)
 		}
 	}
-	writeConfigMap(t, env["CONFIG_DIR"], "agents_ai-budgets-agent-gateway.yaml", "../examples/ratelimit/agents_ai-budgets-agent-gateway.yaml")
-	writeConfigMap(t, filepath.Dir(env["BUDGET_MAP_PATH"]), "budget-map.yaml", "../examples/budget-map.yaml")
+	mountConfigMaps(t, dep, c.root)
 	grpcAddr := startChartService(t, env)
 
 	bs, err := spec.LoadFile("../examples/budgets.yaml", nil)
@@ -243,22 +250,63 @@ func agentgatewayTLS(t *testing.T, c *cluster, bt *agentgateway.BackendTLS, host
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: host, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}
 }
 
-// writeConfigMap lays a file out as the kubelet mounts a ConfigMap key: the
+// chartConfigMaps renders the chart with the example values and returns
+// the data of each ConfigMap it creates, by name.
+func chartConfigMaps(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	for _, doc := range splitDocs(t, helmTemplate(t, exampleValues)) {
+		var cm corev1.ConfigMap
+		if err := sigsyaml.Unmarshal(doc, &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Kind == "ConfigMap" {
+			out[cm.Name] = cm.Data
+		}
+	}
+	return out
+}
+
+// mountConfigMaps lays out, below root, every ConfigMap volume of the pod
+// where its container mounts it, with the data the chart renders: what the
+// kubelet would give the pod.
+func mountConfigMaps(t *testing.T, dep *appsv1.Deployment, root string) {
+	t.Helper()
+	cms := chartConfigMaps(t)
+	pod := dep.Spec.Template.Spec
+	for _, v := range pod.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		data, ok := cms[v.ConfigMap.Name]
+		if !ok {
+			t.Fatalf("the pod mounts ConfigMap %s, which the chart does not create", v.ConfigMap.Name)
+		}
+		for _, m := range pod.Containers[0].VolumeMounts {
+			if m.Name != v.Name {
+				continue
+			}
+			for key, body := range data {
+				writeConfigMap(t, filepath.Join(root, m.MountPath), key, []byte(body))
+			}
+		}
+	}
+}
+
+// writeConfigMap lays a key out as the kubelet mounts a ConfigMap key: the
 // data in a timestamped directory, ..data linking to it, and the key a link
 // through ..data (the service must follow the link and skip the dot entries).
-func writeConfigMap(t *testing.T, dir, key, src string) {
+func writeConfigMap(t *testing.T, dir, key string, data []byte) {
 	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := filepath.Join(dir, "..2026_12_01_00_00_00.000000001")
 	if err := os.MkdirAll(ts, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	tlstest.WriteFile(t, filepath.Join(ts, key), data)
-	if err := os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
+	if _, err := os.Lstat(filepath.Join(dir, "..data")); os.IsNotExist(err) {
+		if err := os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink(filepath.Join("..data", key), filepath.Join(dir, key)); err != nil {
 		t.Fatal(err)
@@ -266,6 +314,15 @@ func writeConfigMap(t *testing.T, dir, key, src string) {
 }
 
 func startChartService(t *testing.T, env map[string]string) string {
+	t.Helper()
+	srv, _ := startChartServer(t, env)
+	g, _, _, _ := srv.Addrs()
+	return g.String()
+}
+
+// startChartServer runs the service with env until the test ends and
+// returns it once it listens, with its log.
+func startChartServer(t *testing.T, env map[string]string) (*server.Server, *syncWriter) {
 	t.Helper()
 	ready := make(chan *server.Server, 1)
 	done := make(chan error, 1)
@@ -290,8 +347,7 @@ func startChartService(t *testing.T, env map[string]string) string {
 			t.Errorf("run: %v", err)
 		}
 	})
-	g, _, _, _ := srv.Addrs()
-	return g.String()
+	return srv, logs
 }
 
 // shouldRateLimit makes agentgateway's request-time call for per-run.

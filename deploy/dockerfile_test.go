@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 )
 
 type instruction struct {
@@ -303,5 +305,70 @@ func TestDockerignoreMatcher(t *testing.T) {
 		if got := ignored(pats, p); got != want {
 			t.Errorf("ignored(%q) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+// stageNamed returns the stage called name, or the last stage for "".
+func stageNamed(t *testing.T, df dockerfile, name string) stage {
+	t.Helper()
+	if name == "" {
+		return df.stages[len(df.stages)-1]
+	}
+	for _, s := range df.stages {
+		if s.name == name {
+			return s
+		}
+	}
+	t.Fatalf("no stage %s", name)
+	return stage{}
+}
+
+// TestRateLimitImagesKeepState: with no REDIS_URL the service runs the
+// embedded store and refuses to start unless it can write its snapshot
+// (startSnapshots in internal/ratelimit/service/service.go), by default at
+// settings.DefaultSnapshotPath: under $XDG_STATE_HOME, else $HOME. The
+// images set no HOME, so the runtime takes it from the image's /etc/passwd,
+// where uid 65534 is nobody with home /nonexistent, which nobody can
+// create (distroless's passwd entries:
+// https://github.com/GoogleContainerTools/distroless/blob/main/common/BUILD.bazel). So every image of the service sets XDG_STATE_HOME and creates
+// its budgetgen directory owned by the image's user: the one built from
+// source and the release image GoReleaser builds (.goreleaser.yaml).
+func TestRateLimitImagesKeepState(t *testing.T) {
+	for _, c := range []struct{ file, stage string }{
+		{"Dockerfile.ratelimit", ""},
+		{"Dockerfile.release", "ratelimit"},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			st := stageNamed(t, parseDockerfile(t, filepath.Join("..", c.file)), c.stage)
+			env := map[string]string{"HOME": "/nonexistent"}
+			var user string
+			owned := map[string]string{} // directory -> --chown of the COPY that creates it
+			for _, in := range st.ins {
+				f := strings.Fields(in.args)
+				switch in.cmd {
+				case "ENV":
+					for _, kv := range f {
+						if k, v, ok := strings.Cut(kv, "="); ok {
+							env[k] = v
+						}
+					}
+				case "USER":
+					user = in.args
+				case "COPY":
+					chown := ""
+					for _, a := range f {
+						if v, ok := strings.CutPrefix(a, "--chown="); ok {
+							chown = v
+						}
+					}
+					owned[path.Clean(f[len(f)-1])] = chown
+				}
+			}
+			snap := settings.DefaultSnapshotPath(func(k string) string { return env[k] }, 8081)
+			dir := path.Dir(snap)
+			if chown, ok := owned[dir]; !ok || chown != user {
+				t.Errorf("the embedded store's default snapshot %s: its directory %s is not created owned by the image's user %s (COPY --chown=%s ... %s; ENV XDG_STATE_HOME): the service would not start without REDIS_URL", snap, dir, user, user, dir)
+			}
+		})
 	}
 }

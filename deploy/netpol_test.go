@@ -175,7 +175,8 @@ func kustomizeDocs(t *testing.T, dir string) [][]byte {
 }
 
 // TestNetworkPoliciesAdmitExactlyTheProxies evaluates the NetworkPolicies of
-// the chart (its default values and the example's), of deploy/ (Envoy
+// the chart (its default values, with config.create=false as the chart
+// refuses an empty budget map, and the example's), of deploy/ (Envoy
 // Gateway's rate limit pods) and of examples/gitops against the example
 // pods: agentgateway's proxy reaches the chart's gRPC port, Envoy's proxy
 // reaches Envoy Gateway's rate limit Deployment, and nothing else reaches a
@@ -184,7 +185,7 @@ func TestNetworkPoliciesAdmitExactlyTheProxies(t *testing.T) {
 	deployNPs := networkPolicies(t, kustomizeDocs(t, "."))
 	want := []string{"agentgateway proxy -> budgetgen-ratelimit", "Envoy proxy -> envoy-ratelimit"}
 	for name, docs := range map[string][][]byte{
-		"chart defaults":  splitDocs(t, helmTemplate(t)),
+		"chart defaults":  splitDocs(t, helmTemplate(t, baseValues)),
 		"chart example":   splitDocs(t, helmTemplate(t, exampleValues)),
 		"kustomize base":  kustomizeDocs(t, baseDir),
 		"examples/gitops": kustomizeDocs(t, "../examples/gitops/deploy"),
@@ -201,5 +202,48 @@ func TestNetworkPoliciesAdmitExactlyTheProxies(t *testing.T) {
 	// not isolated and every example pod reaches them.
 	if got := grpcReach(deployNPs); len(got) != len(others)+4+1 {
 		t.Errorf("without the chart's policy: %d pairs reach gRPC, want %d: %v", len(got), len(others)+5, got)
+	}
+}
+
+// egressAllowed says whether the policies let src open a TCP connection to
+// dst:port. A pod no egress policy selects is not isolated.
+func egressAllowed(policies []networkingv1.NetworkPolicy, src, dst pod, port int32) bool {
+	isolated := false
+	for _, np := range policies {
+		if np.Namespace != src.namespace || !selects(&np.Spec.PodSelector, src.labels) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			continue
+		}
+		isolated = true
+		for _, r := range np.Spec.Egress {
+			to := len(r.To) == 0 || slices.ContainsFunc(r.To, func(p networkingv1.NetworkPolicyPeer) bool { return peerAdmits(p, np.Namespace, dst) })
+			ports := len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return portAdmits(p, dst, port) })
+			if to && ports {
+				return true
+			}
+		}
+	}
+	return !isolated
+}
+
+// TestChartEgressReachesValkey: the chart's pods may reach Valkey on the
+// ports their store uses: the server's port, and with valkey.type sentinel
+// the sentinels' too (the service asks them for the primary first), and
+// nothing else on the Valkey pods.
+func TestChartEgressReachesValkey(t *testing.T) {
+	valkey := pod{"Valkey", namespace, map[string]string{"app.kubernetes.io/name": "valkey"}, nil}
+	for _, c := range []struct {
+		typ   string
+		ports map[int32]bool
+	}{
+		{"single", map[int32]bool{6379: true, 26379: false}},
+		{"cluster", map[int32]bool{6379: true, 26379: false}},
+		{"sentinel", map[int32]bool{6379: true, 26379: true}},
+	} {
+		nps := networkPolicies(t, splitDocs(t, runHelm(t, "template", "budgetgen-ratelimit", chartDir, "--namespace", namespace, "--values", exampleValues, "--set", "valkey.type="+c.typ)))
+		for port, want := range c.ports {
+			if got := egressAllowed(nps, chartPod, valkey, port); got != want {
+				t.Errorf("valkey.type %s: the chart's pods reach Valkey's port %d: %v, want %v", c.typ, port, got, want)
+			}
+		}
 	}
 }

@@ -37,4 +37,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not .Values.valkey.secretName -}}
 {{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
 {{- end -}}
+{{- /* A PodDisruptionBudget that allows no eviction blocks every node drain
+(cluster upgrades included) until someone deletes it. */ -}}
+{{- with .Values.podDisruptionBudget -}}
+{{- if and .enabled (not (kindIs "string" .minAvailable)) (ge (int .minAvailable) (int $.Values.replicas)) -}}
+{{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicas (%v): otherwise no pod may ever be evicted and node drains block; lower it, add replicas or set podDisruptionBudget.enabled=false" .minAvailable $.Values.replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
+(internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own
+rate limit Deployment mounts the same ConfigMap: an empty one would stop both. */ -}}
+{{- if .Values.config.create -}}
+{{- $bm := fromYaml (.Values.config.budgetMap | default "") -}}
+{{- if ne (get $bm "kind" | toString) "BudgetMap" -}}
+{{- fail "config.budgetMap must hold the budget map (budgetgen render --budget-map FILE; helm --set-file config.budgetMap=FILE): without one the service and Envoy Gateway's rate limit Deployment, which mounts the same ConfigMap, do not start. Or set config.create=false when the ConfigMaps are made elsewhere" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Scheme of the HTTP port: with client certificates required on gRPC and
+env.HTTP_JSON true, the service serves the HTTP port over TLS, /json asking for
+the client certificate and /healthcheck open to probes that present none
+(jsonExposure in internal/ratelimit/service/service.go). */ -}}
+{{- define "rls.httpScheme" -}}
+{{- if and (eq .Values.tls.mode "mutual") (eq (lower (toString (get .Values.env "HTTP_JSON"))) "true") -}}
+HTTPS
+{{- else -}}
+HTTP
+{{- end -}}
 {{- end -}}
