@@ -336,3 +336,57 @@ func TestRateLimitNetworkPolicy(t *testing.T) {
 		t.Errorf("egress ports %v, want only 6379, 18001 and 53", slices.Collect(maps.Keys(egress)))
 	}
 }
+
+// TestReadmeCreatesTheMountedConfigMaps: every ConfigMap the rate limit
+// pods mount that deploy/ does not create (the budget map: it comes from the
+// team's spec) is created by the README's Envoy Gateway steps before the step
+// that makes Envoy Gateway start the pods, under the file name the service
+// reads. Kubernetes does not start a pod whose ConfigMap volume is missing.
+func TestReadmeCreatesTheMountedConfigMaps(t *testing.T) {
+	objs := render(t)
+	var cm corev1.ConfigMap
+	strict(t, "ConfigMap/envoy-gateway-config", objs["ConfigMap/envoy-gateway-config"], &cm)
+	eg := loadEnvoyGateway(t, "envoy-gateway-config", []byte(cm.Data["envoy-gateway.yaml"]))
+	dep := eg.Provider.Kubernetes.RateLimitDeployment
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	start := strings.Index(section, "\n## Use with Envoy Gateway\n")
+	if start < 0 {
+		t.Fatal(`README.md has no "## Use with Envoy Gateway" section`)
+	}
+	section = section[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	upgrade := strings.Index(section, "helm upgrade eg ")
+	if upgrade < 0 {
+		t.Fatal("the Envoy Gateway section no longer runs helm upgrade eg")
+	}
+	files := map[string]bool{}
+	for _, e := range dep.Container.Env {
+		files[filepath.Base(e.Value)] = true
+	}
+	n := 0
+	for _, v := range dep.Pod.Volumes {
+		if v.ConfigMap == nil || objs["ConfigMap/"+v.ConfigMap.Name] != nil {
+			continue
+		}
+		n++
+		create := "kubectl -n " + namespace + " create configmap " + v.ConfigMap.Name + " --from-file="
+		at := strings.Index(section, create)
+		if at < 0 || at > upgrade {
+			t.Errorf("the rate limit pods mount ConfigMap %s, which deploy/ does not create and the README's steps do not create (%q) before helm upgrade", v.ConfigMap.Name, create)
+			continue
+		}
+		file := strings.Fields(section[at+len(create):])[0]
+		if !files[filepath.Base(file)] {
+			t.Errorf("the README creates %s from %s, but the service reads %v", v.ConfigMap.Name, file, slices.Sorted(maps.Keys(files)))
+		}
+	}
+	if n == 0 {
+		t.Fatal("no ConfigMap volume outside deploy/: the test no longer checks anything")
+	}
+}
