@@ -112,18 +112,11 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	}
 	warnShadowWithoutSince(e, bs)
 	// Everything is rendered in memory before a byte is written.
-	res, err := render.Render(bs)
+	r, err := renderAll(ctx, bs, o)
 	if err != nil {
-		return failure(fmt.Errorf("render %s: %w", bs.File(), err))
+		return err
 	}
-	rlsFiles, err := rateLimitConfigFiles(res, o.rlsDir) // before any write: nothing is written on error
-	if err != nil {
-		return failure(err)
-	}
-	mapFile, err := budgetMapFile(bs, o.mapPath)
-	if err != nil {
-		return failure(err)
-	}
+	res, rlsFiles, mapFile := r.res, r.rlsFiles, r.mapFile
 	noteCostEntries(e, res)
 	warnAgentgatewayBinding(e.stderr, bs, o)
 	if o.check {
@@ -160,6 +153,13 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		abort()
 		return failure(fmt.Errorf("write stdout: %w", err))
 	}
+	if ctx.Err() != nil {
+		// Stopped while staging: the staged files are removed, none is
+		// put in place.
+		out.Abort()
+		abort()
+		return context.Cause(ctx)
+	}
 	if err := out.Commit(); err != nil {
 		abort()
 		return failure(err)
@@ -180,6 +180,58 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		return failure(fmt.Errorf("render: written, but: %w", err))
 	}
 	return nil
+}
+
+// rendered is everything render writes, computed before the first write.
+type rendered struct {
+	res      *render.Result
+	rlsFiles map[string][]byte // --ratelimit-config
+	mapFile  []byte            // --budget-map
+}
+
+// renderSpec is render.Render; tests replace it to stop a render midway.
+var renderSpec = render.Render
+
+// renderAll renders bs, and the files of --ratelimit-config and --budget-map,
+// in memory. A spec of many Gateways and overrides takes seconds to render
+// (a minute for tens of thousands of rules): when ctx ends first (Ctrl-C,
+// SIGTERM) renderAll returns its cause at once, so nothing is written; the
+// abandoned render finishes or dies with the process, which is exiting.
+func renderAll(ctx context.Context, bs *spec.BudgetSet, o renderOptions) (*rendered, error) {
+	type result struct {
+		r   *rendered
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := renderInMemory(bs, o)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return res.r, res.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func renderInMemory(bs *spec.BudgetSet, o renderOptions) (*rendered, error) {
+	res, err := renderSpec(bs)
+	if err != nil {
+		return nil, failure(fmt.Errorf("render %s: %w", bs.File(), err))
+	}
+	rlsFiles, err := rateLimitConfigFiles(res, o.rlsDir) // before any write: nothing is written on error
+	if err != nil {
+		return nil, failure(err)
+	}
+	mapFile, err := budgetMapFile(bs, o.mapPath)
+	if err != nil {
+		return nil, failure(err)
+	}
+	return &rendered{res: res, rlsFiles: rlsFiles, mapFile: mapFile}, nil
 }
 
 // specError is the exit of a spec that could not be loaded: a failure
