@@ -251,9 +251,9 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 	name, data, err := path, []byte(nil), error(nil)
 	if path == "-" {
 		name = "<stdin>"
-		data, err = ctxio.ReadAll(ctx, stdin)
+		data, err = spec.ReadAll(&ctxio.Reader{Ctx: ctx, R: stdin})
 	} else {
-		data, err = ctxio.ReadFile(ctx, path)
+		data, err = readSpecFile(ctx, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
@@ -271,6 +271,17 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 		return nil, err
 	}
 	return bs, nil
+}
+
+// readSpecFile reads a spec file as ctxio.ReadFile does, but stops after
+// spec.MaxFileBytes: a huge file is refused, not read whole into memory.
+func readSpecFile(ctx context.Context, path string) ([]byte, error) {
+	f, err := ctxio.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	return spec.ReadAll(&ctxio.Reader{Ctx: ctx, R: f})
 }
 
 // warnShadowWithoutSince warns about shadow budgets without shadowSince now,
