@@ -121,3 +121,8 @@ func isCobraUsage(err error) bool {
 	}
 	return false
 }
+
+// Command is budgetgen's command tree, for tests outside this package that
+// check what the docs say against it (docs/docs_test.go); its commands are
+// not meant to be run.
+func Command() *cobra.Command { return newRootCmd(&env{}) }
