@@ -1,8 +1,11 @@
 package docs
 
 import (
+	"maps"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -128,4 +131,25 @@ func findSub(cmd *cobra.Command, name string) *cobra.Command {
 		}
 	}
 	return nil
+}
+
+// TestExitStatusTable: the README's table of exit statuses lists exactly the
+// statuses budgetgen exits with (internal/cli/exit.go).
+func TestExitStatusTable(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| `)
+	got := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+		got[m[1]] = true
+	}
+	want := map[string]bool{}
+	for _, code := range []int{cli.ExitOK, cli.ExitFailure, cli.ExitUsage, cli.ExitInterrupted} {
+		want[strconv.Itoa(code)] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("README.md's exit status table lists %v, budgetgen exits with %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
 }
