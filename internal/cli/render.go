@@ -255,6 +255,9 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 	} else {
 		data, err = readSpecFile(ctx, path)
 	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read spec %s: %w: give the spec's path, or write a starter spec with budgetgen init", name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
 	}

@@ -40,3 +40,15 @@ func TestHugeSpecIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingSpecSaysWhatToDo: render without a spec where it looks (the
+// default budgets.yaml, or a mistyped path) exits 2 and points at init.
+func TestMissingSpecSaysWhatToDo(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "budgets.yaml")
+	for _, args := range [][]string{{"render", missing}, {"assert", "../../examples/rendered", "--spec", missing}} {
+		code, _, stderr := runCLI(t, args...)
+		if code != ExitUsage || !strings.Contains(stderr, missing) || !strings.Contains(stderr, "budgetgen init") {
+			t.Errorf("budgetgen %s: exit %d, stderr %q; want exit %d naming the file and budgetgen init", strings.Join(args, " "), code, stderr, ExitUsage)
+		}
+	}
+}
