@@ -80,7 +80,7 @@ func writeRenderSummary(w io.Writer, bs *spec.BudgetSet, res *render.Result, o r
 		}
 	}
 	if o.rlsDir != "" {
-		fmt.Fprintf(&b, "wrote %s: %d rate limit service config files (one per domain)\n", safetext.Inline(o.rlsDir), len(rlsFiles))
+		fmt.Fprintf(&b, "wrote %s: %d rate limit service config %s (one per domain)\n", safetext.Inline(o.rlsDir), len(rlsFiles), plural(len(rlsFiles), "file", "files"))
 	}
 	if o.mapPath != "" {
 		fmt.Fprintf(&b, "wrote %s: the budget map\n", safetext.Inline(o.mapPath))
@@ -106,9 +106,11 @@ func objectLine(obj render.Object, ro *renderedObject, gw spec.GatewayRef) (stri
 		}
 		switch {
 		case len(ro.Spec.RateLimit.Global.Rules) > 0:
-			return fmt.Sprintf("%s: %d rate limit rules%s", name, len(ro.Spec.RateLimit.Global.Rules), ro.budgets()), true
+			n := len(ro.Spec.RateLimit.Global.Rules)
+			return fmt.Sprintf("%s: %d %s%s", name, n, plural(n, "rate limit rule", "rate limit rules"), ro.budgets()), true
 		case len(ro.Spec.Traffic.RateLimit.Global.Descriptors) > 0:
-			return fmt.Sprintf("%s: %d descriptors%s", name, len(ro.Spec.Traffic.RateLimit.Global.Descriptors), ro.budgets()), true
+			n := len(ro.Spec.Traffic.RateLimit.Global.Descriptors)
+			return fmt.Sprintf("%s: %d %s%s", name, n, plural(n, "descriptor", "descriptors"), ro.budgets()), true
 		}
 		return name, true
 	}
