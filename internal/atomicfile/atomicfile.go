@@ -65,7 +65,7 @@ func writeTempFunc(dir string, write func(io.Writer) error, perm fs.FileMode) (s
 	// writer from a write in progress (CleanStale).
 	f, err := os.CreateTemp(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-*")
 	if err != nil {
-		return "", err
+		return "", withoutTempName(err)
 	}
 	name := f.Name()
 	bw := bufio.NewWriterSize(f, 64<<10)
@@ -84,9 +84,20 @@ func writeTempFunc(dir string, write func(io.Writer) error, perm fs.FileMode) (s
 	}
 	if werr != nil {
 		_ = os.Remove(name) // cleanup of a failed temp file; werr is the error to report
-		return "", werr
+		return "", withoutTempName(werr)
 	}
 	return name, nil
+}
+
+// withoutTempName drops the temporary file's name from an error of the
+// operating system: callers name the target ("write DIR/FILE: permission
+// denied"), and ".budgetgen-tmp-123-456" is a name the reader never chose.
+func withoutTempName(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && strings.HasPrefix(filepath.Base(pe.Path), tempPrefix) {
+		return pe.Err
+	}
+	return err
 }
 
 // WriteFile writes data to path atomically: path holds either its old content

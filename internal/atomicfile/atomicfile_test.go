@@ -172,3 +172,17 @@ func TestWriteFileThroughSymlink(t *testing.T) {
 		t.Fatalf("NoOverwrite through a link: %v", err)
 	}
 }
+
+// TestErrorsNameTheTarget: a write that fails before its rename (a missing
+// or read-only directory, a full disk) names the file asked for, not the
+// temporary file next to it.
+func TestErrorsNameTheTarget(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "missing", "budgets.yaml")
+	err := WriteFile(target, []byte("x"), Options{})
+	if err == nil {
+		t.Fatal("WriteFile into a missing directory succeeded")
+	}
+	if !strings.Contains(err.Error(), target) || strings.Contains(err.Error(), tempPrefix) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("error %q: want %s and ErrNotExist, without the temporary name", err, target)
+	}
+}

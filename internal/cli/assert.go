@@ -179,6 +179,7 @@ func runAssert(ctx context.Context, e *env, o *assertOptions) error {
 	w, err := output.New(o.Output, e.stdout, output.Meta{
 		Rules: rep.Rules, Objects: rep.Objects, Files: rep.Files, ToolVersion: version(),
 		Skipped: o.Skip, Summary: o.Summary, Quiet: o.Quiet,
+		NoBudgetPolicy: rep.BudgetPolicies == 0 && !o.AllowEmpty,
 	})
 	if err != nil {
 		return usageError("assert: %v", err)

@@ -129,6 +129,11 @@ func runInit(e *env, o initOptions) error {
 	// gateway file can put it back (both files or neither).
 	previous, readErr := os.ReadFile(o.output)
 	existed := readErr == nil
+	// -o platform/budgets.yaml (the example of --help) in a fresh
+	// repository: create the directory, as for gateway/ and render -o.
+	if err := os.MkdirAll(filepath.Dir(o.output), 0o755); err != nil {
+		return failure(fmt.Errorf("init: %w", err))
+	}
 	err = atomicfile.WriteFile(o.output, data, atomicfile.Options{NoOverwrite: !o.force})
 	if errors.Is(err, fs.ErrExist) {
 		return failure(fmt.Errorf("init: %s already exists (use --force to overwrite)", o.output))

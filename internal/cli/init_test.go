@@ -102,8 +102,32 @@ func TestInitCommand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x.yaml")); err == nil {
 		t.Error("init with unknown template wrote a file")
 	}
-	code, _, stderr = runStdin(t, "", "init", "-o", filepath.Join(dir, "missing", "b.yaml"))
+	// A directory that cannot be created (a file is in the way): exit 1.
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runStdin(t, "", "init", "-o", filepath.Join(dir, "file", "b.yaml"))
 	if code != 1 {
-		t.Errorf("init into a missing directory: exit %d: %s", code, stderr)
+		t.Errorf("init under a file: exit %d: %s", code, stderr)
+	}
+}
+
+// TestInitIntoNewDirectory: the example of init --help, -o
+// platform/budgets.yaml in a repository without platform/, writes the spec
+// and its gateway/ there, and the hint it prints works as given.
+func TestInitIntoNewDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "platform", "budgets.yaml")
+	code, _, stderr := runStdin(t, "", "init", "--template", "ai-gateway", "-o", path)
+	if code != ExitOK {
+		t.Fatalf("init -o %s: exit %d: %s", path, code, stderr)
+	}
+	for _, f := range []string{path, filepath.Join(dir, "platform", "gateway", "gateway.yaml")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("not written: %v", err)
+		}
+	}
+	if code, _, stderr := runStdin(t, "", "render", path); code != ExitOK {
+		t.Errorf("render %s: exit %d: %s", path, code, stderr)
 	}
 }

@@ -27,6 +27,10 @@ func newLedgerCmd(e *env) *cobra.Command {
 		Use:   "ledger",
 		Short: "Keep the rate limit service's ledger durably in PostgreSQL",
 		Args:  cobra.NoArgs,
+		// Runnable, so that cobra checks Args: a command without RunE
+		// prints its help and exits 0 for any argument, a misspelt
+		// subcommand included.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newLedgerSyncCmd(e))
 	return cmd

@@ -55,8 +55,10 @@ func (s *ledgerSource) addFlags(f *pflag.FlagSet, postgres string) {
 	f.IntVar(&s.maxPrincipal, "max-principals", ledger.DefaultMaxPrincipals, "refuse rule-windows with more principals than this (memory bound)")
 }
 
-// postgresDSNHelp is the --postgres help of the commands that read it.
-const postgresDSNHelp = "instead of --valkey: the durable ledger in PostgreSQL (a DSN without password: $PGPASSWORD or a .pgpass file holds it), as `budgetgen ledger sync` writes it"
+// postgresDSNHelp is the --postgres help of the commands that read it. The
+// back-quoted word is the value's name in --help (pflag.UnquoteUsage), so
+// only DSN is quoted.
+const postgresDSNHelp = "instead of --valkey: the durable ledger in PostgreSQL at `DSN` (without password: $PGPASSWORD or a .pgpass file holds it), as budgetgen ledger sync writes it"
 
 func (s *ledgerSource) validate() error {
 	n := 0

@@ -129,9 +129,9 @@ func (o *promoteOptions) check() error {
 // editSpec reads the spec (the caller holds its lock), promotes or demotes
 // the budget and writes the file atomically; on any error nothing is written.
 func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, error) {
-	src, err := ctxio.ReadFile(ctx, o.specFile)
+	src, err := readSpecFile(ctx, o.specFile)
 	if err != nil {
-		return promote.Result{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec: %w", err)}
+		return promote.Result{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec %s: %w", o.specFile, err)}
 	}
 	// The spec must be valid before the edit too, loaded as render loads it
 	// (base policies included): a broken file is not ours to fix.

@@ -112,18 +112,11 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	}
 	warnShadowWithoutSince(e, bs)
 	// Everything is rendered in memory before a byte is written.
-	res, err := render.Render(bs)
+	r, err := renderAll(ctx, bs, o)
 	if err != nil {
-		return failure(fmt.Errorf("render %s: %w", bs.File(), err))
+		return err
 	}
-	rlsFiles, err := rateLimitConfigFiles(res, o.rlsDir) // before any write: nothing is written on error
-	if err != nil {
-		return failure(err)
-	}
-	mapFile, err := budgetMapFile(bs, o.mapPath)
-	if err != nil {
-		return failure(err)
-	}
+	res, rlsFiles, mapFile := r.res, r.rlsFiles, r.mapFile
 	noteCostEntries(e, res)
 	warnAgentgatewayBinding(e.stderr, bs, o)
 	if o.check {
@@ -160,6 +153,13 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 		abort()
 		return failure(fmt.Errorf("write stdout: %w", err))
 	}
+	if ctx.Err() != nil {
+		// Stopped while staging: the staged files are removed, none is
+		// put in place.
+		out.Abort()
+		abort()
+		return context.Cause(ctx)
+	}
 	if err := out.Commit(); err != nil {
 		abort()
 		return failure(err)
@@ -182,6 +182,58 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	return nil
 }
 
+// rendered is everything render writes, computed before the first write.
+type rendered struct {
+	res      *render.Result
+	rlsFiles map[string][]byte // --ratelimit-config
+	mapFile  []byte            // --budget-map
+}
+
+// renderSpec is render.Render; tests replace it to stop a render midway.
+var renderSpec = render.Render
+
+// renderAll renders bs, and the files of --ratelimit-config and --budget-map,
+// in memory. A spec of many Gateways and overrides takes seconds to render
+// (a minute for tens of thousands of rules): when ctx ends first (Ctrl-C,
+// SIGTERM) renderAll returns its cause at once, so nothing is written; the
+// abandoned render finishes or dies with the process, which is exiting.
+func renderAll(ctx context.Context, bs *spec.BudgetSet, o renderOptions) (*rendered, error) {
+	type result struct {
+		r   *rendered
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := renderInMemory(bs, o)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return res.r, res.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func renderInMemory(bs *spec.BudgetSet, o renderOptions) (*rendered, error) {
+	res, err := renderSpec(bs)
+	if err != nil {
+		return nil, failure(fmt.Errorf("render %s: %w", bs.File(), err))
+	}
+	rlsFiles, err := rateLimitConfigFiles(res, o.rlsDir) // before any write: nothing is written on error
+	if err != nil {
+		return nil, failure(err)
+	}
+	mapFile, err := budgetMapFile(bs, o.mapPath)
+	if err != nil {
+		return nil, failure(err)
+	}
+	return &rendered{res: res, rlsFiles: rlsFiles, mapFile: mapFile}, nil
+}
+
 // specError is the exit of a spec that could not be loaded: a failure
 // (exit 1) for a spec with errors, a usage error (exit 2) for one that
 // could not be read.
@@ -199,9 +251,12 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 	name, data, err := path, []byte(nil), error(nil)
 	if path == "-" {
 		name = "<stdin>"
-		data, err = ctxio.ReadAll(ctx, stdin)
+		data, err = spec.ReadAll(&ctxio.Reader{Ctx: ctx, R: stdin})
 	} else {
-		data, err = ctxio.ReadFile(ctx, path)
+		data, err = readSpecFile(ctx, path)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read spec %s: %w: give the spec's path, or write a starter spec with budgetgen init", name, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
@@ -219,6 +274,17 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 		return nil, err
 	}
 	return bs, nil
+}
+
+// readSpecFile reads a spec file as ctxio.ReadFile does, but stops after
+// spec.MaxFileBytes: a huge file is refused, not read whole into memory.
+func readSpecFile(ctx context.Context, path string) ([]byte, error) {
+	f, err := ctxio.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	return spec.ReadAll(&ctxio.Reader{Ctx: ctx, R: f})
 }
 
 // warnShadowWithoutSince warns about shadow budgets without shadowSince now,

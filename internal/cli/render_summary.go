@@ -52,6 +52,15 @@ func writeRenderSummary(w io.Writer, bs *spec.BudgetSet, res *render.Result, o r
 	var b strings.Builder
 	fmt.Fprintf(&b, "wrote %s: %d files (%d objects and %s)\n", safetext.Inline(o.outDir), len(res.Objects)+1, len(res.Objects), render.KustomizationFile)
 	placed := map[int]bool{}
+	// Each manifest is parsed once: parsing per Gateway and object took
+	// most of a minute for a few hundred Gateways.
+	parsed := make([]*renderedObject, len(res.Objects))
+	for i, obj := range res.Objects {
+		var ro renderedObject
+		if err := yaml.Unmarshal(obj.Manifest, &ro); err == nil {
+			parsed[i] = &ro
+		}
+	}
 	for _, gw := range bs.Spec.Gateways {
 		kind := "Envoy Gateway"
 		if gw.IsAgentgateway() {
@@ -59,7 +68,7 @@ func writeRenderSummary(w io.Writer, bs *spec.BudgetSet, res *render.Result, o r
 		}
 		fmt.Fprintf(&b, "  Gateway %s/%s (%s):\n", gw.Namespace, gw.Name, kind)
 		for i, obj := range res.Objects {
-			if line, ok := objectLine(obj, gw); ok {
+			if line, ok := objectLine(obj, parsed[i], gw); ok {
 				placed[i] = true
 				fmt.Fprintf(&b, "    %s\n", line)
 			}
@@ -71,7 +80,7 @@ func writeRenderSummary(w io.Writer, bs *spec.BudgetSet, res *render.Result, o r
 		}
 	}
 	if o.rlsDir != "" {
-		fmt.Fprintf(&b, "wrote %s: %d rate limit service config files (one per domain)\n", safetext.Inline(o.rlsDir), len(rlsFiles))
+		fmt.Fprintf(&b, "wrote %s: %d rate limit service config %s (one per domain)\n", safetext.Inline(o.rlsDir), len(rlsFiles), plural(len(rlsFiles), "file", "files"))
 	}
 	if o.mapPath != "" {
 		fmt.Fprintf(&b, "wrote %s: the budget map\n", safetext.Inline(o.mapPath))
@@ -81,14 +90,14 @@ func writeRenderSummary(w io.Writer, bs *spec.BudgetSet, res *render.Result, o r
 }
 
 // objectLine describes obj when it belongs to Gateway gw: it targets gw, or
-// it is gw's GatewayConfig.
-func objectLine(obj render.Object, gw spec.GatewayRef) (string, bool) {
+// it is gw's GatewayConfig. ro is obj's manifest as the summary reads it (nil
+// when it could not be read).
+func objectLine(obj render.Object, ro *renderedObject, gw spec.GatewayRef) (string, bool) {
 	name := obj.Kind + " " + obj.Namespace + "/" + obj.Name
 	if c := gw.GatewayConfig; c != nil && obj.Kind == "GatewayConfig" && obj.Namespace == gw.Namespace && obj.Name == c.Name {
 		return name + ": writes the token count for the Gateway's routes", true
 	}
-	var ro renderedObject
-	if err := yaml.Unmarshal(obj.Manifest, &ro); err != nil {
+	if ro == nil {
 		return "", false
 	}
 	for _, t := range ro.Spec.TargetRefs {
@@ -97,9 +106,11 @@ func objectLine(obj render.Object, gw spec.GatewayRef) (string, bool) {
 		}
 		switch {
 		case len(ro.Spec.RateLimit.Global.Rules) > 0:
-			return fmt.Sprintf("%s: %d rate limit rules%s", name, len(ro.Spec.RateLimit.Global.Rules), ro.budgets()), true
+			n := len(ro.Spec.RateLimit.Global.Rules)
+			return fmt.Sprintf("%s: %d %s%s", name, n, plural(n, "rate limit rule", "rate limit rules"), ro.budgets()), true
 		case len(ro.Spec.Traffic.RateLimit.Global.Descriptors) > 0:
-			return fmt.Sprintf("%s: %d descriptors%s", name, len(ro.Spec.Traffic.RateLimit.Global.Descriptors), ro.budgets()), true
+			n := len(ro.Spec.Traffic.RateLimit.Global.Descriptors)
+			return fmt.Sprintf("%s: %d %s%s", name, n, plural(n, "descriptor", "descriptors"), ro.budgets()), true
 		}
 		return name, true
 	}

@@ -64,3 +64,17 @@ func TestRenderWarnsBudgetMap(t *testing.T) {
 		t.Errorf("warned with the budget map: %s", stderr)
 	}
 }
+
+// TestRenderSummaryOfStarter: the summary of budgetgen init's starter, a
+// new user's first render, counts its one rule in the singular.
+func TestRenderSummaryOfStarter(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "budgets.yaml")
+	if code, _, stderr := runStdin(t, "", "init", "-o", spec, "--no-gateway"); code != ExitOK {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runStdin(t, "", "render", spec, "-o", filepath.Join(dir, "out"))
+	if code != ExitOK || !strings.Contains(stdout, "BackendTrafficPolicy ai-gateway/ai-budgets-ai-gateway: 1 rate limit rule (budgets per-api-key)\n") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}

@@ -36,7 +36,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -51,7 +51,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// Errors that reach here without a code come from cobra itself:
 		// unknown flags, wrong argument counts, unknown subcommands.
 		if isCobraUsage(err) {
-			ee = &ExitError{Code: ExitUsage, Err: err}
+			ee = &ExitError{Code: ExitUsage, Err: withHelpHint(cmd, err)}
 		} else {
 			ee = &ExitError{Code: ExitFailure, Err: err}
 		}
@@ -74,8 +74,8 @@ budget invariants, reports shadow measurements, and promotes budgets to enforce.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &ExitError{Code: ExitUsage, Err: err}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Err: withHelpHint(cmd, err)}
 	})
 	for _, add := range subcommands {
 		root.AddCommand(add(e))
@@ -97,6 +97,20 @@ var subcommands = []func(*env) *cobra.Command{
 	newInitCmd,
 }
 
+// withHelpHint adds to one of cobra's own usage errors ("unknown flag",
+// "accepts 1 arg(s)") where to read the command's usage; cmd is the
+// command that refused the command line.
+func withHelpHint(cmd *cobra.Command, err error) error {
+	if cmd == nil {
+		return err
+	}
+	msg, sep := strings.TrimRight(err.Error(), "\n"), " "
+	if strings.Contains(msg, "\n") {
+		sep = "\n" // after cobra's "Did you mean this?" list
+	}
+	return fmt.Errorf("%s%s(see %s --help)", msg, sep, cmd.CommandPath())
+}
+
 // isCobraUsage reports whether err is one of cobra's argument or command errors.
 func isCobraUsage(err error) bool {
 	msg := err.Error()
@@ -107,3 +121,8 @@ func isCobraUsage(err error) bool {
 	}
 	return false
 }
+
+// Command is budgetgen's command tree, for tests outside this package that
+// check what the docs say against it (docs/docs_test.go); its commands are
+// not meant to be run.
+func Command() *cobra.Command { return newRootCmd(&env{}) }

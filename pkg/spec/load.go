@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,10 +10,49 @@ import (
 	"github.com/budgetgen/budgetgen/pkg/yamlpos"
 )
 
+// MaxFileBytes is the largest spec (or basePolicy) file read: 32 MiB, as
+// budgetgen assert's default --max-file-size. A BudgetSet at Envoy Gateway's
+// limits is far smaller; a larger file is the wrong file (a log, an image),
+// which would otherwise be read whole into memory before its first error.
+const MaxFileBytes = 32 << 20
+
+// ErrTooLarge is the error (wrapped) for an input above MaxFileBytes.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadAll reads r to its end, and refuses more than MaxFileBytes without
+// reading past them.
+func ReadAll(r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, errTooLarge()
+	}
+	return data, nil
+}
+
+// ReadFile is os.ReadFile bounded as ReadAll.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	return ReadAll(f)
+}
+
+func errTooLarge() error {
+	return fmt.Errorf("%w: more than %d bytes (a BudgetSet is a few kilobytes): is it the right file?", ErrTooLarge, MaxFileBytes)
+}
+
 // Load parses, defaults and validates one BudgetSet document. filename is only
 // used in error messages. A non-nil error is a yamlpos.List of every problem,
 // each naming file:line and the field path.
 func Load(data []byte, filename string) (*BudgetSet, error) {
+	if len(data) > MaxFileBytes {
+		return nil, yamlpos.List{&yamlpos.Error{File: filename, Msg: errTooLarge().Error()}}
+	}
 	opts := yamlpos.Options{File: filename, LinesOnly: true}
 	root, perr := yamlpos.One(data, opts, "BudgetSet", "spec file")
 	if perr != nil {
@@ -40,9 +80,9 @@ func LoadFile(path string, stdin io.Reader) (*BudgetSet, error) {
 	)
 	if path == "-" {
 		name = "<stdin>"
-		data, err = io.ReadAll(stdin)
+		data, err = ReadAll(stdin)
 	} else {
-		data, err = os.ReadFile(path)
+		data, err = ReadFile(path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec %s: %w", name, err)
@@ -73,7 +113,7 @@ func (s *BudgetSet) ReadBasePolicies(dir string) error {
 		}
 		field := fmt.Sprintf("spec.gateways[%d].basePolicy", i)
 		path := filepath.Join(dir, g.BasePolicy)
-		data, err := os.ReadFile(path)
+		data, err := ReadFile(path)
 		if err != nil {
 			errs = append(errs, s.Errorf(field, "read base policy: %v", err))
 			continue

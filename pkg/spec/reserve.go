@@ -78,6 +78,7 @@ func (v *validator) reservation(p string, r Reservation) {
 		n := r.Reserve.Tokens()
 		if n <= 0 || n > MaxTokens {
 			v.fail(p+".reserve", "must be auto or a number of tokens from 1 to %d, got %q", int64(MaxTokens), string(r.Reserve))
+			return // not a fixed reserve either: reserveInitial may be right
 		}
 		if r.ReserveInitial != 0 {
 			v.fail(p+".reserveInitial", "is only for reserve: auto (this reserve is fixed: %s)", string(r.Reserve))

@@ -39,6 +39,9 @@ func TestReserveErrors(t *testing.T) {
 		{"auto without initial", "      reserve: auto\n", "b.yaml:13: spec.budgets[0].reserve: auto needs reserveInitial, the tokens held for each request until the budget has seen enough charges to learn from"},
 		{"initial without auto", "      reserve: 10\n      reserveInitial: 5\n", "b.yaml:14: spec.budgets[0].reserveInitial: is only for reserve: auto (this reserve is fixed: 10)"},
 		{"initial alone", "      reserveInitial: 5\n", "b.yaml:13: spec.budgets[0].reserveInitial: is only for reserve: auto"},
+		// A misspelt auto is one error, not also "reserveInitial is only for
+		// reserve: auto (this reserve is fixed: atuo)".
+		{"auto misspelt", "      reserve: atuo\n      reserveInitial: 5\n", `b.yaml:13: spec.budgets[0].reserve: must be auto or a number of tokens from 1 to 4294967295000, got "atuo"`},
 		{"list", "      reserve: [1]\n", `b.yaml:13: spec.budgets[0].reserve: must be a string, got a list`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,13 +89,14 @@ type Reader struct {
 	opts Options
 	dec  *yaml.Decoder
 	err  error
+	data []byte // for the hints of syntax errors
 }
 
 // NewReader reads data's documents. UTF-16 input (a byte order mark FE FF
 // or FF FE) is refused at line 1: yaml.v3 would decode it, but its lines
 // would then not be the file's, and every position would be wrong.
 func NewReader(data []byte, opts Options) *Reader {
-	r := &Reader{opts: opts.withDefaults(), dec: yaml.NewDecoder(bytes.NewReader(data))}
+	r := &Reader{opts: opts.withDefaults(), dec: yaml.NewDecoder(bytes.NewReader(data)), data: data}
 	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) {
 		r.err = r.opts.errorAt(Pos{Line: 1}, "", "", fmt.Errorf("%w: the file is UTF-16 (it starts with the byte order mark % X); save it as UTF-8", ErrSyntax, data[:2]))
 	}
@@ -128,6 +129,7 @@ func (r *Reader) Next() (doc *yaml.Node, err error) {
 			return nil, io.EOF
 		}
 		line, msg := splitLine(err.Error())
+		line, msg = syntaxHint(r.data, line, msg)
 		return nil, r.opts.errorAt(Pos{Line: line}, "", "", fmt.Errorf("%w: %s", ErrSyntax, msg))
 	}
 	for _, root := range n.Content {

@@ -1,6 +1,7 @@
 package yamlpos
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 )
@@ -26,4 +27,45 @@ func splitLine(text string) (line int, msg string) {
 		return 0, msg
 	}
 	return n, problem
+}
+
+// syntaxHint adds what to do to a yaml.v3 syntax error where its own words
+// do not say it, and returns the line it is at: a tab in the indentation
+// ("found character that cannot start any token"; "found a tab character
+// that violates indentation", which yaml.v3 puts on the line before the
+// tab's), or bytes that are not UTF-8 text (a binary file, which yaml.v3
+// reports with no line).
+func syntaxHint(data []byte, line int, msg string) (int, string) {
+	hasTab := func(n int) bool {
+		text, ok := lineOf(data, n)
+		return ok && strings.Contains(text, "\t")
+	}
+	switch {
+	case strings.Contains(msg, "invalid leading UTF-8 octet"), strings.Contains(msg, "invalid trailing UTF-8 octet"),
+		strings.Contains(msg, "incomplete UTF-8 octet sequence"), strings.Contains(msg, "control characters are not allowed"):
+		return line, msg + " (the file is not UTF-8 text: is it the right file?)"
+	case line > 0 && strings.Contains(msg, "tab character"):
+		if !hasTab(line) && hasTab(line+1) {
+			line++
+		}
+		return line, msg + ": YAML indents with spaces"
+	case line > 0 && strings.Contains(msg, "cannot start any token") && hasTab(line):
+		return line, msg + " (the line holds a tab: YAML indents with spaces)"
+	}
+	return line, msg
+}
+
+// lineOf returns line n (from 1) of data.
+func lineOf(data []byte, n int) (string, bool) {
+	for i := 1; len(data) > 0; i++ {
+		end := bytes.IndexByte(data, '\n')
+		if end < 0 {
+			end = len(data)
+		}
+		if i == n {
+			return string(data[:end]), true
+		}
+		data = data[min(end+1, len(data)):]
+	}
+	return "", false
 }

@@ -80,6 +80,11 @@ func TestSyntaxErrorsArePositioned(t *testing.T) {
 		{"a: b\n  c: d\n", "f.yaml:2: invalid YAML: mapping values are not allowed in this context"},
 		{"a: *nope\n", "f.yaml: invalid YAML: unknown anchor 'nope' referenced"},
 		{"a: 1\n---\nb: [\n", "f.yaml:3: invalid YAML: did not find expected node content"},
+		// What to do, where yaml.v3's words do not say it.
+		{"a:\n  b: 1\n\tc: 2\n", "f.yaml:3: invalid YAML: found a tab character that violates indentation: YAML indents with spaces"},
+		{"a:\n  - b: 1   # c\n\td: 3\n", "f.yaml:3: invalid YAML: found character that cannot start any token (the line holds a tab: YAML indents with spaces)"},
+		{"a: \xff\xfe\x00\x01", "f.yaml: invalid YAML: invalid leading UTF-8 octet (the file is not UTF-8 text: is it the right file?)"},
+		{"a: b\x01\n", "f.yaml: invalid YAML: control characters are not allowed (the file is not UTF-8 text: is it the right file?)"},
 		// UTF-16 (found by FuzzRead): yaml.v3 decodes it, but its line 2
 		// was not the file's.
 		{"\xfe\xff (0000", "f.yaml:1: invalid YAML: the file is UTF-16 (it starts with the byte order mark FE FF); save it as UTF-8"},

@@ -48,6 +48,10 @@ type Meta struct {
 	// Summary makes text and github write only the summary (no finding
 	// lines); Quiet makes them write only the findings (no summary).
 	Summary, Quiet bool
+	// NoBudgetPolicy says the input holds no budget policy and the run fails
+	// for it (budgetgen assert without --allow-empty): the text and github
+	// summaries then say FAIL, not ok, even with no finding.
+	NoBudgetPolicy bool
 }
 
 // New returns the Writer for format.

@@ -46,6 +46,9 @@ func (t *tally) line(m Meta) string {
 			status = "warnings"
 		}
 	}
+	if m.NoBudgetPolicy {
+		status = "FAIL: no budget policy"
+	}
 	s := fmt.Sprintf("budgetgen assert: %s: %s, %s in %s from %s, %s", status,
 		plural(t.errors, "error"), plural(t.warns, "warning"), plural(m.Objects, "object"), plural(len(m.Files), "file"), plural(len(m.Rules), "rule"))
 	if len(m.Skipped) > 0 {
