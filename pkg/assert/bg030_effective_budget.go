@@ -157,17 +157,18 @@ func parentScopeName(at *attachment) string {
 	return "Gateway"
 }
 
-// checkAgentgatewayPrecedence reports AgentgatewayPolicies with a global rate
+// checkAgentgatewayPrecedence reports AgentgatewayPolicies with a remote rate
 // limit on routes of a Gateway whose budgets another AgentgatewayPolicy holds:
 // on those routes agentgateway uses the route's rate limit instead.
 func checkAgentgatewayPrecedence(p *Pass) {
 	budgets := agentgatewayBudgetPolicies(p.Index)
+	replacing := agentgatewayRemoteRateLimits(p.Index)
 	for _, b := range budgets {
 		if manifest.Str(manifest.Get(b.Node, "spec", "strategy", "inheritance")) == "Override" {
 			continue // more specific policies cannot replace its rate limit
 		}
 		gws := agwGatewayTargets(p.Index, b)
-		for _, q := range budgets {
+		for _, q := range replacing {
 			if q == b || q.Namespace == "" {
 				continue
 			}
@@ -230,7 +231,9 @@ type agwRouteTarget struct {
 }
 
 // agwRouteTargets lists the routes of the input an AgentgatewayPolicy's
-// targetRefs name (HTTPRoute or GRPCRoute, with or without a rule).
+// targetRefs name (HTTPRoute or GRPCRoute, with or without a rule) and its
+// targetSelectors select (same namespace and kind, labels holding
+// matchLabels): the controller attaches a selected route as a named one.
 func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 	var out []agwRouteTarget
 	for i, r := range manifest.Items(manifest.Get(o.Node, "spec", "targetRefs")) {
@@ -240,6 +243,17 @@ func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 		}
 		if rt := ix.xroute(kind, o.Namespace, manifest.Str(manifest.Get(r, "name"))); rt != nil {
 			out = append(out, agwRouteTarget{route: rt, node: r, path: fmt.Sprintf("spec.targetRefs[%d]", i)})
+		}
+	}
+	for i, s := range manifest.Items(manifest.Get(o.Node, "spec", "targetSelectors")) {
+		kind := manifest.Str(manifest.Get(s, "kind"))
+		if kind != "HTTPRoute" && kind != "GRPCRoute" || manifest.Str(manifest.Get(s, "group")) != GroupGateway {
+			continue
+		}
+		for _, rt := range ix.allRoutes() {
+			if rt.Kind == kind && !rt.Generated && rt.Obj.Namespace == o.Namespace && labelsHold(rt.Obj, manifest.Get(s, "matchLabels")) {
+				out = append(out, agwRouteTarget{route: rt, node: s, path: fmt.Sprintf("spec.targetSelectors[%d]", i)})
+			}
 		}
 	}
 	return out
