@@ -35,14 +35,20 @@ func agentgatewayRemoteRateLimits(ix *Index) []*manifest.Object {
 		if o.Kind != agentgateway.KindPolicy || o.Group() != agentgateway.Group {
 			continue
 		}
-		rl := manifest.Get(o.Node, "spec", "traffic", "rateLimit")
-		remote := manifest.Get(rl, "global") != nil
-		for _, c := range manifest.Items(manifest.Get(rl, "conditional")) {
-			remote = remote || manifest.Get(c, "policy", "global") != nil
-		}
-		if remote {
+		if manifest.Get(o.Node, "spec", "traffic", "rateLimit", "global") != nil || conditionalGlobal(o) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// conditionalGlobal reports whether an AgentgatewayPolicy sets a global rate
+// limit in one of its rateLimit.conditional[].policy entries.
+func conditionalGlobal(o *manifest.Object) bool {
+	for _, c := range manifest.Items(manifest.Get(o.Node, "spec", "traffic", "rateLimit", "conditional")) {
+		if manifest.Get(c, "policy", "global") != nil {
+			return true
+		}
+	}
+	return false
 }
