@@ -180,6 +180,7 @@ func checkAgentgatewayPrecedence(p *Pass) {
 				p.Report(q, r.node, r.path, "%s's global rate limit on %s replaces the budgets of %s there (agentgateway merges traffic policies field by field and the route's wins: crates/agentgateway/src/store/binds.rs route_policies), so requests on %s are charged to no budget of %s; put the route's descriptors in %s, or set spec.strategy.inheritance: Override on %s",
 					q, r.route, b, routes, b.Name, b.Name, b.Name)
 			}
+			checkAgwSharedTargets(p, b, gws, q)
 		}
 	}
 }
