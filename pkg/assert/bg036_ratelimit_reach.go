@@ -261,11 +261,13 @@ func checkTLS(p *Pass, o *manifest.Object, node *yamlNode, ns, svc string, pods 
 // Target::Address of the workload IP) and, without sni, sends and verifies
 // that IP (handshake in crates/agentgateway/src/client/tls.rs), which a
 // certificate for the Service's DNS names does not carry.
-// verifySubjectAltNames (checked instead of the name) and insecureSkipVerify
-// (no name check) also avoid it.
+// verifySubjectAltNames (checked instead of the name), insecureSkipVerify
+// (no name check) and certificateSource (SPIFFE: any SVID of the trust
+// bundle, LocalSpiffeBackendTLS in crates/agentgateway/src/http/backendtls.rs)
+// also avoid it.
 func checkTLSName(p *Pass, o *manifest.Object, node *yamlNode, t *manifest.Object, ns, svc string) {
 	tls := manifest.Get(t.Node, "spec", "backend", "tls")
-	for _, f := range []string{"sni", "verifySubjectAltNames", "insecureSkipVerify"} {
+	for _, f := range []string{"sni", "verifySubjectAltNames", "insecureSkipVerify", "certificateSource"} {
 		if manifest.Get(tls, f) != nil {
 			return
 		}
