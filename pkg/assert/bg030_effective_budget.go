@@ -173,7 +173,7 @@ func checkAgentgatewayPrecedence(p *Pass) {
 				continue
 			}
 			for _, r := range agwRouteTargets(p.Index, q) {
-				routes := agwRoutesOn(r.route, gws)
+				routes := agwRoutesOn(p.Index, r.route, gws)
 				if routes == "" {
 					continue
 				}
@@ -261,8 +261,12 @@ func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 }
 
 // agwRoutesOn names rt when it attaches to one of the Gateways (listeners)
-// gws, else "".
-func agwRoutesOn(rt *xRoute, gws []GatewayKey) string {
+// gws, directly or through a ListenerSet of the input, else "". A route on
+// a ListenerSet's listener gets its Gateway's policies (route_policies in
+// crates/agentgateway/src/store/binds.rs starts from the listener's Gateway),
+// those of the whole Gateway only: a sectionName names a listener of the
+// Gateway itself.
+func agwRoutesOn(ix *Index, rt *xRoute, gws []GatewayKey) string {
 	for _, parent := range rt.Parents {
 		for _, g := range gws {
 			if parent.Namespace != g.Namespace || parent.Name != g.Name {
@@ -271,6 +275,18 @@ func agwRoutesOn(rt *xRoute, gws []GatewayKey) string {
 			if g.Section == "" || parent.Section == "" || parent.Section == g.Section {
 				return rt.String()
 			}
+		}
+	}
+	for _, pr := range manifest.Items(manifest.Get(rt.Obj.Node, "spec", "parentRefs")) {
+		if manifest.Str(manifest.Get(pr, "kind")) != "ListenerSet" {
+			continue
+		}
+		ns := manifest.Str(manifest.Get(pr, "namespace"))
+		if ns == "" {
+			ns = rt.Obj.Namespace
+		}
+		if gw, ok := listenerSetParent(ix, ns, manifest.Str(manifest.Get(pr, "name"))); ok && agwWholeGateway(gws, gw) {
+			return rt.String()
 		}
 	}
 	return ""
