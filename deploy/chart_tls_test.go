@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,7 @@ func issueChartSecrets(t *testing.T, certs []map[string]any) *cluster {
 		switch {
 		case strings.Contains(usages, "server auth"):
 			names := toStrings(s["dnsNames"])
-			pair = ca.Server(names[len(names)-1]) // the FQDN agentgateway verifies
+			pair = ca.ServerNamed(names...) // the chart's names, no address: as cert-manager issues it
 		case strings.Contains(usages, "client auth"):
 			pair = ca.Client(secret)
 		default:
@@ -171,8 +172,9 @@ func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 // mounted where the Deployment mounts them), and connects as
 // agentgateway would with the backend TLS policy render emits for the
 // example spec: its client certificate and CA from the Secrets the policy
-// names, the Service's cluster name as SNI, ALPN h2. That client is
-// answered; one without a client certificate is refused.
+// names, the policy's SNI as the server name (else the endpoint's address,
+// as agentgateway does), ALPN h2. That client is answered; one without a
+// client certificate is refused.
 func TestChartTLSWithRenderedPolicy(t *testing.T) {
 	dep, certs := chartObjects(t)
 	c := issueChartSecrets(t, certs)
@@ -211,7 +213,19 @@ func TestChartTLSWithRenderedPolicy(t *testing.T) {
 	if rs.Name != dep.Name || rs.Namespace != namespace {
 		t.Fatalf("the spec's rateLimitService %s/%s is not the chart's Service %s/%s", rs.Namespace, rs.Name, namespace, dep.Name)
 	}
-	tlsCfg := agentgatewayTLS(t, c, pol.Spec.Backend.TLS, rs.Name+"."+rs.Namespace+".svc.cluster.local")
+	// agentgateway connects to a Service's endpoints by address
+	// (build_service_call in crates/agentgateway/src/proxy/httpproxy.rs:
+	// Target::Address of the workload IP) and, without backend.tls.sni,
+	// sends and verifies that IP as the server name (handshake in
+	// crates/agentgateway/src/client/tls.rs).
+	host, _, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sni := pol.Spec.Backend.TLS.SNI; sni != "" {
+		host = sni
+	}
+	tlsCfg := agentgatewayTLS(t, c, pol.Spec.Backend.TLS, host)
 	if err := shouldRateLimit(grpcAddr, tlsCfg); err != nil {
 		t.Fatalf("agentgateway with the rendered TLS settings is refused: %v", err)
 	}
@@ -224,8 +238,8 @@ func TestChartTLSWithRenderedPolicy(t *testing.T) {
 
 // agentgatewayTLS is the client side of backend.tls as agentgateway reads
 // it: tls.crt and tls.key of the mtlsCertificateRef Secret, ca.crt of the
-// caCertificateRefs object, SNI the destination host name, ALPN h2 and
-// http/1.1 (the CRD's default).
+// caCertificateRefs object, host the server name it sends and verifies,
+// ALPN h2 and http/1.1 (the CRD's default).
 func agentgatewayTLS(t *testing.T, c *cluster, bt *agentgateway.BackendTLS, host string) *tls.Config {
 	t.Helper()
 	if len(bt.MtlsCertificateRef) != 1 || len(bt.CACertificateRefs) != 1 || bt.CACertificateRefs[0].Kind != agentgateway.CAKindSecret {

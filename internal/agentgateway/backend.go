@@ -19,9 +19,11 @@ type Backend struct {
 }
 
 // BackendTLS is spec.backend.tls (controller/api/v1alpha1/agentgateway/
-// agentgateway_policy_types.go, BackendTLS). Setting it originates TLS; SNI
-// and the verified name default to the destination's host name
-// (<service>.<namespace>.svc.cluster.local for a Service).
+// agentgateway_policy_types.go, BackendTLS). Setting it originates TLS.
+// Without SNI the name sent and verified is the destination's, which for a
+// Service is the address of the endpoint agentgateway connects to
+// (build_service_call in crates/agentgateway/src/proxy/httpproxy.rs,
+// handshake in crates/agentgateway/src/client/tls.rs), not its DNS name.
 type BackendTLS struct {
 	// MtlsCertificateRef: at most one Secret of the policy's namespace whose
 	// tls.crt and tls.key agentgateway presents as its client certificate.

@@ -32,9 +32,14 @@ type LLMRequest struct {
 // (response input - estimate) + output in the amend (amend_tokens in
 // llm/mod.rs: 0 for a response without usage, a negative delta left out);
 // with a cost, 0 at request time and the cost's value in the amend, the
-// descriptor left out of the amend when the cost fails. The amend is made
-// whenever the check is, even with every descriptor left out (then it has
-// none).
+// descriptor left out of the amend when the cost fails. agentgateway sends
+// the amend after a check answered OK (or failed under FailOpen), once the
+// response is processed, even with every descriptor left out (then it has
+// none); it sends none after an OVER_LIMIT answer (PolicyResponse::apply in
+// crates/agentgateway/src/http/mod.rs returns the 429 and the amend is
+// dropped), nor when the request ends before its response is processed
+// (docs/agentgateway.md lists those): callers send amend only for an
+// admitted request that got a response.
 func Requests(g *GlobalRateLimit, r LLMRequest) (check, amend *rlsv3.RateLimitRequest, err error) {
 	ev, err := NewEvaluator()
 	if err != nil {

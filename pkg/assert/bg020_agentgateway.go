@@ -37,6 +37,9 @@ var ruleAgentgateway = &Rule{
 			}
 			global := manifest.Get(o.Node, "spec", "traffic", "rateLimit", "global")
 			if global == nil {
+				if conditionalGlobal(o) {
+					checkConditionalTargets(p, o, targets)
+				}
 				continue
 			}
 			if pol := checkAgentgatewayPolicy(p, o, global, targets); pol != nil && p.Options.Spec != nil {
@@ -86,6 +89,27 @@ func checkAgentgatewayPolicy(p *Pass, o *manifest.Object, global *yaml.Node, tar
 		checkAgwDescriptor(p, o, fmt.Sprintf("%s.descriptors[%d]", agwGlobalPath, i), d)
 	}
 	return &pol
+}
+
+// checkConditionalTargets counts the targets of a policy whose global rate
+// limits are conditional (rateLimit.conditional[].policy.global): the
+// controller makes them one remote rate limit policy with conditions
+// (processConditionalEntries in
+// controller/pkg/agentgateway/plugins/traffic_plugin.go), and agentgateway
+// keeps one remote rate limit per request (crates/agentgateway/src/store/binds.rs
+// route_policies), so on a shared target it replaces the budgets, or they
+// replace it, even on requests none of its conditions match.
+func checkConditionalTargets(p *Pass, o *manifest.Object, targets map[string][]agwTarget) {
+	var pol agentgateway.Policy
+	raw, err := yaml.Marshal(o.Node)
+	if err == nil {
+		err = sigsyaml.Unmarshal(raw, &pol)
+	}
+	if err != nil {
+		p.Report(o, manifest.Get(o.Node, "spec"), "spec", "the policy does not decode (%v): its targets cannot be checked", err)
+		return
+	}
+	checkAgwTargets(p, o, &pol, targets)
 }
 
 // checkAgwTargets keeps one rate limit policy per target: two on the same

@@ -157,28 +157,30 @@ func parentScopeName(at *attachment) string {
 	return "Gateway"
 }
 
-// checkAgentgatewayPrecedence reports AgentgatewayPolicies with a global rate
+// checkAgentgatewayPrecedence reports AgentgatewayPolicies with a remote rate
 // limit on routes of a Gateway whose budgets another AgentgatewayPolicy holds:
 // on those routes agentgateway uses the route's rate limit instead.
 func checkAgentgatewayPrecedence(p *Pass) {
 	budgets := agentgatewayBudgetPolicies(p.Index)
+	replacing := agentgatewayRemoteRateLimits(p.Index)
 	for _, b := range budgets {
 		if manifest.Str(manifest.Get(b.Node, "spec", "strategy", "inheritance")) == "Override" {
 			continue // more specific policies cannot replace its rate limit
 		}
 		gws := agwGatewayTargets(p.Index, b)
-		for _, q := range budgets {
+		for _, q := range replacing {
 			if q == b || q.Namespace == "" {
 				continue
 			}
 			for _, r := range agwRouteTargets(p.Index, q) {
-				routes := agwRoutesOn(r.route, gws)
+				routes := agwRoutesOn(p.Index, r.route, gws)
 				if routes == "" {
 					continue
 				}
 				p.Report(q, r.node, r.path, "%s's global rate limit on %s replaces the budgets of %s there (agentgateway merges traffic policies field by field and the route's wins: crates/agentgateway/src/store/binds.rs route_policies), so requests on %s are charged to no budget of %s; put the route's descriptors in %s, or set spec.strategy.inheritance: Override on %s",
 					q, r.route, b, routes, b.Name, b.Name, b.Name)
 			}
+			checkAgwSharedTargets(p, b, gws, q)
 		}
 	}
 }
@@ -230,7 +232,9 @@ type agwRouteTarget struct {
 }
 
 // agwRouteTargets lists the routes of the input an AgentgatewayPolicy's
-// targetRefs name (HTTPRoute or GRPCRoute, with or without a rule).
+// targetRefs name (HTTPRoute or GRPCRoute, with or without a rule) and its
+// targetSelectors select (same namespace and kind, labels holding
+// matchLabels): the controller attaches a selected route as a named one.
 func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 	var out []agwRouteTarget
 	for i, r := range manifest.Items(manifest.Get(o.Node, "spec", "targetRefs")) {
@@ -242,12 +246,27 @@ func agwRouteTargets(ix *Index, o *manifest.Object) []agwRouteTarget {
 			out = append(out, agwRouteTarget{route: rt, node: r, path: fmt.Sprintf("spec.targetRefs[%d]", i)})
 		}
 	}
+	for i, s := range manifest.Items(manifest.Get(o.Node, "spec", "targetSelectors")) {
+		kind := manifest.Str(manifest.Get(s, "kind"))
+		if kind != "HTTPRoute" && kind != "GRPCRoute" || manifest.Str(manifest.Get(s, "group")) != GroupGateway {
+			continue
+		}
+		for _, rt := range ix.allRoutes() {
+			if rt.Kind == kind && !rt.Generated && rt.Obj.Namespace == o.Namespace && labelsHold(rt.Obj, manifest.Get(s, "matchLabels")) {
+				out = append(out, agwRouteTarget{route: rt, node: s, path: fmt.Sprintf("spec.targetSelectors[%d]", i)})
+			}
+		}
+	}
 	return out
 }
 
 // agwRoutesOn names rt when it attaches to one of the Gateways (listeners)
-// gws, else "".
-func agwRoutesOn(rt *xRoute, gws []GatewayKey) string {
+// gws, directly or through a ListenerSet of the input, else "". A route on
+// a ListenerSet's listener gets its Gateway's policies (route_policies in
+// crates/agentgateway/src/store/binds.rs starts from the listener's Gateway),
+// those of the whole Gateway only: a sectionName names a listener of the
+// Gateway itself.
+func agwRoutesOn(ix *Index, rt *xRoute, gws []GatewayKey) string {
 	for _, parent := range rt.Parents {
 		for _, g := range gws {
 			if parent.Namespace != g.Namespace || parent.Name != g.Name {
@@ -256,6 +275,18 @@ func agwRoutesOn(rt *xRoute, gws []GatewayKey) string {
 			if g.Section == "" || parent.Section == "" || parent.Section == g.Section {
 				return rt.String()
 			}
+		}
+	}
+	for _, pr := range manifest.Items(manifest.Get(rt.Obj.Node, "spec", "parentRefs")) {
+		if manifest.Str(manifest.Get(pr, "kind")) != "ListenerSet" {
+			continue
+		}
+		ns := manifest.Str(manifest.Get(pr, "namespace"))
+		if ns == "" {
+			ns = rt.Obj.Namespace
+		}
+		if gw, ok := listenerSetParent(ix, ns, manifest.Str(manifest.Get(pr, "name"))); ok && agwWholeGateway(gws, gw) {
+			return rt.String()
 		}
 	}
 	return ""

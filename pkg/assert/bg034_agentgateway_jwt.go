@@ -110,7 +110,7 @@ func sameGateway(a, b []GatewayKey) bool {
 
 func routesOn(ix *Index, o *manifest.Object, gws []GatewayKey) bool {
 	for _, r := range agwRouteTargets(ix, o) {
-		if agwRoutesOn(r.route, gws) != "" {
+		if agwRoutesOn(ix, r.route, gws) != "" {
 			return true
 		}
 	}

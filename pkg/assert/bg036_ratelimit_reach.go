@@ -233,6 +233,7 @@ func checkTLS(p *Pass, o *manifest.Object, node *yamlNode, ns, svc string, pods 
 			if r.Kind == "Service" && r.Group == "" && r.Name == svc {
 				clientTLS = true
 				clientCert = clientCert || len(bp.Spec.Backend.TLS.MtlsCertificateRef) > 0
+				checkTLSName(p, o, node, t, ns, svc)
 			}
 		}
 	}
@@ -252,4 +253,25 @@ func checkTLS(p *Pass, o *manifest.Object, node *yamlNode, ns, svc string, pods 
 		}
 		p.Report(o, node, reachRefPath, "rate limit pods of "+bp.owner+" "+msg, ns, svc)
 	}
+}
+
+// checkTLSName reports a backend TLS policy (t) on the rate limit Service
+// that names no server: agentgateway connects to a Service's endpoints by
+// address (build_service_call in crates/agentgateway/src/proxy/httpproxy.rs,
+// Target::Address of the workload IP) and, without sni, sends and verifies
+// that IP (handshake in crates/agentgateway/src/client/tls.rs), which a
+// certificate for the Service's DNS names does not carry.
+// verifySubjectAltNames (checked instead of the name), insecureSkipVerify
+// (no name check) and certificateSource (SPIFFE: any SVID of the trust
+// bundle, LocalSpiffeBackendTLS in crates/agentgateway/src/http/backendtls.rs)
+// also avoid it.
+func checkTLSName(p *Pass, o *manifest.Object, node *yamlNode, t *manifest.Object, ns, svc string) {
+	tls := manifest.Get(t.Node, "spec", "backend", "tls")
+	for _, f := range []string{"sni", "verifySubjectAltNames", "insecureSkipVerify", "certificateSource"} {
+		if manifest.Get(tls, f) != nil {
+			return
+		}
+	}
+	p.Report(o, node, reachRefPath, "the backend TLS policy %s on rate limit Service %s/%s sets no sni: agentgateway connects to the Service's pods by address and, without sni, verifies the pod's IP as the server name (build_service_call in crates/agentgateway/src/proxy/httpproxy.rs, handshake in crates/agentgateway/src/client/tls.rs), which the service's certificate for %s.%s.svc.cluster.local does not carry: every call fails and FailOpen admits every request uncounted; set spec.backend.tls.sni: %s.%s.svc.cluster.local (budgetgen render writes it)",
+		t, ns, svc, svc, ns, svc, ns)
 }

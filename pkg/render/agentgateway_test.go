@@ -240,7 +240,8 @@ func TestAgentgatewayRefusesCapsItCannotExpress(t *testing.T) {
 }
 
 // The backend TLS policy: what agentgateway needs to reach the rate limit
-// Service over TLS, per spec.rateLimitService.tls mode.
+// Service over TLS, per spec.rateLimitService.tls mode; sni names the
+// Service, since agentgateway otherwise verifies the endpoint's address.
 func TestRateLimitTLSPolicy(t *testing.T) {
 	cases := []struct {
 		name, tls string
@@ -249,13 +250,16 @@ func TestRateLimitTLSPolicy(t *testing.T) {
 		{"mutual default", "", &agentgateway.BackendTLS{
 			MtlsCertificateRef: []agentgateway.LocalSecretRef{{Name: "rls-agentgateway-client"}},
 			CACertificateRefs:  []agentgateway.LocalCARef{{Name: "rls-agentgateway-client", Kind: "Secret"}},
+			SNI:                "rls.budgets.svc.cluster.local",
 		}},
 		{"mutual named", "{clientCertificateSecret: agw-client, caCertificate: {kind: ConfigMap, name: rls-ca}}", &agentgateway.BackendTLS{
 			MtlsCertificateRef: []agentgateway.LocalSecretRef{{Name: "agw-client"}},
 			CACertificateRefs:  []agentgateway.LocalCARef{{Name: "rls-ca", Kind: "ConfigMap"}},
+			SNI:                "rls.budgets.svc.cluster.local",
 		}},
 		{"server", "{mode: server, caCertificate: {name: rls-ca}}", &agentgateway.BackendTLS{
 			CACertificateRefs: []agentgateway.LocalCARef{{Name: "rls-ca", Kind: "Secret"}},
+			SNI:               "rls.budgets.svc.cluster.local",
 		}},
 		{"disabled", "{mode: disabled}", nil},
 	}

@@ -24,16 +24,22 @@ func RateLimitTLSPolicyName(bs *spec.BudgetSet) string {
 // attached to the Service it connects to. The references are local to the
 // policy's namespace, which a Service-targeting policy shares with the
 // Service, so the Secrets live next to the Service (where the chart's
-// cert-manager Certificates write them). SNI and the verified name default
-// to <service>.<namespace>.svc.cluster.local, a name the chart's server
-// certificate carries. Nothing is rendered without an agentgateway Gateway
-// or with TLS disabled.
+// cert-manager Certificates write them). sni is set to
+// <service>.<namespace>.svc.cluster.local, a name the chart's server
+// certificate carries: agentgateway connects to a Service's endpoints by
+// address (build_service_call in crates/agentgateway/src/proxy/httpproxy.rs,
+// Target::Address of the workload IP), and without sni it sends and
+// verifies that IP as the server name (handshake in
+// crates/agentgateway/src/client/tls.rs), which no certificate for the
+// Service's name matches: every call would fail, and FailOpen would admit
+// every request uncounted. Nothing is rendered without an agentgateway
+// Gateway or with TLS disabled.
 func rateLimitTLSPolicy(bs *spec.BudgetSet) (*agentgateway.Policy, bool, error) {
 	rs := bs.Spec.RateLimitService
 	if rs.TLS.Mode == spec.TLSDisabled || !slices.ContainsFunc(bs.Spec.Gateways, spec.GatewayRef.IsAgentgateway) {
 		return nil, false, nil
 	}
-	tls := &agentgateway.BackendTLS{}
+	tls := &agentgateway.BackendTLS{SNI: rateLimitServiceHost(rs)}
 	if rs.TLS.Mode == spec.TLSMutual {
 		tls.MtlsCertificateRef = []agentgateway.LocalSecretRef{{Name: rs.TLS.ClientCertificateSecret}}
 	}
@@ -70,4 +76,10 @@ func rateLimitTLSObject(bs *spec.BudgetSet) (Object, bool, error) {
 	}
 	o, err := newObject(agentgateway.KindPolicy, p.Metadata.Namespace, p.Metadata.Name, p)
 	return o, err == nil, err
+}
+
+// rateLimitServiceHost is the cluster DNS name of the rate limit Service,
+// the name agentgateway must send and verify when it connects over TLS.
+func rateLimitServiceHost(rs spec.RateLimitService) string {
+	return rs.Name + "." + rs.Namespace + ".svc.cluster.local"
 }

@@ -70,6 +70,14 @@ func (ca *CA) Server(name string) Pair {
 	return ca.issue(name, x509.ExtKeyUsageServerAuth)
 }
 
+// ServerNamed issues a server certificate for exactly the DNS names given
+// (the first is its common name), without the loopback addresses Server
+// adds: what cert-manager issues for a Certificate's dnsNames, so a client
+// that verifies an address instead of a name is refused as in a cluster.
+func (ca *CA) ServerNamed(names ...string) Pair {
+	return ca.issueFor(names[0], names, nil, x509.ExtKeyUsageServerAuth)
+}
+
 // Client issues a client certificate.
 func (ca *CA) Client(name string) Pair {
 	return ca.issue(name, x509.ExtKeyUsageClientAuth)
@@ -82,6 +90,10 @@ func (ca *CA) Peer(name string) Pair {
 }
 
 func (ca *CA) issue(name string, usage ...x509.ExtKeyUsage) Pair {
+	return ca.issueFor(name, []string{"localhost", name}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, usage...)
+}
+
+func (ca *CA) issueFor(name string, dns []string, ips []net.IP, usage ...x509.ExtKeyUsage) Pair {
 	t := ca.t
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -95,8 +107,8 @@ func (ca *CA) issue(name string, usage ...x509.ExtKeyUsage) Pair {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
-		DNSNames:     []string{"localhost", name},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:     dns,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
