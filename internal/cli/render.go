@@ -119,6 +119,7 @@ func runRender(ctx context.Context, e *env, o renderOptions) error {
 	res, rlsFiles, mapFile := r.res, r.rlsFiles, r.mapFile
 	noteCostEntries(e, res)
 	warnAgentgatewayBinding(e.stderr, bs, o)
+	warnBudgetMapSize(e, o.mapPath, mapFile)
 	if o.check {
 		return checkRender(e.stdout, renderOutputs(o, res, rlsFiles, mapFile))
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/budgetgen/budgetgen/internal/atomicfile"
+	"github.com/budgetgen/budgetgen/internal/safetext"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/render"
 	"github.com/budgetgen/budgetgen/pkg/spec"
@@ -33,6 +34,24 @@ func budgetMapFile(bs *spec.BudgetSet, path string) ([]byte, error) {
 		return nil, fmt.Errorf("rendered budget map does not load: %w", err)
 	}
 	return data, nil
+}
+
+// configMapMaxBytes is what a ConfigMap's data may hold in all
+// (https://kubernetes.io/docs/concepts/configuration/configmap/: "cannot
+// exceed 1 MiB"); the budget map is deployed in one (budgetgen-budget-map).
+const configMapMaxBytes = 1 << 20
+
+// warnBudgetMapSize warns when the budget map cannot be deployed the
+// documented way: the API server refuses a ConfigMap over 1 MiB, so the
+// service would keep the previous map (or never start). The file itself is
+// still written: a service reading it from another volume can load up to
+// budgetmap.MaxFileSize.
+func warnBudgetMapSize(e *env, path string, data []byte) {
+	if len(data) <= configMapMaxBytes {
+		return
+	}
+	_, _ = fmt.Fprintf(e.stderr, "budgetgen render: warning: the budget map %s is %d bytes, more than a ConfigMap holds (1 MiB): the API server will refuse it as the ConfigMap budgetgen-budget-map; mount it into the service from another kind of volume (the service reads up to %d bytes)\n", // a warning, not the output
+		safetext.Inline(path), len(data), budgetmap.MaxFileSize)
 }
 
 // stageBudgetMap stages the map next to its target (nil when no map is
