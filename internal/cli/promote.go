@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -211,10 +212,23 @@ func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
 	return nil
 }
 
+// maxEvidenceBytes bounds what promote reads of --evidence: a report's JSON
+// lists per budget its caps and top principals, far under this; a larger
+// file is the wrong one, and is not read whole into memory.
+const maxEvidenceBytes = 64 << 20
+
 func readEvidence(ctx context.Context, path string) (*report.Report, error) {
-	b, err := ctxio.ReadFile(ctx, path)
+	f, err := ctxio.Open(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("read evidence: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read-only
+	b, err := ctxio.ReadAll(ctx, io.LimitReader(f, maxEvidenceBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read evidence: %w", err)
+	}
+	if len(b) > maxEvidenceBytes {
+		return nil, fmt.Errorf("read evidence: %s: file too large (over %d MiB): is it the report's JSON (budgetgen report --format json)?", path, maxEvidenceBytes>>20)
 	}
 	var r report.Report
 	if err := json.Unmarshal(b, &r); err != nil {

@@ -54,6 +54,10 @@ func TestPromoteDemoteCLI(t *testing.T) {
 	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--evidence", filepath.Join(t.TempDir(), "none.json"), "--now", "2026-10-24T00:00:00Z"); code != ExitUsage || !strings.Contains(stderr, "read evidence") {
 		t.Errorf("missing evidence: code %d %s", code, stderr)
 	}
+	// A huge --evidence (the wrong file) is refused without being read whole.
+	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--evidence", "/dev/zero", "--now", "2026-10-24T00:00:00Z"); code != ExitUsage || !strings.Contains(stderr, "file too large") {
+		t.Errorf("endless evidence: code %d %s", code, stderr)
+	}
 
 	// Day 8 without --evidence: no measurements were looked at, so it is
 	// refused (exit 1, nothing written) unless forced.
