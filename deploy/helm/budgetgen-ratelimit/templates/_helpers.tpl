@@ -44,6 +44,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicas (%v): otherwise no pod may ever be evicted and node drains block; lower it, add replicas or set podDisruptionBudget.enabled=false" .minAvailable $.Values.replicas) -}}
 {{- end -}}
 {{- end -}}
+{{- /* After SHUTDOWN_DELAY the stop takes up to about 20 s (drain 5 s, HTTP
+shutdown 1 s, ledger flush 5 s, threshold events 3 s, Valkey's close about
+3.5 s, the engine's last flush): a shorter grace period SIGKILLs the pod
+mid-stop and loses what it had buffered. */ -}}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.shutdownDelaySeconds) 20) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least shutdownDelaySeconds (%v) + 20: the stop after the delay (drain, ledger flush, Valkey's last replay) takes up to about 20 s" .Values.terminationGracePeriodSeconds .Values.shutdownDelaySeconds) -}}
+{{- end -}}
 {{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
 (internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own
 rate limit Deployment mounts the same ConfigMap: an empty one would stop both. */ -}}

@@ -41,6 +41,8 @@ starts the service with exactly these settings and files.
   value: {{ printf ":%v" .Values.ports.metrics | quote }}
 - name: LOG_FORMAT
   value: json
+- name: SHUTDOWN_DELAY
+  value: {{ printf "%ds" (int .Values.shutdownDelaySeconds) | quote }}
 {{- if ne .Values.tls.mode "disabled" }}
 - name: GRPC_SERVER_USE_TLS
   value: "true"
