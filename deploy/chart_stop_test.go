@@ -108,3 +108,73 @@ func TestEnvoyGatewayGracePeriodCoversTheStop(t *testing.T) {
 	}
 	t.Logf("Envoy Gateway's rate limit pod: grace %ds, delay %v, stop <= %v", *g, delay, stopAfterDelay)
 }
+
+// TestChartKeepsTheSharedBudgetMap: Envoy Gateway's rate limit Deployment
+// mounts the budget map ConfigMap the chart creates, so helm uninstall must
+// leave it (helm.sh/resource-policy: keep, the annotation Helm's uninstall
+// and upgrade read: pkg/action/resource_policy.go of helm.sh/helm/v3), while
+// the chart's own config ConfigMap, mounted by nobody else, goes with the
+// release.
+func TestChartKeepsTheSharedBudgetMap(t *testing.T) {
+	policies := map[string]string{}
+	for _, doc := range splitDocs(t, helmTemplate(t, exampleValues)) {
+		var m struct {
+			Kind     string
+			Metadata struct {
+				Name        string
+				Annotations map[string]string
+			}
+		}
+		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Kind == "ConfigMap" {
+			policies[m.Metadata.Name] = m.Metadata.Annotations["helm.sh/resource-policy"]
+		}
+	}
+	egMounts := egBudgetMapName(t)
+	if got, ok := policies[egMounts]; !ok || got != "keep" {
+		t.Errorf("ConfigMap %s (mounted by Envoy Gateway's rate limit Deployment): helm.sh/resource-policy = %q, want keep (rendered ConfigMaps: %v)", egMounts, got, policies)
+	}
+	if got := policies["budgetgen-ratelimit-config"]; got != "" {
+		t.Errorf("ConfigMap budgetgen-ratelimit-config: helm.sh/resource-policy = %q, want none (only the chart's pods mount it)", got)
+	}
+}
+
+// egBudgetMapName is the ConfigMap deploy/envoy-gateway/helm-values.yaml
+// has Envoy Gateway's rate limit pods mount as the budget map.
+func egBudgetMapName(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("envoy-gateway/helm-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Config struct {
+			EnvoyGateway struct {
+				Provider struct {
+					Kubernetes struct {
+						RateLimitDeployment struct {
+							Pod struct {
+								Volumes []struct {
+									Name      string
+									ConfigMap *struct{ Name string } `json:"configMap"`
+								}
+							}
+						} `json:"rateLimitDeployment"`
+					}
+				}
+			} `json:"envoyGateway"`
+		}
+	}
+	if err := sigsyaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, vol := range v.Config.EnvoyGateway.Provider.Kubernetes.RateLimitDeployment.Pod.Volumes {
+		if vol.Name == "budget-map" && vol.ConfigMap != nil {
+			return vol.ConfigMap.Name
+		}
+	}
+	t.Fatal("deploy/envoy-gateway/helm-values.yaml mounts no budget-map ConfigMap")
+	return ""
+}
