@@ -30,7 +30,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s-agentgateway-client" (include "rls.fullname" .) -}}
 {{- end -}}
 
+{{- /* "true" when valkey.caCert names a Secret or a ConfigMap (REDIS_TLS_CACERT). */ -}}
+{{- define "rls.valkeyCA" -}}
+{{- with .Values.valkey.caCert -}}
+{{- if or .secretName .configMapName -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "rls.validate" -}}
+{{- with .Values.valkey.caCert -}}
+{{- if and .secretName .configMapName -}}
+{{- fail "valkey.caCert: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- end -}}
+{{- if and (include "rls.valkeyCA" .) (not .Values.valkey.tls) -}}
+{{- fail "valkey.caCert is set but valkey.tls is false: the CA verifies Valkey's certificate over TLS only; set valkey.tls=true" -}}
+{{- end -}}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}
