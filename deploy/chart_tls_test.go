@@ -145,7 +145,8 @@ func (c *cluster) mount(t *testing.T, secret, path string) {
 // podEnv is the container's environment as the chart sets it, with every
 // path under /etc/budgetgen moved below root and values from Secrets left
 // out (REDIS_URL: the test runs on the embedded store). Ports and hosts are
-// loopback and free.
+// loopback and free; SHUTDOWN_DELAY is 0s (TestChartGracePeriodCoversTheStop
+// checks the chart's).
 func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 	env := map[string]string{}
 	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
@@ -159,7 +160,8 @@ func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 		env[e.Name] = v
 	}
 	for k, v := range map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1",
-		"DEBUG_HOST": "127.0.0.1", "PROMETHEUS_ADDR": "127.0.0.1:0", "XDG_STATE_HOME": root} {
+		"DEBUG_HOST": "127.0.0.1", "PROMETHEUS_ADDR": "127.0.0.1:0", "XDG_STATE_HOME": root,
+		"SHUTDOWN_DELAY": "0s"} { // the chart's delay serves no caller here: each test's stop would wait it out
 		env[k] = v
 	}
 	return env

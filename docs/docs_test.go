@@ -132,6 +132,7 @@ var foreignPaths = map[string]string{
 	"pkg/openapiclient/":                    "kubernetes-sigs/kubectl-validate",
 	"internal/infrastructure/":              "envoyproxy/gateway",
 	"examples/traffic-ratelimiting-global/": "agentgateway/agentgateway",
+	"pkg/kubelet/":                          "kubernetes/kubernetes",
 }
 
 // repoPath matches a path under one of the repository's top-level

@@ -22,7 +22,7 @@ func main() {
 }
 
 func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, skipDelay, stop := stopSignals()
 	defer stop()
 	for _, a := range os.Args[1:] {
 		if a == "--version" || a == "-version" {
@@ -30,7 +30,7 @@ func run() int {
 			return 0
 		}
 	}
-	err := service.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
+	err := service.RunWith(ctx, service.Options{Args: os.Args[1:], Getenv: os.Getenv, Log: os.Stderr, SkipDelay: skipDelay})
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp): // --help printed the usage
 		return 0
@@ -41,4 +41,26 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "ratelimit:", err)
 		return 1
 	}
+}
+
+// stopSignals: the first SIGTERM or SIGINT cancels ctx (the service fails
+// readiness and serves on for SHUTDOWN_DELAY, then drains); the second
+// closes skipDelay (the rest of the delay is skipped: someone wants it
+// gone now). Later ones are ignored, as before; stop unregisters.
+func stopSignals() (ctx context.Context, skipDelay <-chan struct{}, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	skip, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		for _, next := range []func(){cancel, func() { close(skip) }} {
+			select {
+			case <-sigs:
+				next()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, skip, func() { signal.Stop(sigs); close(done); cancel() }
 }

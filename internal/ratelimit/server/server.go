@@ -249,8 +249,31 @@ func (s *Server) Health() *Health { return s.health }
 
 // Serve serves until ctx is done, then fails health, stops accepting and
 // drains in-flight gRPC calls (up to drain), and returns. A listener error
-// ends it early with that error.
+// ends it early with that error. It is ServeStop with no delay.
 func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
+	return s.ServeStop(ctx, Stop{Drain: drain})
+}
+
+// Stop is how ServeStop stops once its context is done.
+type Stop struct {
+	// Delay keeps every listener accepting and serving, health failing, for
+	// this long before they close: the time a terminating pod's removal
+	// from the Service's endpoints takes to reach its callers (SHUTDOWN_DELAY).
+	// 0: close at once.
+	Delay time.Duration
+	// Skip, when closed, ends the delay early (a second SIGTERM or SIGINT).
+	// nil: the delay runs in full.
+	Skip <-chan struct{}
+	// Drain bounds how long in-flight gRPC calls may finish once the
+	// listeners are closed; 0 = 5s.
+	Drain time.Duration
+}
+
+// ServeStop serves until ctx is done, then fails health (readiness) and
+// keeps serving for st.Delay (unless st.Skip closes or a listener fails),
+// then stops accepting, drains in-flight gRPC calls (up to st.Drain) and
+// returns. A listener error ends it early with that error.
+func (s *Server) ServeStop(ctx context.Context, st Stop) error {
 	errc := make(chan error, 4)
 	var wg sync.WaitGroup
 	run := func(name string, f func() error) {
@@ -279,6 +302,37 @@ func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
 	}
 	s.health.Fail(ComponentShutdown)
 	s.health.endWatches() // after NOT_SERVING: Watch streams end, the stop need not wait for them
+	if err == nil {
+		err = s.delayStop(st, errc)
+	}
+	s.closeAndDrain(st.Drain)
+	wg.Wait()
+	return err
+}
+
+// delayStop keeps serving, health failing, for st.Delay, or until st.Skip
+// closes or a listener fails (that error is returned).
+func (s *Server) delayStop(st Stop, errc <-chan error) error {
+	if st.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(st.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		s.log.Info("shutdown delay over: closing the listeners", "shutdown_delay", st.Delay.String())
+	case <-st.Skip:
+		s.log.Info("shutdown delay skipped (second signal): closing the listeners")
+	case err := <-errc:
+		return err
+	}
+	return nil
+}
+
+// closeAndDrain stops accepting on every listener, lets in-flight gRPC
+// calls finish for up to drain (then cuts them), and shuts the HTTP servers
+// down.
+func (s *Server) closeAndDrain(drain time.Duration) {
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	if drain <= 0 {
@@ -296,8 +350,6 @@ func (s *Server) Serve(ctx context.Context, drain time.Duration) error {
 			_ = h.Shutdown(sctx)
 		}
 	}
-	wg.Wait()
-	return err
 }
 
 // serveJSON is the reference's /json: a proto-JSON RateLimitRequest in, the

@@ -78,7 +78,8 @@ func TestManyIdleConnectionsUnderFDLimit(t *testing.T) {
 	}
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "HELPER_CONFIG_DIR="+dir,
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"LOG_LEVEL=warn", "GRPC_IDLE_TIMEOUT=3s", "GRPC_SERVER_IMPL="+transport, "XDG_STATE_HOME="+t.TempDir())
+		"LOG_LEVEL=warn", "GRPC_IDLE_TIMEOUT=3s", "GRPC_SERVER_IMPL="+transport, "XDG_STATE_HOME="+t.TempDir(),
+		"SHUTDOWN_DELAY=0s") // not the pod default when the suite itself runs in one
 	cmd.Stderr = logFile
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

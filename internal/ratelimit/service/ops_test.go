@@ -45,7 +45,7 @@ func TestRoutineStartAndStopLogAtInfo(t *testing.T) {
 		{"level=INFO", `msg="counter store"`, "store=\"memory", "failure_policy=allow", "store_timeout="},
 		{"level=INFO", `msg="config loaded"`, "source=file", "rules=1"},
 		{"level=INFO", "msg=listening", "grpc=127.0.0.1:", "http=127.0.0.1:", "version=", "log_level=INFO"},
-		{"level=INFO", `msg="shutting down: not ready, draining in-flight calls"`},
+		{"level=INFO", `msg="shutting down: not ready, serving for the shutdown delay, then draining in-flight calls"`, "shutdown_delay=0s"},
 		{"level=INFO", `msg="stopped: listeners closed after draining in-flight calls"`},
 	} {
 		if len(logLines(logs, want...)) != 1 {

@@ -48,19 +48,50 @@ var ErrUsage = errors.New("usage")
 // Run starts the service and blocks until ctx is done (then drains) or a
 // listener fails. Settings come from args and getenv; logs go to logOut.
 // ready, if non-nil, is called with the running server once it listens.
-//
-// Run is the composition root: settings are plain values, and the steps of
-// runner.run turn them into components in the order the data flows (store,
-// observers, engine, server, config sources). Each step registers how it
-// stops; they stop in the reverse order.
+// It is RunWith without a way to skip SHUTDOWN_DELAY.
 func Run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(*server.Server)) error {
-	s, err := settings.Load(args, getenv, logOut)
+	return RunWith(ctx, Options{Args: args, Getenv: getenv, Log: logOut, Ready: ready})
+}
+
+// Options are what RunWith takes besides its context.
+type Options struct {
+	// Args are the command-line flags.
+	Args []string
+	// Getenv reads the settings' environment variables; nil = os.Getenv.
+	Getenv func(string) string
+	// Log receives the logs; nil = os.Stderr.
+	Log io.Writer
+	// Ready, if non-nil, is called with the running server once it listens.
+	Ready func(*server.Server)
+	// SkipDelay, when closed, ends SHUTDOWN_DELAY early: cmd/ratelimit
+	// closes it at the second SIGTERM or SIGINT. nil: the delay runs in full.
+	SkipDelay <-chan struct{}
+}
+
+// RunWith starts the service and blocks until ctx is done or a listener
+// fails. When ctx is done it fails readiness, keeps serving for
+// SHUTDOWN_DELAY (or until o.SkipDelay closes), then closes the listeners,
+// drains in-flight calls and stops the components.
+//
+// RunWith is the composition root: settings are plain values, and the steps
+// of runner.run turn them into components in the order the data flows
+// (store, observers, engine, server, config sources). Each step registers
+// how it stops; they stop in the reverse order.
+func RunWith(ctx context.Context, o Options) error {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	s, err := settings.Load(o.Args, o.Getenv, o.Log)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	r := newRunner(s, logOut)
+	r := newRunner(s, o.Log)
+	r.skipDelay = o.SkipDelay
 	defer r.stop.run()
-	return r.run(ctx, getenv, ready)
+	return r.run(ctx, o.Getenv, o.Ready)
 }
 
 // runner is one run of the service: the settings, the logs and metrics
@@ -74,6 +105,8 @@ type runner struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	stop    shutdown
+	// skipDelay, when closed, ends SHUTDOWN_DELAY early (Options.SkipDelay).
+	skipDelay <-chan struct{}
 }
 
 // shutdown is the stop steps of what started, run in the reverse order.
@@ -310,8 +343,10 @@ func (r *runner) server(eng *engine.Engine, st *openedStore, x exposure) (*serve
 	})
 }
 
-// serve starts the config sources, serves until ctx is done (then drains
-// in-flight calls) or a listener fails, and stops the sources.
+// serve starts the config sources, serves until ctx is done (then serves
+// on, not ready, for SHUTDOWN_DELAY and drains in-flight calls) or a
+// listener fails, and stops the sources (at ctx's end: the engine keeps the
+// config it has during the delay).
 func (r *runner) serve(ctx context.Context, eng *engine.Engine, srv *server.Server, st *openedStore, x exposure, ready func(*server.Server)) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,10 +366,11 @@ func (r *runner) serve(ctx context.Context, eng *engine.Engine, srv *server.Serv
 	}
 	noted := make(chan struct{})
 	stopNote := context.AfterFunc(ctx, func() {
-		r.log.Info("shutting down: not ready, draining in-flight calls", "drain_limit", shutdownDrain.String())
+		r.log.Info("shutting down: not ready, serving for the shutdown delay, then draining in-flight calls",
+			"shutdown_delay", r.s.ShutdownDelay.String(), "drain_limit", shutdownDrain.String())
 		close(noted)
 	})
-	err := srv.Serve(sctx, shutdownDrain)
+	err := srv.ServeStop(sctx, server.Stop{Delay: r.s.ShutdownDelay, Skip: r.skipDelay, Drain: shutdownDrain})
 	if !stopNote() {
 		<-noted // logged before "stopped"
 	}

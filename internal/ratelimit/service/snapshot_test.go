@@ -145,7 +145,7 @@ func TestSnapshotSIGKILL(t *testing.T) {
 	start := func() (rlpb.RateLimitServiceClient, *exec.Cmd) {
 		cmd := exec.Command(bin, "--config-dir", dir)
 		cmd.Env = append(withoutEnv(os.Environ(), "MEMORY_SNAPSHOT_PATH", "MEMORY_SNAPSHOT_INTERVAL", "REDIS_URL"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-			"LOG_FORMAT=json", "XDG_STATE_HOME="+state)
+			"LOG_FORMAT=json", "SHUTDOWN_DELAY=0s", "XDG_STATE_HOME="+state)
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -353,7 +353,7 @@ func TestSnapshotVolumeFullStillStarts(t *testing.T) {
 	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
 		`mount -t tmpfs -o size=4k tmpfs "$XDG_STATE_HOME" && mkdir -m 700 "$XDG_STATE_HOME/budgetgen" && cp "$SAVED" "$XDG_STATE_HOME/budgetgen/" && exec "$BIN" --config-dir "$DIR"`)
 	cmd.Env = append(withoutEnv(os.Environ(), "MEMORY_SNAPSHOT_PATH", "MEMORY_SNAPSHOT_INTERVAL", "REDIS_URL"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"LOG_FORMAT=json", "XDG_STATE_HOME="+state, "SAVED="+saved, "BIN="+bin, "DIR="+dir)
+		"LOG_FORMAT=json", "SHUTDOWN_DELAY=0s", "XDG_STATE_HOME="+state, "SAVED="+saved, "BIN="+bin, "DIR="+dir)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ var groups = []group{
 	{title: "Listeners", names: []string{"HOST", "PORT", "GRPC_HOST", "GRPC_PORT", "DEBUG_HOST", "DEBUG_PORT", "HTTP_JSON"}},
 	{title: "gRPC server", names: []string{"GRPC_SERVER_IMPL", "GRPC_STREAM_WORKERS", "GRPC_MAX_CONNECTIONS", "GRPC_IDLE_TIMEOUT",
 		"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"}},
+	{title: "Stopping", names: []string{"SHUTDOWN_DELAY"}},
 	{title: "TLS of the gRPC port", names: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}},
 	{title: "Rate limit config", names: []string{"CONFIG_TYPE", "CONFIG_DIR", "BUDGET_MAP_PATH", "CONFIG_POLL_INTERVAL",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, prefixes: []string{"RUNTIME_"}},

@@ -150,6 +150,15 @@ type Settings struct {
 	// reconnect transparently) and idle HTTP keep-alive connections (2m
 	// when 0).
 	GRPCIdleTimeout time.Duration
+	// ShutdownDelay (SHUTDOWN_DELAY, ours; auto: DefaultKubernetesShutdownDelay
+	// when KUBERNETES_SERVICE_HOST is set, else 0; within [0, 2m]) is how long
+	// the service keeps serving after SIGTERM, readiness failing, before its
+	// listeners close and in-flight calls drain: the time a pod's removal
+	// from the Service's endpoints takes to reach kube-proxy, Envoy and
+	// agentgateway, which would otherwise send calls to a closed port and,
+	// failing open, let them through uncounted. A second SIGTERM or SIGINT
+	// skips the rest (cmd/ratelimit). Load resolves auto.
+	ShutdownDelay time.Duration
 	// StoreBatchWorkers (STORE_BATCH_WORKERS, ours; 4) coalesce concurrent
 	// requests' store calls; -1 sends one store call per request.
 	StoreBatchWorkers int
@@ -393,6 +402,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Settings,
 	if s.MemoryFullPolicy, err = parseMemoryFullPolicy(strings.ToLower(strings.TrimSpace(r.fullPolicy))); err != nil {
 		errs = append(errs, fmt.Errorf("MEMORY_FULL_POLICY: %w", err))
 	}
+	if s.ShutdownDelay, err = parseShutdownDelay(r.shutdownDelay, getenv); err != nil {
+		errs = append(errs, err)
+	}
 	for _, u := range unsupported {
 		v, ok := env(u.name)
 		if !ok {
@@ -455,9 +467,49 @@ func snapshotPath(set string, memoryStore bool, getenv func(string) string, grpc
 	return set
 }
 
-// newRaw is the raw text of the settings parsed after Load, at s's values.
+// newRaw is the raw text of the settings parsed after Load, at s's values
+// (SHUTDOWN_DELAY's default is auto, resolved by Load).
 func newRaw(s Settings) raw {
-	return raw{keyFormat: s.KeyFormat.String(), policy: s.FailurePolicy.String(), fullPolicy: s.MemoryFullPolicy.String(), jitter: int(s.Grace / time.Second)}
+	return raw{keyFormat: s.KeyFormat.String(), policy: s.FailurePolicy.String(), fullPolicy: s.MemoryFullPolicy.String(), jitter: int(s.Grace / time.Second),
+		shutdownDelay: ShutdownDelayAuto}
+}
+
+// SHUTDOWN_DELAY: its default, and what auto means in a pod.
+const (
+	ShutdownDelayAuto = "auto"
+	// DefaultKubernetesShutdownDelay is SHUTDOWN_DELAY=auto in a pod. When a
+	// pod is deleted, its endpoint is marked terminating at once, but
+	// kube-proxy's rules, Envoy's and agentgateway's endpoint lists follow a
+	// few seconds later; Envoy Gateway gives its own Envoy proxies the same
+	// 10s for that (ShutdownConfig.MinDrainDuration, api/v1alpha1/envoyproxy_types.go
+	// of github.com/envoyproxy/gateway v1.9.1). Outside a pod nobody routes by
+	// endpoints, and a local run or a test stops at once.
+	DefaultKubernetesShutdownDelay = 10 * time.Second
+	// MaxShutdownDelay bounds SHUTDOWN_DELAY: with the drain and the stores'
+	// close it must fit a pod's terminationGracePeriodSeconds (Envoy
+	// Gateway's rate limit Deployment: 300 s; the chart's: its value).
+	MaxShutdownDelay = 2 * time.Minute
+)
+
+// parseShutdownDelay resolves SHUTDOWN_DELAY: auto is
+// DefaultKubernetesShutdownDelay when KUBERNETES_SERVICE_HOST is set (the
+// kubelet sets it in every container), else 0.
+func parseShutdownDelay(v string, getenv func(string) string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, ShutdownDelayAuto) {
+		if getenv("KUBERNETES_SERVICE_HOST") != "" {
+			return DefaultKubernetesShutdownDelay, nil
+		}
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("SHUTDOWN_DELAY: not a duration or auto: %q", v)
+	}
+	if d < 0 || d > MaxShutdownDelay {
+		return 0, fmt.Errorf("SHUTDOWN_DELAY: %v not in [0s,%v]", d, MaxShutdownDelay)
+	}
+	return d, nil
 }
 
 // parseWindowMode sets WindowMode from WINDOW_MODE and the reference's

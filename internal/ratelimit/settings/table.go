@@ -27,23 +27,23 @@ type setting struct {
 // raw holds settings parsed into Settings fields only after Load has read
 // them all (their text form is what env and flags set).
 type raw struct {
-	keyFormat, policy, fullPolicy, windowMode string
-	jitter                                    int
+	keyFormat, policy, fullPolicy, windowMode, shutdownDelay string
+	jitter                                                   int
 }
 
 // table is every setting of the service, by the concerns --help groups them
 // in (doc.go; settings keep this order within a group). Defaults are s's
 // current values.
 func table(s *Settings, r *raw) []setting {
-	return slices.Concat(serverSettings(s), configSettings(s), decisionSettings(s, r), storeSettings(s, r), observabilitySettings(s))
+	return slices.Concat(serverSettings(s, r), configSettings(s), decisionSettings(s, r), storeSettings(s, r), observabilitySettings(s))
 }
 
 // vars lists a setting's environment variables.
 func vars(names ...string) []string { return names }
 
-// serverSettings are the listeners, the gRPC server and its TLS, and the Go
-// runtime.
-func serverSettings(s *Settings) []setting {
+// serverSettings are the listeners, the gRPC server and its TLS, the stop,
+// and the Go runtime.
+func serverSettings(s *Settings, r *raw) []setting {
 	return []setting{
 		{vars("HOST"), "host", "HTTP listen host", str(&s.Host)},
 		{vars("PORT"), "port", "HTTP port for /healthcheck and /json", integer(&s.Port)},
@@ -58,6 +58,7 @@ func serverSettings(s *Settings) []setting {
 		{vars("GRPC_SERVER_IMPL"), "grpc-server-impl", "gRPC server: lean or grpc-go", str(&s.GRPCServerImpl)},
 		{vars("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections, 0 = none", integer(&s.GRPCMaxConnections)},
 		{vars("GRPC_IDLE_TIMEOUT"), "grpc-idle-timeout", "close gRPC connections idle that long, 0 = never", duration(&s.GRPCIdleTimeout)},
+		{vars("SHUTDOWN_DELAY"), "shutdown-delay", "after SIGTERM, keep serving this long with readiness failing before closing the listeners and draining, so callers stop picking this pod first; within [0s, 2m]; auto = " + DefaultKubernetesShutdownDelay.String() + " when KUBERNETES_SERVICE_HOST is set (in a pod), else 0s; a second SIGTERM or SIGINT skips the rest", str(&r.shutdownDelay)},
 		{vars("GRPC_SERVER_USE_TLS"), "", "serve gRPC over TLS", boolean(&s.GRPCServerUseTLS)},
 		{vars("GRPC_SERVER_TLS_CERT"), "", "gRPC server certificate file", str(&s.GRPCServerTLSCert)},
 		{vars("GRPC_SERVER_TLS_KEY"), "", "gRPC server key file", str(&s.GRPCServerTLSKey)},

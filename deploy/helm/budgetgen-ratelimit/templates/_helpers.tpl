@@ -30,7 +30,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s-agentgateway-client" (include "rls.fullname" .) -}}
 {{- end -}}
 
+{{- /* "true" when valkey.caCert names a Secret or a ConfigMap (REDIS_TLS_CACERT). */ -}}
+{{- define "rls.valkeyCA" -}}
+{{- with .Values.valkey.caCert -}}
+{{- if or .secretName .configMapName -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "rls.validate" -}}
+{{- with .Values.valkey.caCert -}}
+{{- if and .secretName .configMapName -}}
+{{- fail "valkey.caCert: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- end -}}
+{{- if and (include "rls.valkeyCA" .) (not .Values.valkey.tls) -}}
+{{- fail "valkey.caCert is set but valkey.tls is false: the CA verifies Valkey's certificate over TLS only; set valkey.tls=true" -}}
+{{- end -}}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}
@@ -43,6 +58,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .enabled (not (kindIs "string" .minAvailable)) (ge (int .minAvailable) (int $.Values.replicas)) -}}
 {{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicas (%v): otherwise no pod may ever be evicted and node drains block; lower it, add replicas or set podDisruptionBudget.enabled=false" .minAvailable $.Values.replicas) -}}
 {{- end -}}
+{{- end -}}
+{{- /* After SHUTDOWN_DELAY the stop takes up to about 20 s (drain 5 s, HTTP
+shutdown 1 s, ledger flush 5 s, threshold events 3 s, Valkey's close about
+3.5 s, the engine's last flush): a shorter grace period SIGKILLs the pod
+mid-stop and loses what it had buffered. */ -}}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.shutdownDelaySeconds) 20) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least shutdownDelaySeconds (%v) + 20: the stop after the delay (drain, ledger flush, Valkey's last replay) takes up to about 20 s" .Values.terminationGracePeriodSeconds .Values.shutdownDelaySeconds) -}}
 {{- end -}}
 {{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
 (internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own

@@ -6,6 +6,7 @@ starts the service with exactly these settings and files.
 - /etc/budgetgen/budget-map  the budget map (BUDGET_MAP_PATH)
 - /etc/budgetgen/tls         tls.crt, tls.key, ca.crt of the server Secret
 - /etc/budgetgen/valkey      the Valkey password file, when valkey.authKey is set
+- /etc/budgetgen/valkey-ca   ca.crt, the CA of Valkey's certificate, when valkey.caCert names one
 */}}
 {{- define "rls.env" -}}
 - name: CONFIG_TYPE
@@ -31,6 +32,10 @@ starts the service with exactly these settings and files.
 - name: REDIS_TLS
   value: "true"
 {{- end }}
+{{- if include "rls.valkeyCA" . }}
+- name: REDIS_TLS_CACERT
+  value: /etc/budgetgen/valkey-ca/ca.crt
+{{- end }}
 - name: GRPC_PORT
   value: {{ .Values.ports.grpc | quote }}
 - name: PORT
@@ -41,6 +46,8 @@ starts the service with exactly these settings and files.
   value: {{ printf ":%v" .Values.ports.metrics | quote }}
 - name: LOG_FORMAT
   value: json
+- name: SHUTDOWN_DELAY
+  value: {{ printf "%ds" (int .Values.shutdownDelaySeconds) | quote }}
 {{- if ne .Values.tls.mode "disabled" }}
 - name: GRPC_SERVER_USE_TLS
   value: "true"
@@ -76,6 +83,11 @@ starts the service with exactly these settings and files.
   mountPath: /etc/budgetgen/valkey
   readOnly: true
 {{- end }}
+{{- if include "rls.valkeyCA" . }}
+- name: valkey-ca
+  mountPath: /etc/budgetgen/valkey-ca
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "rls.volumes" -}}
@@ -97,5 +109,22 @@ starts the service with exactly these settings and files.
     items:
       - key: {{ .Values.valkey.authKey }}
         path: auth
+{{- end }}
+{{- with .Values.valkey.caCert }}
+{{- if .secretName }}
+- name: valkey-ca
+  secret:
+    secretName: {{ .secretName }}
+    items:
+      - key: {{ .key | default "ca.crt" }}
+        path: ca.crt
+{{- else if .configMapName }}
+- name: valkey-ca
+  configMap:
+    name: {{ .configMapName }}
+    items:
+      - key: {{ .key | default "ca.crt" }}
+        path: ca.crt
+{{- end }}
 {{- end }}
 {{- end -}}
