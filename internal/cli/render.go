@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -289,10 +290,20 @@ func readSpecFile(ctx context.Context, path string) ([]byte, error) {
 }
 
 // warnShadowWithoutSince warns about shadow budgets without shadowSince now,
-// not a week later: promote refuses a budget whose shadow start is unknown.
+// not a week later: promote refuses a budget whose shadow start is unknown,
+// or one whose shadowSince is still ahead (a year typo waits a year).
 func warnShadowWithoutSince(e *env, bs *spec.BudgetSet) {
+	today := time.Now().UTC().Format(time.DateOnly)
 	for _, ref := range bs.Refs() {
-		if ref.Rollout == nil || ref.Rollout.Enforced() || ref.Rollout.ShadowSince != "" {
+		if ref.Rollout == nil || ref.Rollout.Enforced() {
+			continue
+		}
+		if since := ref.Rollout.ShadowSince; since != "" {
+			if since > today { // YYYY-MM-DD compares as text
+				path := ref.Path + ".shadowSince"
+				_, _ = fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s has shadowSince %s, after today (%s UTC); budgetgen promote will refuse it until a week after that day\n", // a warning, not the output
+					bs.File(), bs.Line(path), path, ref.Name, since, today)
+			}
 			continue
 		}
 		_, _ = fmt.Fprintf(e.stderr, "budgetgen: warning: %s:%d: %s: budget %s is in shadow mode without shadowSince; budgetgen promote will refuse it (add shadowSince: YYYY-MM-DD, the UTC day its shadow measurement started)\n", // a warning, not the output
