@@ -125,6 +125,7 @@ func renderSample(t *testing.T, s sample) {
 // a top-level directory name with this one; each names its repository.
 var foreignPaths = map[string]string{
 	"internal/extproc/":                     "envoyproxy/ai-gateway",
+	"internal/extensionserver/":             "envoyproxy/ai-gateway",
 	"internal/llmcostcel/":                  "envoyproxy/ai-gateway",
 	"internal/translator/":                  "envoyproxy/ai-gateway",
 	"internal/gatewayapi":                   "envoyproxy/gateway",

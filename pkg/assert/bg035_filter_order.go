@@ -22,7 +22,7 @@ import (
 var ruleFilterOrder = &Rule{
 	ID:       "BG035",
 	Name:     "filter-order",
-	Doc:      "an EnvoyProxy used by a budgeted Gateway does not move the rate limit filter before the authentication filters (or before ext_proc when budgets select on the model header)",
+	Doc:      "an EnvoyProxy used by a budgeted Gateway does not move the rate limit filter before the authentication filters (or, when budgets select on the model header, before ext_proc or the buffer filter Envoy AI Gateway inserts its ext_proc after)",
 	Severity: Error,
 	Check: func(p *Pass) error {
 		users := envoyProxyUsers(p.Index)
@@ -134,7 +134,25 @@ func checkFilterOrder(p *Pass, o *manifest.Object, order []egv1a1.FilterPosition
 			p.Report(o, at, "spec.filterOrder", "spec.filterOrder runs %s before %s on %s (EG's translator, sortHTTPFilters): the budgets of %s build their descriptors before the identity headers are set, so tokens are charged to no principal and a promoted budget never denies; keep the rate limit filter after authentication (drop this entry, or order it after %s)",
 				egv1a1.EnvoyFilterRateLimit, strings.Join(bad, ", "), gk, strings.Join(needs.policies, ", "), bad[len(bad)-1])
 		}
+		if needs.model && aiExtProcAfterRateLimit(pos) {
+			p.Report(o, at, "spec.filterOrder", "spec.filterOrder runs %s after %s on %s: Envoy AI Gateway inserts its ext_proc, which sets the model header from the request body, right after the last buffer filter (insertAIGatewayExtProcFilter), so the budgets of %s match the model header the client sent (it is not removed early): a client names a cheaper model and escapes the frontier cap and kill switch; keep the buffer filter before %s",
+				egv1a1.EnvoyFilterBuffer, egv1a1.EnvoyFilterRateLimit, gk, strings.Join(needs.policies, ", "), egv1a1.EnvoyFilterRateLimit)
+		}
 	}
+}
+
+// aiExtProcAfterRateLimit tells whether Envoy AI Gateway's router-level
+// ext_proc, where the model header is set, lands after the rate limit filter.
+// Its extension server inserts that filter after EG has ordered the chain, so
+// spec.filterOrder cannot name it: before the first ext_proc, wasm, lua, rbac,
+// local rate limit, rate limit, ... filter, or right after the last buffer
+// filter when that one comes at or after the insertion point
+// (insertAIGatewayExtProcFilter in
+// https://github.com/envoyproxy/ai-gateway/blob/v1.1.0/internal/extensionserver/post_translate_modify.go).
+// The rate limit filter is one of those insertion points, so only a buffer
+// filter ordered after it moves the ext_proc past it.
+func aiExtProcAfterRateLimit(pos map[string]int) bool {
+	return pos[string(egv1a1.EnvoyFilterBuffer)] > pos[string(egv1a1.EnvoyFilterRateLimit)]
 }
 
 // needsBefore lists the filters the rate limit filter must follow.
