@@ -27,6 +27,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/unarygrpc"
 )
 
@@ -34,6 +35,12 @@ import (
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error)
 	Config() *config.Config
+}
+
+// limiter is a Decider that says what request shape it accepts
+// (engine.Engine): the decoder stops building a request past it.
+type limiter interface {
+	Limits() decide.Limits
 }
 
 // Defaults for Options.
@@ -107,6 +114,7 @@ type Options struct {
 // Server owns the listeners. Create with New, run with Serve.
 type Server struct {
 	d      Decider
+	shape  shape // the decoder's bounds: d's Limits, or none
 	o      Options
 	log    *slog.Logger
 	grpc   grpcTransport
@@ -123,6 +131,10 @@ func New(d Decider, o Options) (*Server, error) {
 	}
 	o = o.withDefaults()
 	s := &Server{d: d, o: o, log: o.Logger}
+	if l, ok := d.(limiter); ok {
+		lim := l.Limits()
+		s.shape = shape{descriptors: lim.MaxDescriptors, entries: lim.MaxEntries}
+	}
 	s.health = newHealth(o.RequireConfigForHealth)
 	// The gRPC port serves two unary methods; unarygrpc does that with
 	// about half the CPU per call of grpc-go's server (docs/benchmarks.md).
