@@ -5,8 +5,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -379,6 +381,11 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpStatus(w, http.StatusBadRequest)
 		return
 	}
+	if !s.jsonWithinShape(body) {
+		s.log.Warn("json: decode request", "err", "more JSON objects than the request bounds allow")
+		httpStatus(w, http.StatusBadRequest)
+		return
+	}
 	var req rlpb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		s.log.Warn("json: decode request", "err", err)
@@ -404,6 +411,31 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
+}
+
+// jsonWithinShape reports whether body holds no more JSON objects than a
+// request within s.shape can (the request, and per descriptor itself, its
+// limit override and its entries), counted before protojson builds them:
+// "{}," is 3 bytes and a decoded descriptor about 160, so a 4 MiB body of
+// them made 1.4 million descriptors (228 MB) before the engine counted
+// them. A body that is not JSON is left to protojson to refuse.
+func (s *Server) jsonWithinShape(body []byte) bool {
+	if s.shape.descriptors <= 0 || s.shape.entries <= 0 {
+		return true
+	}
+	limit := 1 + s.shape.descriptors*(s.shape.entries+2)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for n := 0; ; {
+		tok, err := dec.Token()
+		if err != nil {
+			return true
+		}
+		if d, ok := tok.(json.Delim); ok && d == '{' {
+			if n++; n > limit {
+				return false
+			}
+		}
+	}
 }
 
 func httpStatus(w http.ResponseWriter, code int) {
