@@ -30,6 +30,9 @@ type Limits struct {
 	MaxDescriptors, MaxEntries, MaxStringBytes int
 }
 
+// WithDefaults returns l with its zero values replaced by the defaults.
+func (l Limits) WithDefaults() Limits { return l.withDefaults() }
+
 func (l Limits) withDefaults() Limits {
 	if l.MaxDescriptors <= 0 {
 		l.MaxDescriptors = DefaultMaxDescriptors

@@ -164,6 +164,9 @@ func (e *Engine) Close() error { return e.charger.Close() }
 // Flush charges deferred over-limit hits now (tests and shutdown).
 func (e *Engine) Flush() { e.charger.Flush() }
 
+// Limits returns the request shape the engine accepts (defaults applied).
+func (e *Engine) Limits() decide.Limits { return e.limits.WithDefaults() }
+
 // Validate checks a request's shape (decide.Validate with the engine's bounds).
 func (e *Engine) Validate(req *rlpb.RateLimitRequest) error { return decide.Validate(req, e.limits) }
 

@@ -10,6 +10,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 )
 
 // decodeRequest is a hand-written decoder for RateLimitRequest, about three
@@ -32,7 +34,20 @@ func decodeRequest(b []byte, r *rlpb.RateLimitRequest) error {
 
 // newRequest decodes b into a request that lives in its own arena.
 func newRequest(b []byte) (*rlpb.RateLimitRequest, error) {
-	d := decoder{wire: b, a: &arena{}}
+	return newBoundedRequest(b, shape{})
+}
+
+// shape bounds what the decoder builds: at most descriptors descriptors
+// and entries entries in each (0: no bound).
+type shape struct{ descriptors, entries int }
+
+// newBoundedRequest is newRequest that stops, with a *decide.InvalidError,
+// at the first descriptor or entry past lim, which decide.Validate would
+// refuse anyway. An empty descriptor or entry is 2 bytes on the wire and
+// about 100 bytes decoded: a 4 MiB message of them made 2 million
+// descriptors (290 MB) before Validate counted them.
+func newBoundedRequest(b []byte, lim shape) (*rlpb.RateLimitRequest, error) {
+	d := decoder{wire: b, a: &arena{}, lim: lim}
 	return &d.a.req, d.request(b, &d.a.req)
 }
 
@@ -71,6 +86,7 @@ type decoder struct {
 	wire []byte
 	text string
 	a    *arena
+	lim  shape
 }
 
 // str is v (a subslice of d.wire) as a substring of the request's text. A
@@ -136,6 +152,9 @@ func (d *decoder) request(b []byte, r *rlpb.RateLimitRequest) error {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return protowire.ParseError(n)
+			}
+			if d.lim.descriptors > 0 && len(r.Descriptors) >= d.lim.descriptors {
+				return &decide.InvalidError{Reason: fmt.Sprintf("more than %d descriptors, the limit", d.lim.descriptors)}
 			}
 			desc := d.newDescriptor(r)
 			if err := d.descriptor(v, desc); err != nil {
@@ -204,6 +223,9 @@ func (d *decoder) descriptor(b []byte, desc *rlcommon.RateLimitDescriptor) error
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return protowire.ParseError(n)
+			}
+			if d.lim.entries > 0 && len(desc.Entries) >= d.lim.entries {
+				return &decide.InvalidError{Reason: fmt.Sprintf("a descriptor has more than %d entries, the limit", d.lim.entries)}
 			}
 			e := next(a.ents[:], &a.ne)
 			if err := d.entry(v, e); err != nil {

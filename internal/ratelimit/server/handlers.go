@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 )
 
 // Full gRPC method names served on the gRPC port.
@@ -21,8 +24,12 @@ const (
 // (a malformed request, for example invalid UTF-8, which proto3 rejects, is
 // answered with InvalidArgument) and our encoder (no reflection).
 func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]byte, error) {
-	r, err := newRequest(req)
+	r, err := newBoundedRequest(req, s.shape)
 	if err != nil {
+		var ie *decide.InvalidError
+		if errors.As(err, &ie) {
+			return nil, Status(err) // past the engine's bounds
+		}
 		return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", err)
 	}
 	resp, err := s.d.ShouldRateLimit(ctx, r)

@@ -5,8 +5,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/unarygrpc"
 )
 
@@ -34,6 +37,12 @@ import (
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error)
 	Config() *config.Config
+}
+
+// limiter is a Decider that says what request shape it accepts
+// (engine.Engine): the decoder stops building a request past it.
+type limiter interface {
+	Limits() decide.Limits
 }
 
 // Defaults for Options.
@@ -107,6 +116,7 @@ type Options struct {
 // Server owns the listeners. Create with New, run with Serve.
 type Server struct {
 	d      Decider
+	shape  shape // the decoder's bounds: d's Limits, or none
 	o      Options
 	log    *slog.Logger
 	grpc   grpcTransport
@@ -123,6 +133,10 @@ func New(d Decider, o Options) (*Server, error) {
 	}
 	o = o.withDefaults()
 	s := &Server{d: d, o: o, log: o.Logger}
+	if l, ok := d.(limiter); ok {
+		lim := l.Limits()
+		s.shape = shape{descriptors: lim.MaxDescriptors, entries: lim.MaxEntries}
+	}
 	s.health = newHealth(o.RequireConfigForHealth)
 	// The gRPC port serves two unary methods; unarygrpc does that with
 	// about half the CPU per call of grpc-go's server (docs/benchmarks.md).
@@ -367,6 +381,11 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpStatus(w, http.StatusBadRequest)
 		return
 	}
+	if !s.jsonWithinShape(body) {
+		s.log.Warn("json: decode request", "err", "more JSON objects than the request bounds allow")
+		httpStatus(w, http.StatusBadRequest)
+		return
+	}
 	var req rlpb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		s.log.Warn("json: decode request", "err", err)
@@ -392,6 +411,31 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
+}
+
+// jsonWithinShape reports whether body holds no more JSON objects than a
+// request within s.shape can (the request, and per descriptor itself, its
+// limit override and its entries), counted before protojson builds them:
+// "{}," is 3 bytes and a decoded descriptor about 160, so a 4 MiB body of
+// them made 1.4 million descriptors (228 MB) before the engine counted
+// them. A body that is not JSON is left to protojson to refuse.
+func (s *Server) jsonWithinShape(body []byte) bool {
+	if s.shape.descriptors <= 0 || s.shape.entries <= 0 {
+		return true
+	}
+	limit := 1 + s.shape.descriptors*(s.shape.entries+2)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for n := 0; ; {
+		tok, err := dec.Token()
+		if err != nil {
+			return true
+		}
+		if d, ok := tok.(json.Delim); ok && d == '{' {
+			if n++; n > limit {
+				return false
+			}
+		}
+	}
 }
 
 func httpStatus(w http.ResponseWriter, code int) {

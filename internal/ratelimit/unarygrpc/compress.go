@@ -15,6 +15,10 @@ const gzipEncoding = "gzip"
 // errDecompressedTooLarge: a compressed message inflates past the bound.
 var errDecompressedTooLarge = errors.New("decompressed message too large")
 
+// errHoldRefused: the connection's held bytes have no room for the rest of
+// a decompressed message (gunzipHeld's hold said no).
+var errHoldRefused = errors.New("decompressed message over the connection's held bytes")
+
 var (
 	gzipReaders sync.Pool // *gzip.Reader
 	gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
@@ -25,6 +29,12 @@ var (
 // the output is bounded, not the input's claim (a small bomb inflates
 // 1000-fold), and never more than limit+1 bytes are allocated for it.
 func gunzip(dst, src []byte, limit int) ([]byte, error) {
+	return gunzipHeld(dst, src, limit, nil)
+}
+
+// gunzipHeld is gunzip that asks hold, when not nil, before the output's
+// buffer grows by n bytes; hold false ends it with errHoldRefused.
+func gunzipHeld(dst, src []byte, limit int, hold func(n int) bool) ([]byte, error) {
 	zr, _ := gzipReaders.Get().(*gzip.Reader)
 	var err error
 	if zr == nil {
@@ -42,6 +52,9 @@ func gunzip(dst, src []byte, limit int) ([]byte, error) {
 			grow := min(max(cap(dst)-start, 512), limit+1-(len(dst)-start))
 			if grow <= 0 {
 				return dst, errDecompressedTooLarge
+			}
+			if hold != nil && !hold(grow) {
+				return dst, errHoldRefused
 			}
 			nb := make([]byte, len(dst), len(dst)+grow) // exactly: append rounds up
 			copy(nb, dst)

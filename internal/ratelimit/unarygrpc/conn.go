@@ -109,7 +109,7 @@ type stream struct {
 	msg           []byte  // the request body as received (gRPC length-prefixed)
 	req           []byte  // the message inside msg
 	ended         bool    // END_STREAM received (read side only)
-	held          int64   // DATA bytes (padding included) counted in c.held
+	held          int64   // DATA bytes (padding included) and decompressed bytes counted in c.held
 	recvWin       int64   // read side only
 	done          chan struct{}
 	once          sync.Once
@@ -1080,9 +1080,11 @@ func (c *conn) run(st *stream) {
 	req, err := st.req, error(nil)
 	if st.msg[0]&1 == 1 {
 		plain = getBuf()
-		req, err = gunzip((*plain)[:0], st.req, c.s.o.MaxRecvMsgSize)
+		req, err = gunzipHeld((*plain)[:0], st.req, c.s.o.MaxRecvMsgSize, st.hold)
 		*plain = req
 		switch {
+		case errors.Is(err, errHoldRefused):
+			err = statusError{codes.ResourceExhausted, fmt.Sprintf("the connection's requests in progress exceed %d bytes", c.s.o.MaxHeldBytes)}
 		case errors.Is(err, errDecompressedTooLarge):
 			err = statusError{codes.ResourceExhausted, fmt.Sprintf("grpc: received message after decompression larger than max (%d)", c.s.o.MaxRecvMsgSize)}
 		case err != nil:
@@ -1122,6 +1124,20 @@ func (c *conn) run(st *stream) {
 	if plain != nil {
 		putBuf(plain)
 	}
+}
+
+// hold counts n more bytes of the stream's request (its decompression,
+// growing) in the connection's held bytes; false, counting nothing, when
+// that would pass MaxHeldBytes. A compressed request's DATA alone does not
+// bound what its handler holds: 1 KB of gzip inflates to 1 MiB.
+func (st *stream) hold(n int) bool {
+	c := st.c
+	if c.held.Add(int64(n)) > c.s.o.MaxHeldBytes {
+		c.held.Add(-int64(n))
+		return false
+	}
+	st.held += int64(n)
+	return true
 }
 
 func (st *stream) releaseMsg() {

@@ -60,6 +60,14 @@ starts the service with exactly these settings and files.
 - name: GRPC_SERVER_TLS_CA_CERT
   value: /etc/budgetgen/tls/ca.crt
 {{- end }}
+{{- if not (hasKey .Values.env "HTTP_JSON") }}
+{{- /* /json charges budgets, and the NetworkPolicy opens the HTTP port to every
+source (the kubelet's probes): off unless env.HTTP_JSON asks for it. Under
+tls.mode mutual the service's own default (auto) is off too; under server or
+disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"). */}}
+- name: HTTP_JSON
+  value: "false"
+{{- end }}
 {{- range $k, $v := .Values.env }}
 - name: {{ $k }}
   value: {{ $v | quote }}
