@@ -51,16 +51,17 @@ func (o Options) perm() fs.FileMode {
 	return o.Perm
 }
 
-// writeTemp writes data to a synced temporary file in dir and returns its path.
-func writeTemp(dir string, data []byte, perm fs.FileMode) (string, error) {
-	return writeTempFunc(dir, func(w io.Writer) error {
+// writing is a WriteFunc writer of data as it is.
+func writing(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
-	}, perm)
+	}
 }
 
-// writeTempFunc is writeTemp of what write writes (through a buffer).
-func writeTempFunc(dir string, write func(io.Writer) error, perm fs.FileMode) (string, error) {
+// writeTemp writes what write writes (through a buffer) to a synced
+// temporary file in dir and returns its path.
+func writeTemp(dir string, write func(io.Writer) error, perm fs.FileMode) (string, error) {
 	// The writer's pid in the name lets a later run tell debris of a killed
 	// writer from a write in progress (CleanStale).
 	f, err := os.CreateTemp(dir, tempPrefix+strconv.Itoa(os.Getpid())+"-*")
@@ -103,10 +104,7 @@ func withoutTempName(err error) error {
 // WriteFile writes data to path atomically: path holds either its old content
 // or all of data, never a mix.
 func WriteFile(path string, data []byte, opts Options) error {
-	return WriteFunc(path, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	}, opts)
+	return WriteFunc(path, writing(data), opts)
 }
 
 // WriteFunc is WriteFile of what write writes, streamed to the temporary
@@ -120,7 +118,7 @@ func WriteFunc(path string, write func(io.Writer) error, opts Options) error {
 	}
 	dir := filepath.Dir(path)
 	CleanStale(dir, opts)
-	tmp, err := writeTempFunc(dir, write, opts.perm())
+	tmp, err := writeTemp(dir, write, opts.perm())
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -194,7 +192,7 @@ func StageDir(dir string, files map[string][]byte, opts Options) (_ *Staged, err
 		if info, statErr := os.Lstat(filepath.Join(dir, name)); statErr == nil && info.IsDir() {
 			return nil, fmt.Errorf("write %s: %s is a directory", dir, name)
 		}
-		t, err := writeTemp(dir, files[name], opts.perm())
+		t, err := writeTemp(dir, writing(files[name]), opts.perm())
 		if err != nil {
 			return nil, fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
