@@ -592,7 +592,7 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, re
 	}
 	startup.Info("embedded store: state kept in the memory snapshot (MEMORY_SNAPSHOT_PATH; off keeps none)", "path", s.MemorySnapshotPath, "counters", rs.Counters, "ledger_hashes", rs.Hashes,
 		"expired_counters", rs.ExpiredCounters, "expired_ledger_hashes", rs.ExpiredHashes, "over_bound", rs.OverBound, "interval", s.MemorySnapshotInterval.String())
-	if others := otherSnapshots(s.MemorySnapshotPath); !rs.Found && len(others) > 0 {
+	if others := otherSnapshots(s.MemorySnapshotPath, rs.Found); len(others) > 0 {
 		startup.Warn("embedded store: no snapshot at this path, so every budget starts from zero, but the directory holds others (a changed GRPC_PORT names another default file): if one is this service's, stop it and set MEMORY_SNAPSHOT_PATH to it",
 			"path", s.MemorySnapshotPath, "others", others)
 	}
@@ -633,10 +633,14 @@ func firstSnapshot(sn *memory.Snapshotter, startup *slog.Logger) error {
 	return fmt.Errorf("memory snapshot %s: %w (set MEMORY_SNAPSHOT_PATH to a writable file, or to off to keep no state)", sn.Path, err)
 }
 
-// otherSnapshots lists the other snapshot files (*.snapshot) in path's
-// directory: the default file is named by the gRPC port, so a service
-// restarted with another port finds its counts under another name.
-func otherSnapshots(path string) []string {
+// otherSnapshots lists, when path was not found, the other snapshot files
+// (*.snapshot) in its directory: the default file is named by the gRPC port,
+// so a service restarted with another port finds its counts under another
+// name.
+func otherSnapshots(path string, found bool) []string {
+	if found {
+		return nil
+	}
 	names, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*.snapshot"))
 	if err != nil {
 		return nil
