@@ -218,12 +218,9 @@ func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
 const maxEvidenceBytes = 64 << 20
 
 func readEvidence(ctx context.Context, path string) (*report.Report, error) {
-	f, err := ctxio.Open(ctx, path)
-	if err != nil {
-		return nil, fmt.Errorf("read evidence: %w", err)
-	}
-	defer func() { _ = f.Close() }() // read-only
-	b, err := ctxio.ReadAll(ctx, io.LimitReader(f, maxEvidenceBytes+1))
+	b, err := ctxio.ReadFileWith(ctx, path, func(r io.Reader) ([]byte, error) {
+		return io.ReadAll(io.LimitReader(r, maxEvidenceBytes+1))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read evidence: %w", err)
 	}

@@ -281,12 +281,7 @@ func loadSpecFile(ctx context.Context, path string, stdin io.Reader) (*spec.Budg
 // readSpecFile reads a spec file as ctxio.ReadFile does, but stops after
 // spec.MaxFileBytes: a huge file is refused, not read whole into memory.
 func readSpecFile(ctx context.Context, path string) ([]byte, error) {
-	f, err := ctxio.Open(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }() // read-only
-	return spec.ReadAll(&ctxio.Reader{Ctx: ctx, R: f})
+	return ctxio.ReadFileWith(ctx, path, spec.ReadAll)
 }
 
 // warnShadowWithoutSince warns about shadow budgets without shadowSince now,

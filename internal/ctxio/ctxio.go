@@ -78,10 +78,16 @@ func Open(ctx context.Context, path string) (*os.File, error) {
 // ReadFile is os.ReadFile, ending with the context's cause when ctx ends
 // (while opening or reading).
 func ReadFile(ctx context.Context, path string) ([]byte, error) {
+	return ReadFileWith(ctx, path, io.ReadAll)
+}
+
+// ReadFileWith is ReadFile with read in place of io.ReadAll (a bounded
+// read, say), given a reader that ends when ctx does.
+func ReadFileWith(ctx context.Context, path string, read func(io.Reader) ([]byte, error)) ([]byte, error) {
 	f, err := Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }() // read-only
-	return ReadAll(ctx, f)
+	return read(&Reader{Ctx: ctx, R: f})
 }
