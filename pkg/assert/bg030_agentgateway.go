@@ -23,7 +23,7 @@ func checkAgwSharedTargets(p *Pass, b *manifest.Object, gws []GatewayKey, q *man
 		return // b holds no Gateway (it targets routes or ListenerSets itself)
 	}
 	for _, t := range agwKindTargets(p.Index, q, "ListenerSet", GroupGateway) {
-		gw, ok := listenerSetParent(p.Index, q.Namespace, t.name)
+		gw, ok := listenerSetParent(p.Index, q.Namespace, t.name, GroupGateway)
 		if ok && !agwWholeGateway(gws, gw) {
 			continue
 		}
@@ -70,11 +70,12 @@ func agwKindTargets(ix *Index, o *manifest.Object, kind, group string) []agwKind
 	return out
 }
 
-// listenerSetParent is the Gateway ListenerSet ns/name joins; false when the
-// ListenerSet is not in the input.
-func listenerSetParent(ix *Index, ns, name string) (GatewayKey, bool) {
+// listenerSetParent is the Gateway ListenerSet ns/name (of group, or of
+// any group when group is "") joins; false when the ListenerSet is not in
+// the input.
+func listenerSetParent(ix *Index, ns, name, group string) (GatewayKey, bool) {
 	for _, o := range ix.Objects {
-		if o.Kind != "ListenerSet" || o.Group() != GroupGateway || o.Namespace != ns || o.Name != name {
+		if o.Kind != "ListenerSet" || (group != "" && o.Group() != group) || o.Namespace != ns || o.Name != name {
 			continue
 		}
 		ref := manifest.Get(o.Node, "spec", "parentRef")

@@ -285,7 +285,7 @@ func agwRoutesOn(ix *Index, rt *xRoute, gws []GatewayKey) string {
 		if ns == "" {
 			ns = rt.Obj.Namespace
 		}
-		if gw, ok := listenerSetParent(ix, ns, manifest.Str(manifest.Get(pr, "name"))); ok && agwWholeGateway(gws, gw) {
+		if gw, ok := listenerSetParent(ix, ns, manifest.Str(manifest.Get(pr, "name")), GroupGateway); ok && agwWholeGateway(gws, gw) {
 			return rt.String()
 		}
 	}

@@ -78,18 +78,11 @@ type listenerSets struct {
 // parent is the budget policy whose Gateway ListenerSet ns/name joins, ""
 // when none does; ok is false when the ListenerSet is not in the input.
 func (ls listenerSets) parent(ns, name string) (budget string, ok bool) {
-	for _, o := range ls.p.Index.Objects {
-		if o.Kind != "ListenerSet" || o.Namespace != ns || o.Name != name {
-			continue
-		}
-		ref := manifest.Get(o.Node, "spec", "parentRef")
-		gns := manifest.Str(manifest.Get(ref, "namespace"))
-		if gns == "" {
-			gns = o.Namespace
-		}
-		return ls.budgeted[GatewayKey{Namespace: gns, Name: manifest.Str(manifest.Get(ref, "name"))}], true
+	gw, ok := listenerSetParent(ls.p.Index, ns, name, "")
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return ls.budgeted[gw], true
 }
 
 func (ls listenerSets) report(o *manifest.Object, n *yaml.Node, path, what, ns, name string) {
