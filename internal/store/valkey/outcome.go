@@ -34,10 +34,16 @@ func classify(err error) outcome {
 		return maybeApplied
 	}
 	if ve, ok := valkey.IsValkeyErr(err); ok {
-		if malformed(ve.Error()) {
+		msg := ve.Error()
+		switch {
+		case malformed(msg):
 			return permanent
+		case ranScript(msg) && !refusedFirstWrite(msg):
+			// Valkey does not undo a script that fails midway: what it
+			// wrote before the error stays (its SETBIT, maybe INCRBYs).
+			return maybeApplied
 		}
-		return notApplied // an error reply: the command did nothing
+		return notApplied // refused before it wrote: the command did nothing
 	}
 	var se *setupError
 	if errors.As(err, &se) {
@@ -48,6 +54,33 @@ func classify(err error) outcome {
 		return notApplied
 	}
 	return maybeApplied
+}
+
+// ranScript reports whether an error reply was raised inside a running
+// script: Valkey ends those with "script: <sha>, on @user_script:<line>."
+// (older servers put "@user_script" in them too), while errors that refuse
+// the call before it runs (NOSCRIPT, BUSY, LOADING, TRYAGAIN, MOVED, NOPERM
+// on EVALSHA itself) do not. Seen on valkey-server 8.0:
+//
+//	ERR user_script:67: bad argument #2 to 'sunpack' (data string too short) script: <sha>, on @user_script:67.
+//	ERR ACL failure in script: User budget has no permissions to run the 'hdel' command script: <sha>, on @user_script:1.
+func ranScript(msg string) bool { return strings.Contains(msg, "user_script") }
+
+// refusedFirstWrite reports whether a script's error is one Valkey raises
+// only at the script's first write, so nothing was written: a replica
+// (READONLY), a failed persistence (MISCONF), too few replicas (NOREPLICAS)
+// and maxmemory (OOM) are checked at a write command only while the script
+// has not written yet (Valkey's script call path, src/script.c in 8.0:
+// "If the script already made a modification to the dataset, we can't fail
+// it on unpredictable error state"). The charge script's first write is its
+// SETBIT.
+func refusedFirstWrite(msg string) bool {
+	for _, p := range [...]string{"OOM ", "READONLY ", "MISCONF ", "NOREPLICAS "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func malformed(msg string) bool {
