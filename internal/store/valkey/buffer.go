@@ -29,12 +29,14 @@ type target struct {
 }
 
 // pending is a write waiting in the buffer: hits, hold releases (with the
-// holds' expiry, which gives their generation's length, and their hold
-// hash) and the replay deadline (the counter's expiry).
+// holds' expiry, which gives their generation's length, their hold hash,
+// and releaseBy: when the holds they are for have certainly expired) and
+// the replay deadline (the counter's expiry).
 type pending struct {
 	hits, releases uint64
 	holdExpiry     time.Duration
 	holdHash       string
+	releaseBy      time.Time
 	exp            time.Time
 }
 
@@ -59,6 +61,12 @@ func (b *buffer) add(t target, w pending) bool {
 		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
 		if p.holdHash == "" {
 			p.holdHash = w.holdHash
+		}
+		if p.releaseBy.IsZero() || (!w.releaseBy.IsZero() && w.releaseBy.Before(p.releaseBy)) {
+			// Summed releases are dropped together once the earliest one's
+			// holds have expired: a hold kept to its expiry holds budget a
+			// little longer; a stale release would free another's hold.
+			p.releaseBy = w.releaseBy
 		}
 		b.m[t] = p
 		return true

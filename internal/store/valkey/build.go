@@ -25,7 +25,11 @@ type op struct {
 	reserve  uint64 // tokens a check holds if admitted
 	period   int64  // a hold generation, ms (half the holds' expiry)
 	releases uint64 // holds a charge releases
-	ci       int    // the counter's index in its call; -1 for a buffered write
+	// releaseBy is when the holds its releases are for have certainly
+	// expired (unix ms; set once the op waits for a replay): a release
+	// replayed later would take another request's hold.
+	releaseBy int64
+	ci        int // the counter's index in its call; -1 for a buffered write
 }
 
 // width is the number of reply values of the op.
@@ -77,8 +81,9 @@ func (g *group) hits() uint64 {
 }
 
 // replay returns the part of g a replay sends: its writes, without holds to
-// place, limits or request starts.
-func (g *group) replay() *group {
+// place, limits or request starts. now is when g was sent: its releases'
+// holds were placed before, so they have expired a hold's life later.
+func (g *group) replay(now time.Time) *group {
 	r := &group{slot: g.slot, id: g.id, hasID: g.hasID, buffered: g.buffered, unanswered: g.unanswered}
 	for _, o := range g.ops {
 		if o.hits == 0 && o.releases == 0 {
@@ -86,6 +91,9 @@ func (g *group) replay() *group {
 		}
 		o.flags &= flagHold | flagHash
 		o.limit, o.reserve, o.ci = 0, 0, -1
+		if o.releases > 0 && o.releaseBy == 0 {
+			o.releaseBy = now.UnixMilli() + 2*o.period
+		}
 		r.ops = append(r.ops, o)
 	}
 	return r

@@ -19,7 +19,7 @@ func (s *Store) collect(c *call, res []valkey.ValkeyResult) error {
 		// Not a valkey-go reply shape: every command was handed to the
 		// client, so any may have been applied; none is known.
 		for _, g := range c.groups {
-			s.groupFailed(g, maybeApplied)
+			s.groupFailed(g, maybeApplied, c.now)
 		}
 		return fmt.Errorf("%w: %d replies for %d commands", store.ErrMalformedReply, len(res), len(c.cmds))
 	}
@@ -53,7 +53,7 @@ func (s *Store) collectGroup(c *call, g *group, r valkey.ValkeyResult) error {
 			// a replay would find its id.
 			out = maybeApplied
 		}
-		s.groupFailed(g, out)
+		s.groupFailed(g, out, c.now)
 		if !errors.Is(err, store.ErrMalformedReply) {
 			err = wrapErr(err)
 		}

@@ -107,9 +107,18 @@ func (s *Store) countOp(o *op, c store.Class) {
 	s.tally.Add(store.TargetRelease, c, o.releases)
 }
 
-// pending is the op's write as the buffer keeps it.
-func (o *op) pending() pending {
-	return pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp)}
+// pending is the op's write as the buffer keeps it; now is when the op was
+// sent, for a call's own op (a buffered one carries its releaseBy).
+func (o *op) pending(now time.Time) pending {
+	p := pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp)}
+	switch {
+	case o.releases == 0:
+	case o.releaseBy != 0:
+		p.releaseBy = time.UnixMilli(o.releaseBy)
+	default:
+		p.releaseBy = now.Add(p.holdExpiry)
+	}
+	return p
 }
 
 // target is the buffer entry an op's write is summed into.
@@ -127,7 +136,10 @@ func (s *Store) notSent(counters []store.Counter) {
 		if k.Hits > 0 || k.Hold.Release > 0 {
 			p := pending{hits: k.Hits, releases: k.Hold.Release, holdExpiry: k.Hold.Expiry, exp: k.ExpireAt}
 			if k.Hold.Release > 0 {
+				// The holds were placed before this charge: a hold's life
+				// from now, they have certainly expired.
 				p.holdHash = s.keys.holdHash(k.Key, k.Hold.Window, s.ids.tags)
+				p.releaseBy = s.now().Add(k.Hold.Expiry)
 			}
 			s.buffer(counterTarget(k.Key), p, store.Buffered, store.Lost)
 		}
@@ -171,14 +183,15 @@ func (s *Store) buffer(t target, w pending, in, full store.Class) {
 	}
 }
 
-// groupFailed settles a call's own script group that failed as out says.
-func (s *Store) groupFailed(g *group, out outcome) {
+// groupFailed settles a call's own script group, sent at now, that failed
+// as out says.
+func (s *Store) groupFailed(g *group, out outcome, now time.Time) {
 	switch out {
 	case notApplied:
 		for i := range g.ops {
 			o := &g.ops[i]
 			if o.hits > 0 || o.releases > 0 {
-				s.buffer(o.target(), o.pending(), store.Buffered, store.Lost)
+				s.buffer(o.target(), o.pending(now), store.Buffered, store.Lost)
 			}
 		}
 	case maybeApplied:
@@ -188,7 +201,7 @@ func (s *Store) groupFailed(g *group, out outcome) {
 		for i := range g.ops {
 			s.countOp(&g.ops[i], store.Ambiguous)
 		}
-		r := g.replay()
+		r := g.replay(now)
 		r.unanswered = true
 		s.keep(r, store.AmbiguousDropped)
 		if every(&s.logs.ambiguous, time.Second) {

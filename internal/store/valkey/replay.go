@@ -95,7 +95,13 @@ func (s *Store) takeReplay(now time.Time) replay {
 	entries, kept := s.buf.take(replayBatch)
 	var r replay
 	fresh := map[uint16]*group{}
+	var stale uint64
 	for _, e := range entries {
+		if e.releases > 0 && !now.Before(e.releaseBy) {
+			stale += e.releases
+			s.tally.Add(store.TargetRelease, store.Expired, e.releases)
+			e.releases = 0
+		}
 		switch {
 		case !e.exp.After(now):
 			// The window is over: the counter is gone in Valkey too.
@@ -103,6 +109,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 			if e.hits > 0 {
 				s.log.Warn("valkey store: buffered writes expired before Valkey came back", "hits", e.hits, "ledger", e.hash)
 			}
+		case e.hits == 0 && e.releases == 0:
 		default:
 			sl := s.slotOf(e.key)
 			g := fresh[sl]
@@ -119,6 +126,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 				// Every buffered release names its hold hash (op.pending,
 				// notSent).
 				o.flags, o.holdHash, o.period = flagHold, e.holdHash, max(e.holdExpiry.Milliseconds()/2, 1)
+				o.releaseBy = e.releaseBy.UnixMilli()
 			}
 			g.ops = append(g.ops, o)
 		}
@@ -127,6 +135,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 		g.id, g.hasID = s.ids.next(g.slot, now), true
 	}
 	for _, g := range kept {
+		stale += s.dropStaleReleases(g, now)
 		if !s.ids.replayable(g.id, now) {
 			// Its id may be gone from Valkey: a replay could count twice.
 			s.resolveGroup(g, store.BufferLost, store.AmbiguousDropped)
@@ -135,7 +144,34 @@ func (s *Store) takeReplay(now time.Time) replay {
 		}
 		r.groups = append(r.groups, g)
 	}
+	if stale > 0 {
+		s.log.Warn("valkey store: hold releases not replayed: their holds expired before Valkey came back", "releases", stale)
+	}
 	return r
+}
+
+// dropStaleReleases takes from a kept group the releases whose holds have
+// certainly expired by now, counting them (Expired, or AmbiguousDropped for
+// a call's own group: the first send may have applied them), and returns how
+// many. A release takes the counter's oldest hold: replayed now, it would
+// free the hold of a request admitted since. The group's id is unchanged: a
+// first send that was applied still makes the replay write nothing.
+func (s *Store) dropStaleReleases(g *group, now time.Time) uint64 {
+	c := store.AmbiguousDropped
+	if g.buffered {
+		c = store.Expired
+	}
+	var n uint64
+	ms := now.UnixMilli()
+	for i := range g.ops {
+		o := &g.ops[i]
+		if o.releases > 0 && ms >= o.releaseBy {
+			n += o.releases
+			s.tally.Add(store.TargetRelease, c, o.releases)
+			o.releases, o.flags = 0, o.flags&^flagHold
+		}
+	}
+	return n
 }
 
 // settleReplay settles one replayed group from its reply: the counter and
@@ -156,7 +192,7 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, b
 			// Never sent unanswered: certainly not applied, summed back.
 			for i := range g.ops {
 				o := &g.ops[i]
-				if !s.buf.add(o.target(), o.pending()) {
+				if !s.buf.add(o.target(), o.pending(s.now())) {
 					s.countOp(o, store.BufferLost)
 				}
 			}
