@@ -11,15 +11,41 @@ import (
 // target with their absolute replay deadline (counter adds and hold
 // releases per key; the shadow-week ledger's hash-field adds per hash and
 // field), and the script groups of calls that were sent but not answered,
-// kept whole with their id. Bounded in entries: a counter key, a ledger field
-// and each op of a kept group count as one.
+// kept whole with their id. Bounded in entries (a counter key, a ledger
+// field and each op of a kept group count as one) and in bytes (the strings
+// an entry or op holds, plus entryOverhead): a counter key holds descriptor
+// values of up to 8 KiB each (internal/ratelimit/key.MaxValueBytes), so the
+// entry bound alone let 100,000 long keys take about 800 MiB.
 type buffer struct {
-	mu     sync.Mutex
-	m      map[target]pending
-	groups []*group
-	gops   int
-	max    int
-	size   atomic.Int64
+	mu       sync.Mutex
+	m        map[target]pending
+	groups   []*group
+	gops     int
+	max      int
+	bytes    int64
+	maxBytes int64
+	size     atomic.Int64
+}
+
+// entryOverhead is about what an entry costs besides its strings: its map
+// slot (target and pending) and the map's spare room (measured: 227 bytes of
+// live heap per entry with 60-byte keys).
+const entryOverhead = 168
+
+// cost is what an entry of t with w's hold hash counts against the byte
+// bound. The hold hash is named per window and usually shared, but counted.
+func (t target) cost(holdHash string) int64 {
+	return int64(len(t.key)+len(t.field)+len(holdHash)) + entryOverhead
+}
+
+// cost is what a kept group counts against the byte bound.
+func (g *group) cost() int64 {
+	n := int64(len(g.id.key)) + entryOverhead
+	for i := range g.ops {
+		o := &g.ops[i]
+		n += int64(len(o.key)+len(o.field)+len(o.holdHash)) + entryOverhead
+	}
+	return n
 }
 
 // target is a counter key (field empty, hash false) or a ledger hash field.
@@ -45,7 +71,9 @@ type entry struct {
 	pending
 }
 
-func newBuffer(max int) *buffer { return &buffer{m: make(map[target]pending), max: max} }
+func newBuffer(max int, maxBytes int64) *buffer {
+	return &buffer{m: make(map[target]pending), max: max, maxBytes: maxBytes}
+}
 
 // add sums a write into t's entry; false when the buffer is full (the caller
 // counts the loss).
@@ -59,8 +87,9 @@ func (b *buffer) add(t target, w pending) bool {
 		p.hits += w.hits
 		p.releases += w.releases
 		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
-		if p.holdHash == "" {
+		if p.holdHash == "" && w.holdHash != "" {
 			p.holdHash = w.holdHash
+			b.bytes += int64(len(w.holdHash)) // as take will count it
 		}
 		if p.releaseBy.IsZero() || (!w.releaseBy.IsZero() && w.releaseBy.Before(p.releaseBy)) {
 			// Summed releases are dropped together once the earliest one's
@@ -71,10 +100,12 @@ func (b *buffer) add(t target, w pending) bool {
 		b.m[t] = p
 		return true
 	}
-	if len(b.m)+b.gops >= b.max {
+	c := t.cost(w.holdHash)
+	if len(b.m)+b.gops >= b.max || b.bytes+c > b.maxBytes {
 		return false
 	}
 	b.m[t] = w
+	b.bytes += c
 	b.size.Store(int64(len(b.m) + b.gops))
 	return true
 }
@@ -84,11 +115,13 @@ func (b *buffer) add(t target, w pending) bool {
 func (b *buffer) addGroup(g *group) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.m)+b.gops+len(g.ops) > b.max {
+	c := g.cost()
+	if len(b.m)+b.gops+len(g.ops) > b.max || b.bytes+c > b.maxBytes {
 		return false
 	}
 	b.groups = append(b.groups, g)
 	b.gops += len(g.ops)
+	b.bytes += c
 	b.size.Store(int64(len(b.m) + b.gops))
 	return true
 }
@@ -104,6 +137,7 @@ func (b *buffer) take(n int) ([]entry, []*group) {
 		}
 		out = append(out, entry{target: t, pending: p})
 		delete(b.m, t)
+		b.bytes -= t.cost(p.holdHash)
 	}
 	k := min(n, len(b.groups))
 	gs := append([]*group(nil), b.groups[:k]...)
@@ -111,6 +145,7 @@ func (b *buffer) take(n int) ([]entry, []*group) {
 	b.groups = b.groups[k:]
 	for _, g := range gs {
 		b.gops -= len(g.ops)
+		b.bytes -= g.cost()
 	}
 	b.size.Store(int64(len(b.m) + b.gops))
 	return out, gs

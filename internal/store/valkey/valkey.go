@@ -84,6 +84,11 @@ const (
 	// DefaultBufferMaxKeys bounds the outage buffer (entries, each summed: a
 	// counter key or a ledger hash field; an ambiguous call counts its ops).
 	DefaultBufferMaxKeys = 100_000
+	// DefaultBufferMaxBytes bounds the outage buffer's memory: the strings
+	// its entries hold (counter keys, ledger fields) plus about what an entry
+	// costs besides (buffer.go). At 60-byte keys the entry bound is reached
+	// first (about 23 MiB).
+	DefaultBufferMaxBytes = 64 << 20
 	// DefaultStallAfter: with no answer from Valkey for this long since a
 	// call was sent, new charges are not sent (see Options.StallAfter).
 	DefaultStallAfter = 100 * time.Millisecond
@@ -146,6 +151,10 @@ type Options struct {
 	// DefaultBufferMaxKeys; negative disables the buffer (failed writes are
 	// then counted lost, and ambiguous calls dropped).
 	BufferMaxKeys int
+	// BufferMaxBytes bounds the outage buffer's memory (see
+	// DefaultBufferMaxBytes); beyond it, writes are counted lost as beyond
+	// BufferMaxKeys. Default DefaultBufferMaxBytes.
+	BufferMaxBytes int64
 	// ReplayInterval is how often buffered writes are retried. Default
 	// DefaultReplayInterval.
 	ReplayInterval time.Duration
@@ -308,6 +317,9 @@ func defaults(o *Options) error {
 	if o.BufferMaxKeys == 0 {
 		o.BufferMaxKeys = DefaultBufferMaxKeys
 	}
+	if o.BufferMaxBytes <= 0 {
+		o.BufferMaxBytes = DefaultBufferMaxBytes
+	}
 	if o.StallAfter == 0 {
 		o.StallAfter = DefaultStallAfter
 	}
@@ -375,7 +387,7 @@ func newStore(opts Options) (*Store, error) {
 		stop:        make(chan struct{}),
 	}
 	if opts.BufferMaxKeys > 0 {
-		s.buf = newBuffer(opts.BufferMaxKeys)
+		s.buf = newBuffer(opts.BufferMaxKeys, opts.BufferMaxBytes)
 	}
 	s.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	if s.buf != nil {
