@@ -73,13 +73,14 @@ func (f *faultyClient) DoMulti(ctx context.Context, cmds ...valkey.Completed) []
 }
 
 // TestAccountingProperty drives random calls (1-3 counters of a small key
-// set, 0-5 hits each, some with a ledger increment, some deadlines so short
-// the caller gives up) through random faults, then lets Valkey answer until
-// the buffer is empty. For every seed: every hit handed to the store ends in
-// exactly one outcome class, nothing waits, nothing is lost, and Valkey
-// holds each charged hit (and ledger increment) exactly once: applied +
-// applied on error + replayed + ambiguous found applied + ambiguous
-// replayed.
+// set, 0-5 hits each, some with a ledger increment, some of a reserving
+// budget: a check holding tokens, or a charge releasing a hold; some
+// deadlines so short the caller gives up) through random faults, then lets
+// Valkey answer until the buffer is empty. For every seed: every hit and
+// every release handed to the store ends in exactly one outcome class,
+// nothing waits, nothing is lost, and Valkey holds each charged hit (and
+// ledger increment) exactly once: applied + applied on error + replayed +
+// ambiguous found applied + ambiguous replayed.
 func TestAccountingProperty(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.Options{})
 	seeds := 12
@@ -101,7 +102,8 @@ func accountingRun(t *testing.T, srv *valkeytest.Server, seed int64) {
 	s := storeOver(t, fc, Options{Addresses: []string{srv.Addr}, ReplayInterval: 5 * time.Millisecond, StallAfter: -1})
 	rng := rand.New(rand.NewSource(seed * 7919))
 	exp := time.Now().Add(time.Hour)
-	var charged, ledgerCharged uint64
+	var charged, ledgerCharged, released uint64
+	hold := store.Hold{Expiry: time.Hour, Window: exp.Unix()}
 	fc.on.Store(true)
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -113,6 +115,15 @@ func accountingRun(t *testing.T, srv *valkeytest.Server, seed int64) {
 				if k.Hits > 0 && rng.Intn(3) == 0 {
 					k.Ledger = store.HashIncr{Key: "acct:ledger", Field: k.Key}
 					ledgerCharged += k.Hits
+				}
+				if rng.Intn(3) == 0 { // a reserving budget's counter
+					k.Hold, k.Limit, k.Enforce = hold, 1<<40, true
+					if k.Hits == 0 {
+						k.Hold.Reserve = 1 + uint64(rng.Intn(5))
+					} else {
+						k.Hold.Release = 1
+						released++
+					}
 				}
 				charged += k.Hits
 				calls[i] = append(calls[i], k)
@@ -143,6 +154,7 @@ func accountingRun(t *testing.T, srv *valkeytest.Server, seed int64) {
 	waitDrained(t, s, 10*time.Second)
 	waitUntil(t, 5*time.Second, func() bool { return s.Stats().InFlight == 0 })
 	checkTally(t, s, srv, charged, ledgerCharged)
+	checkReleases(t, s, released)
 	t.Logf("faults: none %d, refused %d, reply lost %d, short %d, script flushed %d; stats %+v", fc.faulted[0].Load(), fc.faulted[1].Load(), fc.faulted[2].Load(), fc.faulted[3].Load(), fc.faulted[4].Load(), s.Stats())
 }
 
@@ -175,6 +187,21 @@ func checkTally(t *testing.T, s *Store, srv *valkeytest.Server, charged, ledgerC
 	lwant := y.Get(l, store.Applied) + y.Get(l, store.Replayed) + y.Get(l, store.AmbiguousApplied) + y.Get(l, store.AmbiguousReplayed)
 	if got := hashSum(t, srv, "acct:ledger"); got != lwant || got != ledgerCharged {
 		t.Errorf("ledger in valkey %d, the tally says %d, %d were charged (%s)", got, lwant, ledgerCharged, classes(y, l))
+	}
+}
+
+// checkReleases asserts that every hold release handed to the store ended in
+// exactly one class and none was lost, dropped or expired.
+func checkReleases(t *testing.T, s *Store, released uint64) {
+	t.Helper()
+	y, r := s.Tally(), store.TargetRelease
+	if got := y.Handed(r) - y.Get(r, store.NotSent); got != released || y.Waiting(r) != 0 {
+		t.Errorf("releases: handed %d of %d, waiting %d (%s)", got, released, y.Waiting(r), classes(y, r))
+	}
+	for _, cl := range []store.Class{store.Lost, store.BufferLost, store.AmbiguousDropped, store.Expired} {
+		if n := y.Get(r, cl); n != 0 {
+			t.Errorf("%d releases %s: %s", n, cl, classes(y, r))
+		}
 	}
 }
 
