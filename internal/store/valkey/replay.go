@@ -110,6 +110,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 				s.log.Warn("valkey store: buffered writes expired before Valkey came back", "hits", e.hits, "ledger", e.hash)
 			}
 		case e.hits == 0 && e.releases == 0:
+			// Only stale releases, counted above: nothing left to send.
 		default:
 			sl := s.slotOf(e.key)
 			g := fresh[sl]
