@@ -78,6 +78,11 @@ type Options struct {
 	TLS func() (*tls.Config, error)
 	// Apply receives every decoded response. Required.
 	Apply ApplyFunc
+	// Rejected, optional, receives the reason of every response NACKed
+	// before Apply saw it (a resource that does not decode, or of another
+	// type), so the caller can log and count it as it does the configs
+	// Apply rejects.
+	Rejected func(err error)
 	// BackoffInitial and BackoffMax bound the wait between reconnects: the
 	// wait doubles from BackoffInitial up to BackoffMax, with jitter (a random
 	// duration in [d/2, d]). It resets once a stream delivers a response.
@@ -318,19 +323,12 @@ func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse
 		c.o.Logger.Error("xds config rejected; keeping the last good config", "version", resp.GetVersionInfo(), "kept_version", c.Version(), "reason", reason)
 		return reason
 	}
-	if resp.GetTypeUrl() != TypeURL {
-		return nack(fmt.Sprintf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL))
-	}
-	cfgs := make([]*rlsconfv3.RateLimitConfig, 0, len(resp.GetResources()))
-	for i, a := range resp.GetResources() {
-		if a.GetTypeUrl() != TypeURL {
-			return nack(fmt.Sprintf("resource[%d]: unexpected type_url %q", i, a.GetTypeUrl()))
+	cfgs, err := decode(resp)
+	if err != nil {
+		if c.o.Rejected != nil {
+			c.o.Rejected(fmt.Errorf("xds version %q: %w", resp.GetVersionInfo(), err))
 		}
-		cfg := &rlsconfv3.RateLimitConfig{}
-		if err := proto.Unmarshal(a.GetValue(), cfg); err != nil {
-			return nack(fmt.Sprintf("resource[%d]: decode RateLimitConfig: %v", i, err))
-		}
-		cfgs = append(cfgs, cfg)
+		return nack(err.Error())
 	}
 	if err := c.o.Apply(ctx, cfgs); err != nil {
 		return nack(err.Error())
@@ -342,4 +340,23 @@ func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse
 	c.readyOnce.Do(func() { close(c.ready) })
 	c.o.Logger.Info("xds config applied", "version", resp.GetVersionInfo(), "domains", len(cfgs))
 	return ""
+}
+
+// decode unpacks a response's resources.
+func decode(resp *discoveryv3.DiscoveryResponse) ([]*rlsconfv3.RateLimitConfig, error) {
+	if resp.GetTypeUrl() != TypeURL {
+		return nil, fmt.Errorf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL)
+	}
+	cfgs := make([]*rlsconfv3.RateLimitConfig, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		if a.GetTypeUrl() != TypeURL {
+			return nil, fmt.Errorf("resource[%d]: unexpected type_url %q", i, a.GetTypeUrl())
+		}
+		cfg := &rlsconfv3.RateLimitConfig{}
+		if err := proto.Unmarshal(a.GetValue(), cfg); err != nil {
+			return nil, fmt.Errorf("resource[%d]: decode RateLimitConfig: %w", i, err)
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	return cfgs, nil
 }
