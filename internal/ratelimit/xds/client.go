@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -57,6 +58,18 @@ const (
 	// DefaultMaxRecvMsgSize bounds one response; EG's configs for thousands
 	// of rules stay far below it.
 	DefaultMaxRecvMsgSize = 16 << 20
+	// DefaultKeepaliveTime is the quiet time after which the client pings:
+	// the shortest a gRPC server allows by default
+	// (keepalive.EnforcementPolicy.MinTime in google.golang.org/grpc
+	// keepalive/keepalive.go), which Envoy Gateway's rate limit config
+	// server keeps (internal/globalratelimit/runner/runner.go builds it with
+	// grpc.NewServer and credentials only). Pinging more often would have
+	// it close the connection (GOAWAY too_many_pings). Without pings a dead
+	// server is noticed only by TCP keepalive, which grpc-go leaves at the
+	// OS defaults: two hours on Linux.
+	DefaultKeepaliveTime = 5 * time.Minute
+	// DefaultKeepaliveTimeout is how long a ping may go unanswered.
+	DefaultKeepaliveTimeout = 20 * time.Second
 )
 
 // ApplyFunc installs a complete set of configs. It returns an error, without
@@ -87,6 +100,11 @@ type Options struct {
 	// wait doubles from BackoffInitial up to BackoffMax, with jitter (a random
 	// duration in [d/2, d]). It resets once a stream delivers a response.
 	BackoffInitial, BackoffMax time.Duration
+	// KeepaliveTime and KeepaliveTimeout: after KeepaliveTime without a
+	// frame from the server the client pings it, and reconnects when no
+	// answer comes within KeepaliveTimeout. Defaults DefaultKeepaliveTime
+	// and DefaultKeepaliveTimeout.
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// MaxRecvMsgSize bounds one response. Default DefaultMaxRecvMsgSize.
 	MaxRecvMsgSize int
 	// Logger receives connection and config events. Default slog.Default().
@@ -138,6 +156,12 @@ func New(o Options) (*Client, error) {
 	}
 	if o.MaxRecvMsgSize <= 0 {
 		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if o.KeepaliveTime <= 0 {
+		o.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if o.KeepaliveTimeout <= 0 {
+		o.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -223,6 +247,9 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.o.MaxRecvMsgSize)),
+		// Only while the stream is open: the server's default policy
+		// refuses pings without one.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.o.KeepaliveTime, Timeout: c.o.KeepaliveTimeout}),
 	}, c.o.DialOptions...)
 	conn, err := grpc.NewClient(c.o.ServerURL, opts...)
 	if err != nil {
