@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -93,8 +94,8 @@ type Options struct {
 	Apply ApplyFunc
 	// Rejected, optional, receives the reason of every response NACKed
 	// before Apply saw it (a resource that does not decode, or of another
-	// type), so the caller can log and count it as it does the configs
-	// Apply rejects.
+	// type) and of every response too large to receive, so the caller can
+	// log and count it as it does the configs Apply rejects.
 	Rejected func(err error)
 	// BackoffInitial and BackoffMax bound the wait between reconnects: the
 	// wait doubles from BackoffInitial up to BackoffMax, with jitter (a random
@@ -284,10 +285,7 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("server closed the stream")
-			}
-			return healthy, fmt.Errorf("xds receive: %w", err)
+			return healthy, c.recvErr(err)
 		}
 		healthy = true
 		req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
@@ -312,6 +310,25 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 			return healthy, fmt.Errorf("xds send ack: %w", streamErr(st, err))
 		}
 	}
+}
+
+// recvErr is the error that ended a stream in Recv. A response over
+// MaxRecvMsgSize is dropped by grpc-go, which fails the stream with
+// ResourceExhausted: it cannot be NACKed (its nonce was never read), and
+// the server sends it again on every stream, so it is reported like a
+// rejected config as well.
+func (c *Client) recvErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errors.New("xds receive: server closed the stream")
+	}
+	err = fmt.Errorf("xds receive: %w", err)
+	if status.Code(err) == codes.ResourceExhausted {
+		c.o.Logger.Error("xds config too large to receive; keeping the last good config", "kept_version", c.Version(), "max_bytes", c.o.MaxRecvMsgSize, "err", err)
+		if c.o.Rejected != nil {
+			c.o.Rejected(err)
+		}
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
