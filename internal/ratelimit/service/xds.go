@@ -34,7 +34,7 @@ func grpcServerTLS(s settings.Settings) (*tls.Config, error) {
 // configs go through applier (validated like files; a rejected one is NACKed
 // and the last good one stays).
 func newXDSClient(s settings.Settings, applier *source.Applier, log *slog.Logger) (*xds.Client, error) {
-	o := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, Apply: applier.ApplyProto, Logger: log,
+	o := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, Apply: applier.ApplyProto, Logger: log, MaxRecvMsgSize: s.XDSClientMaxMsgSize,
 		// A response that does not decode is rejected like a config that
 		// does not validate: logged and counted, the last good one kept.
 		Rejected: func(err error) { _ = applier.Apply("xds", nil, err) }}

@@ -13,11 +13,13 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
@@ -306,4 +308,30 @@ func TestServiceCountsUndecodableConfigAsRejected(t *testing.T) {
 		return strings.Contains(m, `ratelimit_config_loads_total{result="error",source="xds"} 1`) &&
 			strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 0`)
 	})
+}
+
+// XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is the reference's way to take a config
+// larger than the client's default limit (src/settings/settings.go,
+// used in src/provider/xds_grpc_sotw_provider.go getGrpcConnection); a
+// deployment that needs it must get its config here too.
+func TestServiceHonoursXDSMaxMessageSize(t *testing.T) {
+	// 4,600 descriptors of 4 KiB: over the 16 MiB default.
+	long := strings.Repeat("v", 4<<10)
+	c := &rlsconfv3.RateLimitConfig{Name: "llm/budgets", Domain: "llm/budgets"}
+	for i := range 4600 {
+		c.Descriptors = append(c.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: strconv.Itoa(i) + long,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 1}})
+	}
+	if n := proto.Size(c); n <= xds.DefaultMaxRecvMsgSize {
+		t.Fatalf("config of %d bytes, want one over the default limit", n)
+	}
+	eg := startEG(t, "127.0.0.1:0", nil)
+	eg.set("1", c)
+	srv := runService(t, map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": eg.addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": strconv.Itoa(32 << 20),
+	})
+	if m := metrics(t, srv); !strings.Contains(m, "ratelimit_config_rules 4600") {
+		t.Error("the large config is not in force")
+	}
 }
