@@ -13,7 +13,6 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -311,27 +310,30 @@ func TestServiceCountsUndecodableConfigAsRejected(t *testing.T) {
 }
 
 // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is the reference's way to take a config
-// larger than the client's default limit (src/settings/settings.go,
-// used in src/provider/xds_grpc_sotw_provider.go getGrpcConnection); a
-// deployment that needs it must get its config here too.
+// larger than the client's default limit (src/settings/settings.go, used in
+// src/provider/xds_grpc_sotw_provider.go getGrpcConnection); a deployment
+// that needs it must get the limit it sets. Set here below a config's size
+// (a config over 16 MiB costs half a minute under the race detector): that
+// config is reported as rejected, a smaller one is applied.
 func TestServiceHonoursXDSMaxMessageSize(t *testing.T) {
-	// 4,600 descriptors of 4 KiB: over the 16 MiB default.
-	long := strings.Repeat("v", 4<<10)
-	c := &rlsconfv3.RateLimitConfig{Name: "llm/budgets", Domain: "llm/budgets"}
-	for i := range 4600 {
-		c.Descriptors = append(c.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: strconv.Itoa(i) + long,
-			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 1}})
-	}
-	if n := proto.Size(c); n <= xds.DefaultMaxRecvMsgSize {
-		t.Fatalf("config of %d bytes, want one over the default limit", n)
+	big := egListenerConfig("envoy-gateway-system/eg/http", 600)
+	if n := proto.Size(big); n < 64<<10 {
+		t.Fatalf("config of %d bytes, want one over 64 KiB", n)
 	}
 	eg := startEG(t, "127.0.0.1:0", nil)
-	eg.set("1", c)
+	eg.set("1", cfg("llm/budgets", 1))
 	srv := runService(t, map[string]string{
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": eg.addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
-		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": strconv.Itoa(32 << 20),
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": strconv.Itoa(64 << 10),
 	})
-	if m := metrics(t, srv); !strings.Contains(m, "ratelimit_config_rules 4600") {
-		t.Error("the large config is not in force")
-	}
+	eg.set("2", big)
+	eventually(t, "the config over the limit reported", func() bool {
+		m := metrics(t, srv)
+		return strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 0`) && strings.Contains(m, "ratelimit_config_rules 1\n")
+	})
+	eg.set("3", cfg("llm/budgets", 3), cfg("team/other", 3))
+	eventually(t, "the next config, under the limit", func() bool {
+		m := metrics(t, srv)
+		return strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 1`) && strings.Contains(m, "ratelimit_config_rules 2\n")
+	})
 }
