@@ -60,10 +60,14 @@ type Metrics struct {
 	// rejected one, from the first load on (a rejection at startup too,
 	// which an increase() of ConfigLoads cannot see: it is in the first
 	// sample).
-	ConfigLastLoad  *prometheus.GaugeVec
-	OverLimitCache  *prometheus.CounterVec // result: hit|full
-	DeferredCharges prometheus.Counter
-	GlobalShadow    prometheus.Counter
+	ConfigLastLoad *prometheus.GaugeVec
+	// BudgetMapUnmatched counts the budget map's entries whose domain is in
+	// the active config but that no rate limit of it matches: rules that
+	// count alone, outside their budget's bucket.
+	BudgetMapUnmatched prometheus.Gauge
+	OverLimitCache     *prometheus.CounterVec // result: hit|full
+	DeferredCharges    prometheus.Counter
+	GlobalShadow       prometheus.Counter
 	// UnsentHits are hits that were in no store call, by outcome: deferred
 	// (handed to the store's outage buffer), dropped, refused, saturated.
 	UnsentHits *prometheus.CounterVec
@@ -109,7 +113,7 @@ func NewWith(reg prometheus.Registerer, o Options) *Metrics {
 	m.ChargeLatency = m.StoreLatency.WithLabelValues("charge")
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.TokensCharged, m.Requests, m.StoreErrors, m.StoreLatency,
-			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.ConfigLastLoad, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow, m.UnsentHits,
+			m.FailurePolicy, m.ConfigLoads, m.ConfigRules, m.ConfigLastLoad, m.BudgetMapUnmatched, m.OverLimitCache, m.DeferredCharges, m.GlobalShadow, m.UnsentHits,
 			m.ReservationHolds, m.ReservationHeldTokens, m.ReservationDenials, m.ReservationExpiredTokens)
 		if m.Usage != nil {
 			reg.MustRegister(m.Usage)
@@ -144,6 +148,10 @@ func newCollectors() *Metrics {
 			Name: "ratelimit_config_last_load_success",
 			Help: "1 when the source's last config load succeeded, 0 when it was rejected (the last good config stays in force).",
 		}, []string{"source"}),
+		BudgetMapUnmatched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_budget_map_unmatched_entries",
+			Help: "Budget map entries whose domain is in the active config but that no rate limit of it matches (their rules count outside the budget's bucket).",
+		}),
 		OverLimitCache: counter("ratelimit_over_limit_cache_total", "Over-limit cache answers (hit) and inserts that found it full (full).", "result"),
 		DeferredCharges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_deferred_charges_total",
@@ -216,6 +224,16 @@ func (m *Metrics) ConfigInstalled(rules int) {
 		return
 	}
 	m.ConfigRules.Set(float64(rules))
+}
+
+// BudgetMapUnmatchedEntries sets the gauge of budget map entries no rate
+// limit of the active config matches. The caller holds the lock it
+// installs under, as for ConfigInstalled.
+func (m *Metrics) BudgetMapUnmatchedEntries(n int) {
+	if m == nil {
+		return
+	}
+	m.BudgetMapUnmatched.Set(float64(n))
 }
 
 // Rule holds one rule's pre-resolved counters so the hot path does no label

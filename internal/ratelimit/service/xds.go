@@ -34,7 +34,10 @@ func grpcServerTLS(s settings.Settings) (*tls.Config, error) {
 // configs go through applier (validated like files; a rejected one is NACKed
 // and the last good one stays).
 func newXDSClient(s settings.Settings, applier *source.Applier, log *slog.Logger) (*xds.Client, error) {
-	o := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, Apply: applier.ApplyProto, Logger: log}
+	o := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, Apply: applier.ApplyProto, Logger: log, MaxRecvMsgSize: s.XDSClientMaxMsgSize,
+		// A response that does not decode is rejected like a config that
+		// does not validate: logged and counted, the last good one kept.
+		Rejected: func(err error) { _ = applier.Apply("xds", nil, err) }}
 	if s.XDSServerUseTLS {
 		co := tlsconfig.ClientOptions{CertFile: s.XDSClientTLSCert, KeyFile: s.XDSClientTLSKey, CAFile: s.XDSServerTLSCACert, ServerName: s.XDSServerTLSSAN}
 		// Fail at start on unreadable files; later connects re-read them.

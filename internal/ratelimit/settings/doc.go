@@ -24,7 +24,7 @@ var groups = []group{
 	{title: "TLS of the gRPC port", names: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}},
 	{title: "Rate limit config", names: []string{"CONFIG_TYPE", "CONFIG_DIR", "BUDGET_MAP_PATH", "CONFIG_POLL_INTERVAL",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, prefixes: []string{"RUNTIME_"}},
-	{title: "xDS config source (CONFIG_TYPE=GRPC_XDS_SOTW)", prefixes: []string{"CONFIG_GRPC_XDS_"}},
+	{title: "xDS config source (CONFIG_TYPE=GRPC_XDS_SOTW)", names: []string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, prefixes: []string{"CONFIG_GRPC_XDS_"}},
 	{title: "Decisions and counters", names: []string{"CACHE_KEY_PREFIX", "KEY_FORMAT", "WINDOW_MODE", "RESET_TIME_ZONE", "EXPIRATION_JITTER_MAX_SECONDS",
 		"NEAR_LIMIT_RATIO", "SHADOW_MODE", "FAILURE_POLICY", "STORE_TIMEOUT", "STORE_BATCH_WORKERS", "OVER_LIMIT_CACHE_SIZE"}, prefixes: []string{"RESERV"}},
 	{title: "Valkey store (REDIS_URL set)", prefixes: []string{"REDIS_", "VALKEY_"}},

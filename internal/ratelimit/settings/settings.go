@@ -98,6 +98,9 @@ type Settings struct {
 	XDSClientTLSKey    string
 	XDSServerTLSCACert string
 	XDSServerTLSSAN    string
+	// XDSClientMaxMsgSize (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES) bounds one
+	// xDS response; 0 keeps the client's default (16 MiB).
+	XDSClientMaxMsgSize int
 	// ForceStartWithoutInitialConfig (FORCE_START_WITHOUT_INITIAL_CONFIG):
 	// start even if the first config load fails.
 	ForceStartWithoutInitialConfig bool
@@ -324,7 +327,6 @@ var unsupported = []struct {
 	{"TRACING_ENABLED", "tracing is not supported", []string{"false", "0"}},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", "not supported yet", nil},
 	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "not supported yet", nil},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "the xDS client accepts responses up to 16 MiB (internal/ratelimit/xds DefaultMaxRecvMsgSize), 4 times grpc-go's default", nil},
 	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
 	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "the xDS client reconnects with a fixed backoff: 0.5 s doubling to 30 s, with jitter", nil},
@@ -584,6 +586,9 @@ func (s *Settings) validateServer() error {
 	}
 	if s.GRPCIdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%s: %v must not be negative", name(&s.GRPCIdleTimeout), s.GRPCIdleTimeout))
+	}
+	if s.XDSClientMaxMsgSize < 0 {
+		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.XDSClientMaxMsgSize), s.XDSClientMaxMsgSize))
 	}
 	switch strings.ToLower(s.HTTPJSON) {
 	case HTTPJSONAuto, HTTPJSONTrue, HTTPJSONFalse:

@@ -240,12 +240,28 @@ func TestRedisSocketTypeFollowsURL(t *testing.T) {
 // effect here; one set to a value that would change the reference's
 // behaviour is reported at start, not ignored silently.
 func TestXDSClientSettingsReported(t *testing.T) {
-	s, err := Load(nil, envOf(map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "33554432", "XDS_CLIENT_BACKOFF_JITTER": "true"}), io.Discard)
+	s, err := Load(nil, envOf(map[string]string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL": "60s", "XDS_CLIENT_BACKOFF_JITTER": "true"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Unsupported) != 1 || !strings.HasPrefix(s.Unsupported[0], "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is set but ignored") {
-		t.Fatalf("unsupported = %q, want XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES alone (jitter on is neutral)", s.Unsupported)
+	if len(s.Unsupported) != 1 || !strings.HasPrefix(s.Unsupported[0], "XDS_CLIENT_BACKOFF_MAX_INTERVAL is set but ignored") {
+		t.Fatalf("unsupported = %q, want XDS_CLIENT_BACKOFF_MAX_INTERVAL alone (jitter on is neutral)", s.Unsupported)
+	}
+}
+
+// TestXDSClientMaxMsgSize: the reference's receive limit for xDS responses
+// is honoured (a config larger than the default must be loadable), and a
+// negative one refused.
+func TestXDSClientMaxMsgSize(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "33554432"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.XDSClientMaxMsgSize != 32<<20 || len(s.Unsupported) != 0 {
+		t.Errorf("max %d, unsupported %q", s.XDSClientMaxMsgSize, s.Unsupported)
+	}
+	if _, err := Load(nil, envOf(map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "-1"}), io.Discard); err == nil || !strings.Contains(err.Error(), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
+		t.Errorf("a negative limit: %v", err)
 	}
 }
 

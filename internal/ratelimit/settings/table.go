@@ -91,6 +91,7 @@ func configSettings(s *Settings) []setting {
 		{vars("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "", "xDS client key file", str(&s.XDSClientTLSKey)},
 		{vars("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "", "CA the xDS server's certificate must chain to", str(&s.XDSServerTLSCACert)},
 		{vars("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "", "SAN required in the xDS server's certificate", str(&s.XDSServerTLSSAN)},
+		{vars("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"), "", "largest xDS response accepted, in bytes; 0 = 16 MiB (a larger one is reported as a rejected config)", integer(&s.XDSClientMaxMsgSize)},
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
@@ -35,6 +37,52 @@ func ScopeFromMap(m *budgetmap.Map) config.ScopeFunc {
 			r.Scope = &config.Scope{Bucket: e.Bucket, Principal: e.OverridePrincipal, Fixed: e.OverridePrincipal != ""}
 		}
 		return r
+	}
+}
+
+// unmatchedEntries lists the entries of m whose domain c holds but that no
+// limit of c resolves to (by ScopeFromMap's longest-prefix rule): rules
+// the map names that the config no longer has, so their budget is not
+// applied. Entries of domains c lacks are left out: the map is shared by
+// the Deployments of both gateways, each serving its own domains.
+func unmatchedEntries(m *budgetmap.Map, c *config.Config) []*budgetmap.Entry {
+	if m == nil || c.Empty() {
+		return nil
+	}
+	ix := budgetmap.NewIndex(m)
+	hit := map[*budgetmap.Entry]bool{}
+	for _, l := range c.Limits() {
+		p := make([]budgetmap.DescriptorEntry, len(l.Path))
+		for i, e := range l.Path {
+			p[i] = budgetmap.DescriptorEntry{Key: e.Key, Value: e.Value}
+		}
+		if e := ix.Lookup(l.Domain, p); e != nil {
+			hit[e] = true
+		}
+	}
+	domains := map[string]bool{}
+	for _, d := range c.Domains() {
+		domains[d] = true
+	}
+	var out []*budgetmap.Entry
+	for i := range m.Entries {
+		if e := &m.Entries[i]; domains[e.Domain] && !hit[e] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// warnUnmatched logs each entry unmatchedEntries found.
+func warnUnmatched(log *slog.Logger, entries []*budgetmap.Entry) {
+	for _, e := range entries {
+		path := make([]string, len(e.Descriptor))
+		for i, d := range e.Descriptor {
+			path[i] = d.Key + "=" + d.Value
+		}
+		log.Warn("budget map entry matches no rule of its domain in the config; that rule counts outside its budget (render and apply again)",
+			"domain", e.Domain, "descriptor", strings.Join(path, ","), "budget", e.Budget, "bucket", e.Bucket,
+			"gateway", e.Gateway.Kind+":"+e.Gateway.Namespace+"/"+e.Gateway.Name)
 	}
 }
 
@@ -78,7 +126,7 @@ func (b *BudgetMapFile) Load(a *Applier) error {
 		m, err = budgetmap.Load(data, b.Path)
 	}
 	if err == nil {
-		err = a.SetBudgetMap(ScopeFromMap(m))
+		err = a.setBudgetMap(ScopeFromMap(m), m)
 	}
 	if err != nil {
 		err = fmt.Errorf("budget map: %w", err)

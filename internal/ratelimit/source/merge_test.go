@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 )
 
 const agwFile = `domain: agents/s-agw
@@ -237,5 +239,47 @@ func TestFileHeldByAConflictIsInstalledWhenTheConflictEnds(t *testing.T) {
 		if l.Domain == "team/moved" && (l.RequestsPerUnit != 7 || l.Rule != "team/moved.k") {
 			t.Errorf("team/moved limit = %s %d; want the file's (team/moved.k, 7)", l.Rule, l.RequestsPerUnit)
 		}
+	}
+}
+
+// An xDS update that keeps a budget's domain but no longer holds the rule
+// the budget map names (a policy's rules reordered, so rule/0 is now
+// rule/1; a rule removed) leaves that rule counting alone, outside its
+// budget's bucket. It is installed (Envoy Gateway's config is the truth),
+// but said: a WARN naming the entry and the gauge of unmatched entries.
+// Entries whose domain is absent (the other Deployment's gateway, which
+// reads the same map) are not counted.
+func TestBudgetRuleMissingFromItsDomainIsReported(t *testing.T) {
+	dir := t.TempDir()
+	writeDir(t, dir, "map.yaml", mapFile)
+	var logs strings.Builder
+	m := metrics.New(nil)
+	a := &Applier{Sink: &sink{}, Metrics: m, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	if err := (&BudgetMapFile{Path: filepath.Join(dir, "map.yaml")}).Load(a); err != nil {
+		t.Fatal(err)
+	}
+	unmatched := func() int { return int(testutil.ToFloat64(m.BudgetMapUnmatched)) }
+	if err := a.ApplyProto(t.Context(), egProto("gw/s-gw1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := unmatched(); n != 0 {
+		t.Errorf("every entry of a present domain matched: unmatched = %d", n)
+	}
+	moved := egProto("gw/s-gw1")
+	moved[0].Descriptors[0].Key, moved[0].Descriptors[0].Value = "gw/s-gw1/rule/1", "gw/s-gw1/rule/1"
+	if err := a.ApplyProto(t.Context(), moved); err != nil {
+		t.Fatal(err)
+	}
+	if n := unmatched(); n != 1 {
+		t.Errorf("unmatched = %d, want 1 (gw/s-gw1's rule/0)", n)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "gw/s-gw1/rule/0") || !strings.Contains(logs.String(), "budget=per-key") {
+		t.Errorf("no warning naming the entry:\n%s", logs.String())
+	}
+	if err := a.ApplyProto(t.Context(), egProto("gw/s-gw1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := unmatched(); n != 0 {
+		t.Errorf("after the rule came back: unmatched = %d", n)
 	}
 }

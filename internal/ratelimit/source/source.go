@@ -17,6 +17,7 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
+	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
 
 // Sink receives validated configs; *engine.Engine implements it.
@@ -54,6 +55,9 @@ type Applier struct {
 	// send it again (the files' poll reloads only changed files).
 	held  map[string]*config.Config
 	scope config.ScopeFunc
+	// bmap is the budget map scope came from, when set by a BudgetMapFile:
+	// every install reports its entries the config does not match.
+	bmap *budgetmap.Map
 }
 
 func (a *Applier) logger() *slog.Logger {
@@ -108,7 +112,9 @@ func (a *Applier) Apply(source string, c *config.Config, err error) error {
 	// ratelimit_config_rules counts the merged config's limits, whichever
 	// source loaded last.
 	a.Metrics.ConfigInstalled(len(merged.Limits()))
+	unmatched := a.unmatchedLocked(merged)
 	a.mu.Unlock()
+	warnUnmatched(log, unmatched)
 	a.Metrics.ConfigLoaded(source, nil)
 	log.Info("config loaded", "source", source, "domains", len(merged.Domains()), "rules", len(merged.Limits()), "files", merged.Sources(), "budget_scoped", merged.Scoped())
 	for _, n := range c.NotApplied() {
@@ -186,26 +192,42 @@ func (a *Applier) mergeLocked(source string, c *config.Config) (*config.Config, 
 	return config.Merge(a.scope, parts...)
 }
 
+// unmatchedLocked sets the unmatched-entries gauge for merged, about to be
+// installed, and returns the entries to warn of.
+func (a *Applier) unmatchedLocked(merged *config.Config) []*budgetmap.Entry {
+	u := unmatchedEntries(a.bmap, merged)
+	a.Metrics.BudgetMapUnmatchedEntries(len(u))
+	return u
+}
+
 // SetBudgetMap scopes the limits a budget map names (nil: none) and
 // reinstalls the merged config. It fails, changing nothing, when the current
 // configs cannot be rebuilt with it.
 func (a *Applier) SetBudgetMap(scope config.ScopeFunc) error {
+	return a.setBudgetMap(scope, nil)
+}
+
+// setBudgetMap is SetBudgetMap with the map scope came from (nil: not
+// known), whose entries every install then checks against the config.
+func (a *Applier) setBudgetMap(scope config.ScopeFunc, m *budgetmap.Map) error {
 	a.mu.Lock()
-	prev := a.scope
-	a.scope = scope
+	prevScope, prevMap := a.scope, a.bmap
+	a.scope, a.bmap = scope, m
 	if len(a.parts) == 0 {
 		a.mu.Unlock()
 		return nil
 	}
 	merged, err := a.mergeLocked("", nil)
 	if err != nil {
-		a.scope = prev
+		a.scope, a.bmap = prevScope, prevMap
 		a.mu.Unlock()
 		return err
 	}
 	a.Sink.SetConfig(merged)
 	a.Metrics.ConfigInstalled(len(merged.Limits()))
+	unmatched := a.unmatchedLocked(merged)
 	a.mu.Unlock()
+	warnUnmatched(a.logger(), unmatched)
 	a.logger().Info("budget map applied", "domains", len(merged.Domains()), "rules", len(merged.Limits()), "budget_scoped", merged.Scoped())
 	if a.OnLoaded != nil {
 		a.OnLoaded(merged)

@@ -42,6 +42,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -57,6 +59,18 @@ const (
 	// DefaultMaxRecvMsgSize bounds one response; EG's configs for thousands
 	// of rules stay far below it.
 	DefaultMaxRecvMsgSize = 16 << 20
+	// DefaultKeepaliveTime is the quiet time after which the client pings:
+	// the shortest a gRPC server allows by default
+	// (keepalive.EnforcementPolicy.MinTime in google.golang.org/grpc
+	// keepalive/keepalive.go), which Envoy Gateway's rate limit config
+	// server keeps (internal/globalratelimit/runner/runner.go builds it with
+	// grpc.NewServer and credentials only). Pinging more often would have
+	// it close the connection (GOAWAY too_many_pings). Without pings a dead
+	// server is noticed only by TCP keepalive, which grpc-go leaves at the
+	// OS defaults: two hours on Linux.
+	DefaultKeepaliveTime = 5 * time.Minute
+	// DefaultKeepaliveTimeout is how long a ping may go unanswered.
+	DefaultKeepaliveTimeout = 20 * time.Second
 )
 
 // ApplyFunc installs a complete set of configs. It returns an error, without
@@ -78,10 +92,20 @@ type Options struct {
 	TLS func() (*tls.Config, error)
 	// Apply receives every decoded response. Required.
 	Apply ApplyFunc
+	// Rejected, optional, receives the reason of every response NACKed
+	// before Apply saw it (a resource that does not decode, or of another
+	// type) and of every response too large to receive, so the caller can
+	// log and count it as it does the configs Apply rejects.
+	Rejected func(err error)
 	// BackoffInitial and BackoffMax bound the wait between reconnects: the
 	// wait doubles from BackoffInitial up to BackoffMax, with jitter (a random
 	// duration in [d/2, d]). It resets once a stream delivers a response.
 	BackoffInitial, BackoffMax time.Duration
+	// KeepaliveTime and KeepaliveTimeout: after KeepaliveTime without a
+	// frame from the server the client pings it, and reconnects when no
+	// answer comes within KeepaliveTimeout. Defaults DefaultKeepaliveTime
+	// and DefaultKeepaliveTimeout.
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// MaxRecvMsgSize bounds one response. Default DefaultMaxRecvMsgSize.
 	MaxRecvMsgSize int
 	// Logger receives connection and config events. Default slog.Default().
@@ -133,6 +157,12 @@ func New(o Options) (*Client, error) {
 	}
 	if o.MaxRecvMsgSize <= 0 {
 		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if o.KeepaliveTime <= 0 {
+		o.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if o.KeepaliveTimeout <= 0 {
+		o.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -218,6 +248,9 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.o.MaxRecvMsgSize)),
+		// Only while the stream is open: the server's default policy
+		// refuses pings without one.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.o.KeepaliveTime, Timeout: c.o.KeepaliveTimeout}),
 	}, c.o.DialOptions...)
 	conn, err := grpc.NewClient(c.o.ServerURL, opts...)
 	if err != nil {
@@ -252,10 +285,7 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("server closed the stream")
-			}
-			return healthy, fmt.Errorf("xds receive: %w", err)
+			return healthy, c.recvErr(err)
 		}
 		healthy = true
 		req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
@@ -280,6 +310,25 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 			return healthy, fmt.Errorf("xds send ack: %w", streamErr(st, err))
 		}
 	}
+}
+
+// recvErr is the error that ended a stream in Recv. A response over
+// MaxRecvMsgSize is dropped by grpc-go, which fails the stream with
+// ResourceExhausted: it cannot be NACKed (its nonce was never read), and
+// the server sends it again on every stream, so it is reported like a
+// rejected config as well.
+func (c *Client) recvErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errors.New("xds receive: server closed the stream")
+	}
+	err = fmt.Errorf("xds receive: %w", err)
+	if status.Code(err) == codes.ResourceExhausted {
+		c.o.Logger.Error("xds config too large to receive; keeping the last good config", "kept_version", c.Version(), "max_bytes", c.o.MaxRecvMsgSize, "err", err)
+		if c.o.Rejected != nil {
+			c.o.Rejected(err)
+		}
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -318,19 +367,12 @@ func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse
 		c.o.Logger.Error("xds config rejected; keeping the last good config", "version", resp.GetVersionInfo(), "kept_version", c.Version(), "reason", reason)
 		return reason
 	}
-	if resp.GetTypeUrl() != TypeURL {
-		return nack(fmt.Sprintf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL))
-	}
-	cfgs := make([]*rlsconfv3.RateLimitConfig, 0, len(resp.GetResources()))
-	for i, a := range resp.GetResources() {
-		if a.GetTypeUrl() != TypeURL {
-			return nack(fmt.Sprintf("resource[%d]: unexpected type_url %q", i, a.GetTypeUrl()))
+	cfgs, err := decode(resp)
+	if err != nil {
+		if c.o.Rejected != nil {
+			c.o.Rejected(fmt.Errorf("xds version %q: %w", resp.GetVersionInfo(), err))
 		}
-		cfg := &rlsconfv3.RateLimitConfig{}
-		if err := proto.Unmarshal(a.GetValue(), cfg); err != nil {
-			return nack(fmt.Sprintf("resource[%d]: decode RateLimitConfig: %v", i, err))
-		}
-		cfgs = append(cfgs, cfg)
+		return nack(err.Error())
 	}
 	if err := c.o.Apply(ctx, cfgs); err != nil {
 		return nack(err.Error())
@@ -342,4 +384,23 @@ func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse
 	c.readyOnce.Do(func() { close(c.ready) })
 	c.o.Logger.Info("xds config applied", "version", resp.GetVersionInfo(), "domains", len(cfgs))
 	return ""
+}
+
+// decode unpacks a response's resources.
+func decode(resp *discoveryv3.DiscoveryResponse) ([]*rlsconfv3.RateLimitConfig, error) {
+	if resp.GetTypeUrl() != TypeURL {
+		return nil, fmt.Errorf("unexpected type_url %q, want %q", resp.GetTypeUrl(), TypeURL)
+	}
+	cfgs := make([]*rlsconfv3.RateLimitConfig, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		if a.GetTypeUrl() != TypeURL {
+			return nil, fmt.Errorf("resource[%d]: unexpected type_url %q", i, a.GetTypeUrl())
+		}
+		cfg := &rlsconfv3.RateLimitConfig{}
+		if err := proto.Unmarshal(a.GetValue(), cfg); err != nil {
+			return nil, fmt.Errorf("resource[%d]: decode RateLimitConfig: %w", i, err)
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	return cfgs, nil
 }

@@ -3,21 +3,27 @@ package xds_test
 import (
 	"context"
 	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/xds"
 	"github.com/budgetgen/budgetgen/internal/tlsconfig"
 	"github.com/budgetgen/budgetgen/internal/tlsconfig/tlstest"
 )
@@ -206,4 +212,128 @@ func TestServiceForceStartWithoutInitialConfig(t *testing.T) {
 	})
 	cancel()
 	<-done
+}
+
+// runService starts service.Run with env (plus loopback listeners and the
+// embedded store) and returns its server; the test's cleanup stops it.
+func runService(t *testing.T, env map[string]string) *server.Server {
+	t.Helper()
+	all := map[string]string{
+		"USE_STATSD": "false", "LOG_LEVEL": "warn", "XDG_STATE_HOME": t.TempDir(),
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}
+	for k, v := range env {
+		all[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *server.Server, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, nil, func(k string) string { return all[k] }, io.Discard, func(s *server.Server) { ready <- s })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("service did not stop")
+		}
+	})
+	select {
+	case srv := <-ready:
+		return srv
+	case err := <-done:
+		t.Fatalf("service exited: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("service did not start")
+	}
+	return nil
+}
+
+// metrics returns the service's Prometheus exposition.
+func metrics(t *testing.T, srv *server.Server) string {
+	t.Helper()
+	_, _, debug, _ := srv.Addrs()
+	resp, err := http.Get("http://" + debug.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A response the client NACKs before the config is built (a resource that
+// does not decode, or of another type) keeps the last good config like a
+// config the service rejects, and must be counted like one: the config
+// load metrics are how an operator sees that Envoy Gateway's config is not
+// in force.
+func TestServiceCountsUndecodableConfigAsRejected(t *testing.T) {
+	good, err := anypb.New(cfg("llm/budgets", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ads := &scriptedADS{requests: make(chan *discoveryv3.DiscoveryRequest, 16), responses: []*discoveryv3.DiscoveryResponse{
+		{VersionInfo: "1", Nonce: "n1", TypeUrl: xds.TypeURL, Resources: []*anypb.Any{good}},
+		{VersionInfo: "2", Nonce: "n2", TypeUrl: xds.TypeURL, Resources: []*anypb.Any{{TypeUrl: xds.TypeURL, Value: []byte{0xff, 0xff, 0xff}}}},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, ads)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+
+	srv := runService(t, map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": ln.Addr().String(), "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+	})
+	for _, want := range []string{"n1", "n1", "n2"} { // subscribe, ACK, NACK
+		select {
+		case r := <-ads.requests:
+			if r.ResponseNonce != want && r.ResponseNonce != "" {
+				t.Fatalf("request nonce %q, want %q", r.ResponseNonce, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no NACK of version 2")
+		}
+	}
+	eventually(t, "the rejection counted", func() bool {
+		m := metrics(t, srv)
+		return strings.Contains(m, `ratelimit_config_loads_total{result="error",source="xds"} 1`) &&
+			strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 0`)
+	})
+}
+
+// XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is the reference's way to take a config
+// larger than the client's default limit (src/settings/settings.go, used in
+// src/provider/xds_grpc_sotw_provider.go getGrpcConnection); a deployment
+// that needs it must get the limit it sets. Set here below a config's size
+// (a config over 16 MiB costs half a minute under the race detector): that
+// config is reported as rejected, a smaller one is applied.
+func TestServiceHonoursXDSMaxMessageSize(t *testing.T) {
+	big := egListenerConfig("envoy-gateway-system/eg/http", 600)
+	if n := proto.Size(big); n < 64<<10 {
+		t.Fatalf("config of %d bytes, want one over 64 KiB", n)
+	}
+	eg := startEG(t, "127.0.0.1:0", nil)
+	eg.set("1", cfg("llm/budgets", 1))
+	srv := runService(t, map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": eg.addr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": strconv.Itoa(64 << 10),
+	})
+	eg.set("2", big)
+	eventually(t, "the config over the limit reported", func() bool {
+		m := metrics(t, srv)
+		return strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 0`) && strings.Contains(m, "ratelimit_config_rules 1\n")
+	})
+	eg.set("3", cfg("llm/budgets", 3), cfg("team/other", 3))
+	eventually(t, "the next config, under the limit", func() bool {
+		m := metrics(t, srv)
+		return strings.Contains(m, `ratelimit_config_last_load_success{source="xds"} 1`) && strings.Contains(m, "ratelimit_config_rules 2\n")
+	})
 }
