@@ -88,6 +88,7 @@ func TestExampleReportIsCurrent(t *testing.T) {
 		"2026-10-24", "partial", // today so far
 		"alice@example.com", "run-1019-loop", "key-07", // principals over their caps
 		"acme-batch", "trial-42", // override populations, each against its own cap
+		"budgetgen/no-claim",      // calls without an identity header: one principal of each budget
 		"agent-fleet", "frontier", // shared buckets
 		"Reservations (reserve auto)", // per-run and per-human reserve
 	} {
@@ -217,10 +218,13 @@ func (w *shadowWeek) agentgatewayDay(d int, day time.Time) {
 }
 
 // envoyDay: B3 per-human (Envoy Gateway rule 0, 2M): alice goes over on two
-// days. B4 per-api-key (rule 1, 1M; the override principals excluded):
-// key-07 goes over from 10-22; overrides acme-batch (rule 2, 20M) over once,
-// trial-42 (rule 3, 100k) over from 10-23. B5 frontier (rule 4, one 50M
-// bucket): over on 10-20.
+// days. B4 per-api-key (rule 2, 1M; the override principals excluded):
+// key-07 goes over from 10-22; overrides acme-batch (rule 3, 20M) over once,
+// trial-42 (rule 4, 100k) over from 10-23. Calls with neither identity header
+// (a verified token without the email claim) are charged to each budget's
+// unidentified requests' rule, principal budgetgen/no-claim: per-human's
+// (rule 1, 2M) and per-api-key's (rule 5, 1M), which they pass on 10-22. B5
+// frontier (rule 6, one 50M bucket): over on 10-20.
 func (w *shadowWeek) envoyDay(d int, day time.Time) {
 	at := day.Add(10 * time.Hour)
 	for i := 1; i <= 25; i++ {
@@ -236,7 +240,7 @@ func (w *shadowWeek) envoyDay(d int, day time.Time) {
 		if i == 7 && d >= 5 {
 			tok = map[int]uint64{5: 1_300_000, 6: 1_450_000, 7: 1_050_000}[d]
 		}
-		w.use(egDomain, egRule(1, fmt.Sprintf("key-%02d", i), "", ""), 0b10, at, tok, 20_000, 1_000_000)
+		w.use(egDomain, egRule(2, fmt.Sprintf("key-%02d", i), "", ""), 0b10, at, tok, 20_000, 1_000_000)
 	}
 	acme := w.between(14_000_000, 18_000_000)
 	if d == 4 {
@@ -246,18 +250,25 @@ func (w *shadowWeek) envoyDay(d int, day time.Time) {
 		acme = 0 // nightly batch: today's run has not started
 	}
 	if acme > 0 {
-		w.use(egDomain, egRule(2, ""), 0, day.Add(2*time.Hour), acme, 500_000, 20_000_000)
+		w.use(egDomain, egRule(3, ""), 0, day.Add(2*time.Hour), acme, 500_000, 20_000_000)
 	}
 	trial := w.scaled(w.between(40_000, 90_000))
 	if d >= 6 {
 		trial = map[int]uint64{6: 140_000, 7: 120_000}[d]
 	}
-	w.use(egDomain, egRule(3, ""), 0, at, trial, 5_000, 100_000)
+	w.use(egDomain, egRule(4, ""), 0, at, trial, 5_000, 100_000)
 	frontier := w.scaled(w.between(30_000_000, 48_000_000))
 	if d == 3 {
 		frontier = 56_000_000
 	}
-	w.use(egDomain, egRule(4, ""), 0, at, frontier, 400_000, 50_000_000)
+	w.use(egDomain, egRule(6, ""), 0, at, frontier, 400_000, 50_000_000)
+	// Not drawn from rng, so the other principals' numbers stay as they were.
+	unidentified := w.scaled(300_000 + 40_000*uint64(d))
+	if d == 5 {
+		unidentified = 1_240_000
+	}
+	w.use(egDomain, egRule(1, "", ""), 0, at, unidentified, 20_000, 2_000_000)
+	w.use(egDomain, egRule(5, "", ""), 0, at, unidentified, 20_000, 1_000_000)
 }
 
 // TestPromoteAgreesWithTheExample: the example's verdicts are the ones

@@ -15,6 +15,10 @@ import (
 // instead of a descriptor agentgateway drops (an entry whose expression fails
 // drops its descriptor, and with every descriptor dropped no rate limit call
 // is made: crates/agentgateway/src/http/remoteratelimit.rs, build_request).
+// On Envoy Gateway it is the fixed principal of each per-principal budget's
+// rule for requests carrying none of the Gateway's identity headers
+// (pkg/render, unidentified.go): with the budget map both gateways count such
+// requests in one counter per budget.
 const NoClaim = "budgetgen/no-claim"
 
 // newEnv is the CEL environment the gate and the request simulation evaluate

@@ -110,8 +110,8 @@ func TestPromoteDemoteCLI(t *testing.T) {
 
 // After promote, render emits shadowMode: false for the promoted budget only,
 // and assert accepts the enforcing rule when given the spec (and flags it
-// without the spec: nothing else says it was promoted). per-human is rule 0
-// of the Envoy Gateway policy; per-run runs on agentgateway, whose shadow
+// without the spec: nothing else says it was promoted). per-human is rules 0
+// and 1 of the Envoy Gateway policy; per-run runs on agentgateway, whose shadow
 // flag lives in the rate limit config render writes for its domain.
 func TestPromoteThenRenderAndAssert(t *testing.T) {
 	p := copyExample(t)
@@ -129,11 +129,13 @@ func TestPromoteThenRenderAndAssert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(btp), "shadowMode: false"); n != 1 {
-		t.Fatalf("%d rules with shadowMode: false, want only per-human's:\n%s", n, btp)
+	// per-human's two rules: its principals' and its unidentified requests'
+	// (principal budgetgen/no-claim), which promote flips with the budget.
+	if n := strings.Count(string(btp), "shadowMode: false"); n != 2 {
+		t.Fatalf("%d rules with shadowMode: false, want only per-human's two:\n%s", n, btp)
 	}
-	if !strings.Contains(string(btp), `"rule":0,"budget":"per-human"`) {
-		t.Fatalf("rule 0 is not per-human: %s", btp)
+	if !strings.Contains(string(btp), `"rule":0,"budget":"per-human"`) || !strings.Contains(string(btp), `"rule":1,"budget":"per-human","kind":"tokens","principal":"budgetgen/no-claim"`) {
+		t.Fatalf("rules 0 and 1 are not per-human's: %s", btp)
 	}
 	// agentgateway: per-run's descriptor lost shadow_mode, agent-fleet's kept it.
 	agw, err := os.ReadFile(filepath.Join(rls, "agents_ai-budgets-agent-gateway.yaml"))

@@ -18,7 +18,7 @@ func TestRenderSummary(t *testing.T) {
 	}
 	for _, want := range []string{
 		"wrote " + filepath.Join(dir, "out") + ": 7 files (6 objects and kustomization.yaml)",
-		"  Gateway ai-gateway/agent-router (Envoy Gateway):\n    BackendTrafficPolicy ai-gateway/ai-budgets-agent-router: 5 rate limit rules (budgets per-human, per-api-key, frontier)\n    ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers\n",
+		"  Gateway ai-gateway/agent-router (Envoy Gateway):\n    BackendTrafficPolicy ai-gateway/ai-budgets-agent-router: 7 rate limit rules (budgets per-human, per-api-key, frontier)\n    ClientTrafficPolicy ai-gateway/ai-budgets-agent-router-headers\n",
 		"  Gateway agents/agent-gateway (agentgateway):\n    AgentgatewayPolicy agents/ai-budgets-agent-gateway: 2 descriptors (budgets per-run, agent-fleet)\n",
 		"  ReferenceGrant envoy-gateway-system/ai-budgets-agentgateway-ratelimit\n",
 		"  AgentgatewayPolicy envoy-gateway-system/ai-budgets-ratelimit-tls\n",
@@ -66,7 +66,9 @@ func TestRenderWarnsBudgetMap(t *testing.T) {
 }
 
 // TestRenderSummaryOfStarter: the summary of budgetgen init's starter, a
-// new user's first render, counts its one rule in the singular.
+// new user's first render: its one budget is two rules (its principals' and
+// its unidentified requests'); a lone group budget's one rule is counted in
+// the singular.
 func TestRenderSummaryOfStarter(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "budgets.yaml")
@@ -74,7 +76,17 @@ func TestRenderSummaryOfStarter(t *testing.T) {
 		t.Fatalf("init: exit %d: %s", code, stderr)
 	}
 	code, stdout, stderr := runStdin(t, "", "render", spec, "-o", filepath.Join(dir, "out"))
-	if code != ExitOK || !strings.Contains(stdout, "BackendTrafficPolicy ai-gateway/ai-budgets-ai-gateway: 1 rate limit rule (budgets per-api-key)\n") {
+	if code != ExitOK || !strings.Contains(stdout, "BackendTrafficPolicy ai-gateway/ai-budgets-ai-gateway: 2 rate limit rules (budgets per-api-key)\n") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	group := filepath.Join(dir, "group.yaml")
+	doc := "apiVersion: budgetgen.dev/v1alpha1\nkind: BudgetSet\nmetadata: {name: g}\nspec:\n  gateways: [{namespace: ai-gateway, name: ai-gateway}]\n" +
+		"  identities: {x-ar-kind: {jwtClaim: kind}}\n  budgets: [{name: fleet, group: {header: x-ar-kind, equals: agent}, tokensPerDay: 1000}]\n"
+	if err := os.WriteFile(group, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runStdin(t, "", "render", group, "-o", filepath.Join(dir, "group-out"))
+	if code != ExitOK || !strings.Contains(stdout, "BackendTrafficPolicy ai-gateway/g-ai-gateway: 1 rate limit rule (budgets fleet)\n") {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

@@ -175,14 +175,14 @@ func TestReportCLICluster(t *testing.T) {
 	rec, _ := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
 	d := "ai-gateway/ai-budgets-agent-router"
 	var us []ledger.Usage
-	// per-run (agentgateway), per-human (rule 0), per-api-key's trial-42
+	// per-run (agentgateway), per-human (rule 0), per-api-key's acme-batch
 	// override (rule 3, whose bucket is that one principal): hash tags in
 	// slots 9888, 2034 and 14225, one on each node of a three-master cluster.
 	for i, r := range []ledger.RuleID{{Domain: "agents/ai-budgets-agent-gateway", Rule: "per-run"}, {Domain: d, Rule: d + "/rule/0"}, {Domain: d, Rule: d + "/rule/3"}} {
 		for p := 0; p < 3; p++ {
 			principal := fmt.Sprintf("p%d", p)
 			if i == 2 {
-				principal = "trial-42"
+				principal = "acme-batch"
 			}
 			us = append(us, rec.Usage(r, principal, day.Start(), uint64(1000*(i+1))))
 		}
@@ -205,7 +205,7 @@ func TestReportCLICluster(t *testing.T) {
 			got[b.Name+"/"+o.Principal] = o.Summary.Total
 		}
 	}
-	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key/trial-42"] != 9000 {
+	if got["per-run"] != 3000 || got["per-human"] != 6000 || got["per-api-key/acme-batch"] != 9000 {
 		t.Fatalf("totals %v", got)
 	}
 }

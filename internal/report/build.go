@@ -286,9 +286,19 @@ func (f *fill) row(row capRow) {
 		byPop[pop][name] = cur
 		rest.Shadow, rest.Enforce, rest.Reserve = sub(rest.Shadow, d.Shadow), sub(rest.Enforce, d.Enforce), sub(rest.Reserve, d.Reserve)
 	}
-	own := f.def
-	if row.info.Principal != "" {
-		own = f.override(row.info.Principal)
+	// The population the rule counts: an override's own, or the default
+	// one, also for the unidentified requests' rule (principal
+	// budgetgen/no-claim, no override: one more principal of the budget).
+	own, _, ownName := f.of(row.info, "")
+	if row.info.Principal != "" && rest != (ledger.Denials{}) {
+		// A rule counting one principal denied only that principal, though
+		// its descriptor carried no principal value to record.
+		if byPop[own] == nil {
+			byPop[own] = map[string]ledger.Denials{}
+		}
+		cur := byPop[own][ownName]
+		cur.Add(rest)
+		byPop[own][ownName], rest = cur, ledger.Denials{}
 	}
 	// Reservations are the rule's totals: the population the rule counts.
 	h := row.d.Holds

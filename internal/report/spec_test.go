@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
@@ -27,21 +28,30 @@ func TestMappingFromExampleSpec(t *testing.T) {
 	if r := rule("0"); r.Budget != "per-human" || r.Kind != budgetmap.KindTokens || r.Principal != "" || r.Measure != MeasureTokens || r.Scale != 1 {
 		t.Fatalf("rule 0: %+v", r)
 	}
-	// per-api-key (rule 1) then its overrides sorted by principal: acme-batch, trial-42.
-	if r := rule("1"); r.Budget != "per-api-key" || r.Principal != "" {
+	// per-human's unidentified requests (rule 1), per-api-key (rule 2) then
+	// its overrides sorted by principal: acme-batch, trial-42, then its
+	// unidentified requests (rule 5): principal budgetgen/no-claim, which is
+	// no override, so the report counts it among the budget's principals.
+	if r := rule("1"); r.Budget != "per-human" || r.Principal != agentgateway.NoClaim {
 		t.Fatalf("rule 1: %+v", r)
 	}
-	if r := rule("2"); r.Budget != "per-api-key" || r.Principal != "acme-batch" {
+	if r := rule("2"); r.Budget != "per-api-key" || r.Principal != "" {
 		t.Fatalf("rule 2: %+v", r)
 	}
-	if r := rule("3"); r.Principal != "trial-42" {
+	if r := rule("3"); r.Budget != "per-api-key" || r.Principal != "acme-batch" {
 		t.Fatalf("rule 3: %+v", r)
 	}
-	if r := rule("4"); r.Budget != "frontier" {
+	if r := rule("4"); r.Principal != "trial-42" {
 		t.Fatalf("rule 4: %+v", r)
 	}
-	if r, ok := m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/5"}]; ok {
-		t.Fatalf("rule 5 exists (%+v): B1-B2 are not on Envoy Gateway", r)
+	if r := rule("5"); r.Budget != "per-api-key" || r.Principal != agentgateway.NoClaim {
+		t.Fatalf("rule 5: %+v", r)
+	}
+	if r := rule("6"); r.Budget != "frontier" {
+		t.Fatalf("rule 6: %+v", r)
+	}
+	if r, ok := m.Rules[ledger.RuleID{Domain: d, Rule: d + "/rule/7"}]; ok {
+		t.Fatalf("rule 7 exists (%+v): B1-B2 are not on Envoy Gateway", r)
 	}
 	// B1-B2 on agentgateway: rows named by the domain and the budget entry's
 	// value (no budget map), and by the bucket (with one).

@@ -1,12 +1,15 @@
 package assert
 
 import (
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"gopkg.in/yaml.v3"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
@@ -62,6 +65,11 @@ var ruleDrift = &Rule{
 			if err != nil {
 				return fmt.Errorf("diff %s: %w", got, err)
 			}
+			if missing := lacksUnidentifiedRules(got, want); len(missing) > 0 {
+				p.ReportDetail(got, nil, "", diff, "%s differs from what render produces now: it lacks the rules for requests without an identity header (principal %s) of %s, so an older budgetgen rendered it, and on this Gateway a request carrying none of the identity headers is charged to none of %s: run budgetgen render and commit its output",
+					got, agentgateway.NoClaim, budgetList(missing), pronoun(missing))
+				continue
+			}
 			p.ReportDetail(got, nil, "", diff, "%s differs from what render produces now: run budgetgen render and commit its output", got)
 		}
 		for _, o := range p.Index.Objects {
@@ -72,6 +80,50 @@ var ruleDrift = &Rule{
 		}
 		return nil
 	},
+}
+
+// lacksUnidentifiedRules names the budgets whose rules for requests without
+// an identity header (rule-budgets principal budgetgen/no-claim) the rendered
+// BackendTrafficPolicy has and the committed one lacks: what a render by a
+// budgetgen from before those rules looks like.
+func lacksUnidentifiedRules(committed, rendered *manifest.Object) []string {
+	count := func(o *manifest.Object) map[string]int {
+		n := map[string]int{}
+		if o.Group() != GroupEG || o.Kind != "BackendTrafficPolicy" {
+			return n
+		}
+		var rbs []ruleBudget
+		_ = json.Unmarshal([]byte(manifest.Str(manifest.Get(o.Node, "metadata", "annotations", RuleBudgetsAnnotation))), &rbs) // BG002 reports an unreadable annotation
+		for _, rb := range rbs {
+			if rb.Principal == agentgateway.NoClaim {
+				n[rb.Budget]++
+			}
+		}
+		return n
+	}
+	have := count(committed)
+	var out []string
+	for b, n := range count(rendered) {
+		if have[b] < n {
+			out = append(out, b)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func budgetList(names []string) string {
+	if len(names) == 1 {
+		return "budget " + names[0]
+	}
+	return "budgets " + strings.Join(names, ", ")
+}
+
+func pronoun(names []string) string {
+	if len(names) == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 func objKey(o *manifest.Object) string {

@@ -1,9 +1,11 @@
 package assert
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
 
@@ -95,7 +97,7 @@ var ruleRouteCoverage = &Rule{
 			}
 			sort.Strings(headers)
 			hm := first[headers[0]]
-			p.Report(pol.Obj, manifest.Get(hm.Node, "name"), hm.Path+".name", "routes %s attached to the Gateway have no SecurityPolicy setting any identity header the budgets select on (%s): their requests are charged to no principal's budget; add them to a SecurityPolicy, or set the headers on the Gateway", strings.Join(dedupe(missing), ", "), strings.Join(headers, ", "))
+			p.Report(pol.Obj, manifest.Get(hm.Node, "name"), hm.Path+".name", "routes %s attached to the Gateway have no SecurityPolicy setting any identity header the budgets select on (%s): their requests are charged to no principal's budget%s; add them to a SecurityPolicy, or set the headers on the Gateway", strings.Join(dedupe(missing), ", "), strings.Join(headers, ", "), sharedUnidentified(pol))
 		}
 		return nil
 	},
@@ -116,4 +118,17 @@ func authenticatedRoutes(ix *Index) map[string]bool {
 		}
 	}
 	return out
+}
+
+// sharedUnidentified is what a finding about requests carrying no identity
+// header adds for a budget policy that has rules for them (rule-budgets
+// principal budgetgen/no-claim, which budgetgen renders on Envoy Gateway):
+// such requests are not free there, but share one bucket per budget.
+func sharedUnidentified(pol *Policy) string {
+	for _, r := range pol.Rules {
+		if r.Principal == agentgateway.NoClaim {
+			return fmt.Sprintf(" (they share each per-principal budget's one %s bucket with every other request carrying none of the identity headers)", agentgateway.NoClaim)
+		}
+	}
+	return ""
 }

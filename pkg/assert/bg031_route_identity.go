@@ -105,6 +105,10 @@ func checkRouteIdentity(p *Pass, pol *manifest.Object, hs map[string]bool, g *se
 		}
 	}
 	names := headerNames(hs)
+	shared := ""
+	if bp := policyOf(p.Index, pol); bp != nil {
+		shared = sharedUnidentified(bp)
+	}
 	replaced := replacedSetter(p.Index, g, hs)
 	var setting int
 	for _, c := range creds {
@@ -114,19 +118,19 @@ func checkRouteIdentity(p *Pass, pol *manifest.Object, hs map[string]bool, g *se
 	}
 	switch {
 	case len(creds) == 0 && replaced != nil:
-		report(g.eff.Policy, g.eff.Path, "%s on %s replaces %s there (EG applies the most specific SecurityPolicy; no mergeType), and authenticates nothing: requests on %s carry none of %s and spend no per-principal budget of %s; set spec.mergeType: StrategicMerge on %s, or repeat the credential and its claimToHeaders",
-			g.eff.Policy, g.eff.Key, replaced.Policy, routeList(g.units), names, pol.Name, g.eff.Policy.Name)
+		report(g.eff.Policy, g.eff.Path, "%s on %s replaces %s there (EG applies the most specific SecurityPolicy; no mergeType), and authenticates nothing: requests on %s carry none of %s and spend no per-principal budget of %s%s; set spec.mergeType: StrategicMerge on %s, or repeat the credential and its claimToHeaders",
+			g.eff.Policy, g.eff.Key, replaced.Policy, routeList(g.units), names, pol.Name, shared, g.eff.Policy.Name)
 	case len(creds) > 0 && setting == 0:
 		what := ""
 		if replaced != nil {
 			what = fmt.Sprintf(" (it replaces %s, which does; EG applies the most specific SecurityPolicy, merged only with spec.mergeType)", replaced.Policy)
 		}
-		report(g.eff.Policy, g.eff.Path, "%s authenticates requests on %s (%s) but sets none of %s%s: its principals run on no per-principal budget of %s; map a claim to one of them (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend)",
-			g.eff.Policy, routeList(g.units), credNames(creds), names, what, pol.Name)
+		report(g.eff.Policy, g.eff.Path, "%s authenticates requests on %s (%s) but sets none of %s%s: its principals run on no per-principal budget of %s%s; map a claim to one of them (jwt claimToHeaders, apiKeyAuth forwardClientIDHeader, extAuth.http headersToBackend)",
+			g.eff.Policy, routeList(g.units), credNames(creds), names, what, pol.Name, shared)
 	case setting < len(creds):
 		checkEachCredential(creds, hs, func(c credential) {
-			report(c.Owner, c.Path, "%s of %s admits requests on %s without setting any of %s (a request passes with any one JWT provider): its principals run on no per-principal budget of %s; add claimToHeaders for one of them to this provider",
-				c.What, c.Owner, routeList(g.units), names, pol.Name)
+			report(c.Owner, c.Path, "%s of %s admits requests on %s without setting any of %s (a request passes with any one JWT provider): its principals run on no per-principal budget of %s%s; add claimToHeaders for one of them to this provider",
+				c.What, c.Owner, routeList(g.units), names, pol.Name, shared)
 		})
 	}
 }

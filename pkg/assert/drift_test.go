@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/budgetgen/budgetgen/pkg/manifest"
+	"github.com/budgetgen/budgetgen/pkg/render"
+	"github.com/budgetgen/budgetgen/pkg/spec"
 )
 
 // TestDrift compares committed objects with a rendered set given as data:
@@ -106,5 +108,48 @@ func TestDriftUndecodableCommitted(t *testing.T) {
 	}
 	if len(rep.Findings) != 1 || rep.Findings[0].Rule != "BG008" || !strings.Contains(rep.Findings[0].Message, "already defined") {
 		t.Fatalf("findings %+v", rep.Findings)
+	}
+}
+
+// TestDriftOlderRender: a BackendTrafficPolicy rendered by a budgetgen from
+// before the rules for requests without an identity header is drift that
+// says so, naming the per-principal budgets that lack them (per-api-key,
+// not the group budget fleet), with the diff.
+func TestDriftOlderRender(t *testing.T) {
+	const dir = "testdata/drift/older-budgetgen"
+	fx := loadFixture(t, dir+"/committed.yaml")
+	bs, err := spec.LoadFile(dir+"/spec.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := render.Render(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := manifest.Parse("<render>", res.YAML(), manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), fx.objs, Options{Spec: &SpecFacts{File: dir + "/spec.yaml"}, Rendered: rendered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drift []Finding
+	for _, f := range rep.Findings {
+		if f.Rule == "BG008" && f.File == fx.path {
+			drift = append(drift, f)
+		}
+	}
+	if g := got(&Report{Findings: drift}); strings.Join(g, " ") != strings.Join(fx.want, " ") {
+		t.Fatalf("BG008 findings %v, want %v", g, fx.want)
+	}
+	msg := drift[0].Message
+	for _, want := range []string{"lacks the rules for requests without an identity header (principal budgetgen/no-claim) of budget per-api-key", "an older budgetgen rendered it", "run budgetgen render"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	if !strings.Contains(drift[0].Detail, "type: RegularExpression\n+                  value: .*") {
+		t.Errorf("diff does not show the new rule:\n%s", drift[0].Detail)
 	}
 }

@@ -86,9 +86,11 @@ spec:
 	for _, e := range render.BudgetMap(bs).Entries {
 		got[e.Budget] = append(got[e.Budget], e.Bucket)
 	}
+	// Per Gateway two rules: the principals' and the unidentified requests'
+	// (principal budgetgen/no-claim), both in the budget's bucket.
 	want := map[string][]string{
-		"shared": {"s/shared", "s/shared"},
-		"split":  {"s/split@a/gw1", "s/split@b/gw2"},
+		"shared": {"s/shared", "s/shared", "s/shared", "s/shared"},
+		"split":  {"s/split@a/gw1", "s/split@a/gw1", "s/split@b/gw2", "s/split@b/gw2"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("buckets = %v, want %v", got, want)

@@ -72,7 +72,8 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 			t.Errorf("principal expression %q reads %v (err %v), want jwt only", d.Entries[1].Expression, vars, err)
 		}
 	}
-	// The EG policy holds only its own budgets: per-api-key (+1 override) and the frontier cap (+kill switch).
+	// The EG policy holds only its own budgets: per-api-key (+1 override, +its
+	// rule for requests without an identity header) and the frontier cap (+kill switch).
 	rbs, err := RuleBudgets(res.Objects[0].Object.(interface{ GetAnnotations() map[string]string }).GetAnnotations())
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 	for _, rb := range rbs {
 		names = append(names, rb.Budget)
 	}
-	if got := strings.Join(names, ","); got != "per-api-key,per-api-key,frontier,frontier" {
+	if got := strings.Join(names, ","); got != "per-api-key,per-api-key,per-api-key,frontier,frontier" {
 		t.Errorf("EG rule budgets = %s", got)
 	}
 	// The RLS config of the agentgateway domain holds the caps and modes.

@@ -151,7 +151,9 @@ func agentgatewayEntries(bs *spec.BudgetSet, gw spec.GatewayRef, gref budgetmap.
 
 // RuleCountFor is how many rate limit rules the policy of an Envoy Gateway
 // Gateway holds: the rules of the budgets placed on it (one per window, every
-// override its own), the frontier cap and its kill switch. 0 for agentgateway.
+// override its own, and per window of a per-principal budget the rule for
+// requests without an identity header), the frontier cap and its kill switch.
+// 0 for agentgateway.
 func RuleCountFor(bs *spec.BudgetSet, gw spec.GatewayRef) int {
 	if gw.IsAgentgateway() {
 		return 0

@@ -9,9 +9,10 @@ import (
 )
 
 // Render turns a loaded BudgetSet into the objects that enforce it: here one
-// BackendTrafficPolicy holding the budget as a shared global rate limit rule
-// (in shadow mode until promoted) and a ClientTrafficPolicy stripping
-// client-sent copies of the identity header.
+// BackendTrafficPolicy holding the budget as shared global rate limit rules
+// (in shadow mode until promoted), one per principal and one for requests
+// without the identity header (principal budgetgen/no-claim), and a
+// ClientTrafficPolicy stripping client-sent copies of the identity header.
 func Example() {
 	bs, err := spec.Load([]byte(`apiVersion: budgetgen.dev/v1alpha1
 kind: BudgetSet
@@ -51,7 +52,7 @@ spec:
 	// kind: BackendTrafficPolicy
 	// metadata:
 	//   annotations:
-	//     budgetgen.dev/rule-budgets: '[{"rule":0,"budget":"per-api-key","kind":"tokens"}]'
+	//     budgetgen.dev/rule-budgets: '[{"rule":0,"budget":"per-api-key","kind":"tokens"},{"rule":1,"budget":"per-api-key","kind":"tokens","principal":"budgetgen/no-claim"}]'
 	//   labels:
 	//     app.kubernetes.io/managed-by: budgetgen
 	//     budgetgen.dev/budget-set: ai-budgets
@@ -65,6 +66,26 @@ spec:
 	//         - headers:
 	//           - name: x-api-key-client
 	//             type: Distinct
+	//         cost:
+	//           request:
+	//             from: Number
+	//             number: 0
+	//           response:
+	//             from: Metadata
+	//             metadata:
+	//               key: llm_total_token
+	//               namespace: io.envoy.ai_gateway
+	//         limit:
+	//           requests: 1000000
+	//           unit: Day
+	//         shadowMode: true
+	//         shared: true
+	//       - clientSelectors:
+	//         - headers:
+	//           - invert: true
+	//             name: x-api-key-client
+	//             type: RegularExpression
+	//             value: .*
 	//         cost:
 	//           request:
 	//             from: Number

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/internal/aigateway"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 	"github.com/budgetgen/budgetgen/pkg/spec"
@@ -239,6 +240,11 @@ func RuleCount(bs *spec.BudgetSet) int {
 	for _, ls := range allLimits(bs) {
 		n += len(ls) // one rule per window
 	}
+	for i := range bs.Spec.Budgets {
+		if b := &bs.Spec.Budgets[i]; b.Kind() == spec.KindPerPrincipal {
+			n += len(b.AllLimits()) // and per window the unidentified requests' rule
+		}
+	}
 	if f := bs.Spec.Frontier; f != nil {
 		if f.KillSwitch {
 			n++
@@ -284,14 +290,15 @@ func checkLimits(bs *spec.BudgetSet) error {
 		}
 	}
 	for i, gw := range bs.Spec.Gateways {
-		n := RuleCountFor(bs, gw)
-		if gw.IsAgentgateway() || n <= MaxRulesPerPolicy {
+		if gw.IsAgentgateway() {
 			continue
 		}
-		return &LimitError{
-			Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
-			Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy, Field: fmt.Sprintf("spec.gateways[%d]", i),
-			Hint: "every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)",
+		if n := RuleCountFor(bs, gw); n > MaxRulesPerPolicy {
+			return &LimitError{
+				Limit:  "rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy",
+				Object: "BackendTrafficPolicy " + gw.Namespace + "/" + PolicyName(bs, gw), Need: n, Max: MaxRulesPerPolicy, Field: fmt.Sprintf("spec.gateways[%d]", i),
+				Hint: "every override is one rule, and every per-principal budget one more per window for requests without an identity header: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)",
+			}
 		}
 	}
 	return nil
@@ -505,32 +512,15 @@ func withCharge(bs *spec.BudgetSet, rb RuleBudget, l spec.Limit, c charge) RuleB
 }
 
 func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []RuleBudget, error) {
-	var (
-		out   []egv1a1.RateLimitRule
-		index []RuleBudget
-	)
-	add := func(r egv1a1.RateLimitRule, rb RuleBudget) {
-		rb.Rule = len(out)
-		out = append(out, r)
-		index = append(index, rb)
-	}
-	// addLimits adds one rule per window of ls: every window binds.
-	addLimits := func(path string, ls []spec.Limit, r *spec.Rollout, sel func() []egv1a1.RateLimitSelectCondition, rb RuleBudget) error {
-		for k, l := range ls {
-			c, err := limitCharge(bs, fmt.Sprintf("%s.limits[%d]", path, k), l)
-			if err != nil {
-				return err
-			}
-			add(tokenRule(c, r, sel()), withCharge(bs, rb, l, c))
-		}
-		return nil
-	}
+	l := &ruleList{bs: bs}
+	hdrs := principalHeaders(bs, gw)
 	for i := range bs.Spec.Budgets {
 		b := &bs.Spec.Budgets[i]
 		if !bs.HasBudget(b, gw) {
 			continue
 		}
 		path := fmt.Sprintf("spec.budgets[%d]", i)
+		var err error
 		switch b.Kind() {
 		case spec.KindGroup:
 			sel := func() []egv1a1.RateLimitSelectCondition {
@@ -538,47 +528,99 @@ func rules(bs *spec.BudgetSet, gw spec.GatewayRef) ([]egv1a1.RateLimitRule, []Ru
 					header(b.Group.Header, egv1a1.HeaderMatchExact, b.Group.Equals, false),
 				}}}
 			}
-			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens}); err != nil {
-				return nil, nil, err
-			}
+			err = l.addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens})
 		default:
-			overrides := b.SortedOverrides()
-			sel := func() []egv1a1.RateLimitSelectCondition { return distinctSelectors(b.PerPrincipal, overrides) }
-			if err := addLimits(path, b.AllLimits(), &b.Rollout, sel, RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens}); err != nil {
-				return nil, nil, err
-			}
-			for _, o := range overrides {
-				sel := func() []egv1a1.RateLimitSelectCondition {
-					return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
-						header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
-					}}}
-				}
-				if err := addLimits(overridePath(path, b, o.Principal), o.AllLimits(), &b.Rollout, sel,
-					RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens, Principal: o.Principal}); err != nil {
-					return nil, nil, err
-				}
-			}
+			err = l.addPrincipal(path, b, hdrs)
 		}
-	}
-	if f := bs.Spec.Frontier; f != nil {
-		models := func() []egv1a1.RateLimitSelectCondition {
-			return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
-				header(f.Header, egv1a1.HeaderMatchRegularExpression, ModelRegex(f.Models), false),
-			}}}
-		}
-		if err := addLimits("spec.frontier", f.AllLimits(), &f.Rollout, models, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindTokens}); err != nil {
+		if err != nil {
 			return nil, nil, err
 		}
-		if f.KillSwitch {
-			// A token-cost rule still admits the in-flight request; a request
-			// count rule with zero requests denies every one, whatever the mode.
-			add(egv1a1.RateLimitRule{
-				ClientSelectors: models(),
-				Limit:           egv1a1.RateLimitValue{Requests: 0, Unit: egv1a1.RateLimitUnitDay},
-				Shared:          ptr(true),
-				ShadowMode:      ptr(false),
-			}, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindKillSwitch})
+	}
+	if err := l.addFrontier(bs.Spec.Frontier); err != nil {
+		return nil, nil, err
+	}
+	return l.rules, l.index, nil
+}
+
+// ruleList collects a policy's rules and, in the same order, the
+// rule-budgets annotation's entries.
+type ruleList struct {
+	bs    *spec.BudgetSet
+	rules []egv1a1.RateLimitRule
+	index []RuleBudget
+}
+
+func (l *ruleList) add(r egv1a1.RateLimitRule, rb RuleBudget) {
+	rb.Rule = len(l.rules)
+	l.rules = append(l.rules, r)
+	l.index = append(l.index, rb)
+}
+
+// addLimits adds one rule per window of ls: every window binds.
+func (l *ruleList) addLimits(path string, ls []spec.Limit, r *spec.Rollout, sel func() []egv1a1.RateLimitSelectCondition, rb RuleBudget) error {
+	for k, lim := range ls {
+		c, err := limitCharge(l.bs, fmt.Sprintf("%s.limits[%d]", path, k), lim)
+		if err != nil {
+			return err
+		}
+		l.add(tokenRule(c, r, sel()), withCharge(l.bs, rb, lim, c))
+	}
+	return nil
+}
+
+// addPrincipal adds a per-principal budget's rules: its Distinct rule per
+// window (overridden principals excluded), each override's own rules, then
+// per window the rule charging the Gateway's unidentified requests (those
+// carrying none of hdrs, the identity headers of the Gateway's per-principal
+// budgets) to the budget's one bucket for them, principal
+// agentgateway.NoClaim, capped like one principal. Without it a request
+// without the header builds no descriptor for the budget and spends
+// unbudgeted (Envoy Gateway's Distinct match is a request_headers action
+// without skip_if_absent).
+func (l *ruleList) addPrincipal(path string, b *spec.Budget, hdrs []string) error {
+	overrides := b.SortedOverrides()
+	sel := func() []egv1a1.RateLimitSelectCondition { return distinctSelectors(b.PerPrincipal, overrides) }
+	rb := RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens}
+	if err := l.addLimits(path, b.AllLimits(), &b.Rollout, sel, rb); err != nil {
+		return err
+	}
+	for _, o := range overrides {
+		sel := func() []egv1a1.RateLimitSelectCondition {
+			return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+				header(b.PerPrincipal, egv1a1.HeaderMatchExact, o.Principal, false),
+			}}}
+		}
+		orb := RuleBudget{Budget: b.Name, Kind: budgetmap.KindTokens, Principal: o.Principal}
+		if err := l.addLimits(overridePath(path, b, o.Principal), o.AllLimits(), &b.Rollout, sel, orb); err != nil {
+			return err
 		}
 	}
-	return out, index, nil
+	rb.Principal = agentgateway.NoClaim
+	return l.addLimits(path, b.AllLimits(), &b.Rollout, func() []egv1a1.RateLimitSelectCondition { return unidentifiedSelectors(hdrs) }, rb)
+}
+
+// addFrontier adds the frontier cap's rules and its kill switch.
+func (l *ruleList) addFrontier(f *spec.Frontier) error {
+	if f == nil {
+		return nil
+	}
+	models := func() []egv1a1.RateLimitSelectCondition {
+		return []egv1a1.RateLimitSelectCondition{{Headers: []egv1a1.HeaderMatch{
+			header(f.Header, egv1a1.HeaderMatchRegularExpression, ModelRegex(f.Models), false),
+		}}}
+	}
+	if err := l.addLimits("spec.frontier", f.AllLimits(), &f.Rollout, models, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindTokens}); err != nil {
+		return err
+	}
+	if f.KillSwitch {
+		// A token-cost rule still admits the in-flight request; a request
+		// count rule with zero requests denies every one, whatever the mode.
+		l.add(egv1a1.RateLimitRule{
+			ClientSelectors: models(),
+			Limit:           egv1a1.RateLimitValue{Requests: 0, Unit: egv1a1.RateLimitUnitDay},
+			Shared:          ptr(true),
+			ShadowMode:      ptr(false),
+		}, RuleBudget{Budget: spec.FrontierName, Kind: budgetmap.KindKillSwitch})
+	}
+	return nil
 }

@@ -172,12 +172,14 @@ func TestRenderRules(t *testing.T) {
 	if len(rbs) != len(rules) {
 		t.Fatalf("annotation has %d entries for %d rules", len(rbs), len(rules))
 	}
-	// B3-B5 on Envoy Gateway: per-human, per-api-key and its two overrides, frontier.
+	// B3-B5 on Envoy Gateway: per-human, per-api-key and its two overrides,
+	// each per-principal budget's rule for unidentified requests after its
+	// own, frontier.
 	var onEG []string
 	for _, rb := range rbs {
 		onEG = append(onEG, rb.Budget+"/"+rb.Principal)
 	}
-	if want := []string{"per-human/", "per-api-key/", "per-api-key/acme-batch", "per-api-key/trial-42", "frontier/"}; !slices.Equal(onEG, want) {
+	if want := []string{"per-human/", "per-human/" + agentgateway.NoClaim, "per-api-key/", "per-api-key/acme-batch", "per-api-key/trial-42", "per-api-key/" + agentgateway.NoClaim, "frontier/"}; !slices.Equal(onEG, want) {
 		t.Errorf("Envoy Gateway rules %v, want %v", onEG, want)
 	}
 	// The override's own rule binds its principal with its own cap, and the
@@ -285,7 +287,7 @@ spec:
 }
 
 func TestManyOverridesSpillIntoSelectors(t *testing.T) {
-	bs, err := spec.Load([]byte(manyOverrides(249)), "big.yaml")
+	bs, err := spec.Load([]byte(manyOverrides(248)), "big.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,10 +298,10 @@ func TestManyOverridesSpillIntoSelectors(t *testing.T) {
 	btp := res.Objects[0].Object.(*egv1a1.BackendTrafficPolicy)
 	rules := btp.Spec.RateLimit.Global.Rules
 	if len(rules) != 250 {
-		t.Fatalf("got %d rules, want 250", len(rules))
+		t.Fatalf("got %d rules, want 250 (the default, 248 overrides, the unidentified requests')", len(rules))
 	}
 	sel := rules[0].ClientSelectors
-	if len(sel) != 2 || len(sel[0].Headers) != 128 || len(sel[1].Headers) != 122 {
+	if len(sel) != 2 || len(sel[0].Headers) != 128 || len(sel[1].Headers) != 121 {
 		t.Fatalf("default rule selectors: %d (sizes %d, %d)", len(sel), len(sel[0].Headers), len(sel[1].Headers))
 	}
 	validateAll(t, res)
@@ -310,8 +312,8 @@ func TestLimits(t *testing.T) {
 	tests := []struct {
 		name, doc, want string
 	}{
-		{"rules per policy", manyOverrides(256),
-			"big.yaml:5: BackendTrafficPolicy ai-gateway/big-agent-router: needs 257, Envoy Gateway allows rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy (max 256): every override is one rule: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)"},
+		{"rules per policy", manyOverrides(255),
+			"big.yaml:5: BackendTrafficPolicy ai-gateway/big-agent-router: needs 257, Envoy Gateway allows rate limit rules per BackendTrafficPolicy, and a Gateway takes one Gateway-level policy (max 256): every override is one rule, and every per-principal budget one more per window for requests without an identity header: drop overrides that are close to the default cap, move a class of principals to a group budget, or split budgets across BudgetSets targeting different Gateways or listeners (sectionName)"},
 		{"exclusions per rule", manyOverrides(1100),
 			"big.yaml:12: spec.budgets[0] (per-api-key) overrides: needs 1101, Envoy Gateway allows 128 header matches per selector x 8 selectors per rule to exclude overridden principals from the default rule (max 1024): keep overrides for the few principals that need them; give a class of principals its own identity header value and a group budget, or raise the default cap"},
 		{"principal length", strings.Replace(manyOverrides(1), "client-00000", long, 1),
@@ -364,7 +366,7 @@ func TestRuleBudgetsParser(t *testing.T) {
 }
 
 func BenchmarkRender250Rules(b *testing.B) {
-	bs, err := spec.Load([]byte(manyOverrides(249)), "big.yaml")
+	bs, err := spec.Load([]byte(manyOverrides(248)), "big.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -449,11 +451,11 @@ func TestBasePolicyMerge(t *testing.T) {
 		t.Fatalf("base fields lost: %+v", btp.ObjectMeta)
 	}
 	rules := btp.Spec.RateLimit.Global.Rules
-	if len(rules) != 6 || rules[0].ClientSelectors[0].SourceCIDR == nil || rules[2].Cost == nil {
+	if len(rules) != 7 || rules[0].ClientSelectors[0].SourceCIDR == nil || rules[2].Cost == nil {
 		t.Fatalf("rules: base first, then budgets: %+v", rules)
 	}
 	rbs, err := RuleBudgets(btp.Annotations)
-	if err != nil || len(rbs) != 4 || rbs[0].Rule != 2 || rbs[3].Rule != 5 || rbs[3].Kind != budgetmap.KindKillSwitch {
+	if err != nil || len(rbs) != 5 || rbs[0].Rule != 2 || rbs[2].Principal != agentgateway.NoClaim || rbs[4].Rule != 6 || rbs[4].Kind != budgetmap.KindKillSwitch {
 		t.Fatalf("rule budgets %+v, %v", rbs, err)
 	}
 	gc := res.Objects[2]

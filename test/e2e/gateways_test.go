@@ -340,8 +340,9 @@ func TestPerGatewayBucketsCountApart(t *testing.T) {
 }
 
 // A day through both request shapes against one service: the group budget is
-// one bucket across Envoy Gateway and agentgateway; a request without the
-// claim is counted by neither.
+// one bucket across Envoy Gateway and agentgateway, and so is per-user's
+// bucket for requests without the claim (agentgateway's coalesce, Envoy
+// Gateway's unidentified requests' rule: principal budgetgen/no-claim).
 func TestDayThroughBothRequestShapes(t *testing.T) {
 	vk := startValkey(t)
 	m := newMesh(t, vk, gatewaysSpec, true)
@@ -360,8 +361,9 @@ func TestDayThroughBothRequestShapes(t *testing.T) {
 		{agent("a5"), []hop{{"gw1", 1}}, "-"},
 		// A human (no kind claim) only meets per-user.
 		{map[string]string{"sub": "h1"}, []hop{{"agw", 999}, {"gw2", 2}, {"gw1", 1}}, "++-"},
-		// No verified JWT: agentgateway drops the descriptors, EG has no header.
-		{map[string]string{}, []hop{{"agw", 100000}, {"gw1", 100000}}, "++"},
+		// No claim: charged to per-user's one no-claim bucket (cap 1000) on
+		// either Gateway, so agentgateway's 100000 makes gw1 deny.
+		{map[string]string{}, []hop{{"agw", 100000}, {"gw1", 100000}}, "+-"},
 	}
 	for _, s := range steps {
 		if got := m.walk(s.who, s.hops...); got != s.expect {

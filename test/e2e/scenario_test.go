@@ -9,13 +9,16 @@ import (
 )
 
 // Rule indices of the example spec's rendered Envoy Gateway policy (see its
-// budgetgen.dev/rule-budgets annotation): B3-B5. B1-B2 (per-run, agent-fleet)
-// run on agentgateway.
+// budgetgen.dev/rule-budgets annotation): B3-B5, each per-principal budget's
+// rules followed by its rule for unidentified requests (principal
+// budgetgen/no-claim). B1-B2 (per-run, agent-fleet) run on agentgateway.
 const (
 	rulePerHuman = iota
+	rulePerHumanNoClaim
 	rulePerAPIKey
 	ruleAcmeBatch
 	ruleTrial42
+	rulePerAPIKeyNoClaim
 	ruleFrontier
 	ruleKillSwitch
 )
@@ -41,13 +44,17 @@ func fleetOnly() map[string]string {
 	return map[string]string{"kind": "agent"}
 }
 
-// frontierOnly is a call through Envoy Gateway that no per-principal budget
-// keys on: only the frontier cap applies to it.
-func frontierOnly(model string) map[string]string {
+// unidentified is a call through Envoy Gateway with neither identity header
+// (a verified token without the email claim): no principal's budget keys on
+// it, so each per-principal budget charges it to its one no-claim bucket.
+func unidentified(model string) map[string]string {
 	return map[string]string{"x-ai-eg-model": model}
 }
 func human(email string) map[string]string {
-	return map[string]string{"x-ar-human": email, "x-ai-eg-model": cheapModel}
+	return humanOn(email, cheapModel)
+}
+func humanOn(email, model string) map[string]string {
+	return map[string]string{"x-ar-human": email, "x-ai-eg-model": model}
 }
 func apiKey(k string) map[string]string {
 	return map[string]string{"x-api-key-client": k, "x-ai-eg-model": cheapModel}
@@ -79,9 +86,15 @@ var day = []step{
 	{"key k2", viaEnvoy, apiKey("k2"), 1, 100_000, "+"},
 	{"key acme-batch", viaEnvoy, apiKey("acme-batch"), 8, 3_000_000, "+++++++-"},
 	{"key trial-42", viaEnvoy, apiKey("trial-42"), 3, 60_000, "++-"},
+	// Calls with neither identity header share one bucket per budget, capped
+	// like one principal: per-api-key's (1M) binds first, at the third call.
+	{"no identity header", viaEnvoy, unidentified(cheapModel), 3, 600_000, "++-"},
 	// frontier (50M shared, Envoy Gateway): every call above used a cheap
-	// model, so the bucket starts empty; the third 30M call is denied.
-	{"frontier", viaEnvoy, frontierOnly("claude-opus-4"), 3, 30_000_000, "++-"},
+	// model, so the bucket starts empty; three humans' 30M calls, the third
+	// is denied (the frontier, not their own empty budgets).
+	{"frontier fay", viaEnvoy, humanOn("fay@example.com", "claude-opus-4"), 1, 30_000_000, "+"},
+	{"frontier gus", viaEnvoy, humanOn("gus@example.com", "claude-opus-4"), 1, 30_000_000, "+"},
+	{"frontier hal", viaEnvoy, humanOn("hal@example.com", "claude-opus-4"), 1, 30_000_000, "-"},
 	// Two budgets on one call: dave is far under his own cap, the frontier binds.
 	{"human dave on frontier", viaEnvoy, map[string]string{"x-ar-human": "dave@example.com", "x-ai-eg-model": "gpt-5"}, 1, 1_000, "-"},
 	// A fleet token without a run_id: its per-run descriptor is charged to
@@ -144,7 +157,7 @@ func TestShadowAdmitsAllAndRecordsWouldBeDenials(t *testing.T) {
 	}
 	got := w.shadowOverLimit()
 	rules := []string{agwBudget("per-run"), agwBudget("agent-fleet")}
-	for _, i := range []int{rulePerHuman, rulePerAPIKey, ruleAcmeBatch, ruleTrial42, ruleFrontier} {
+	for _, i := range []int{rulePerHuman, rulePerAPIKey, ruleAcmeBatch, ruleTrial42, rulePerAPIKeyNoClaim, ruleFrontier} {
 		rules = append(rules, egRule(i))
 	}
 	for _, r := range rules {
@@ -155,7 +168,15 @@ func TestShadowAdmitsAllAndRecordsWouldBeDenials(t *testing.T) {
 			t.Errorf("rule %s: %d would-be denials recorded, the counter model says %d", r, got[r], w.oracle.shadowOver[r])
 		}
 	}
-	if len(got) != len(rules) {
+	// Every rule that decided has a series (at 0 when never over): per-human's
+	// no-claim bucket saw 1.8M of its 2M.
+	over := 0
+	for _, n := range got {
+		if n > 0 {
+			over++
+		}
+	}
+	if over != len(rules) || got[egRule(rulePerHumanNoClaim)] != 0 {
 		t.Errorf("would-be denials on rules %v, want exactly %v", got, rules)
 	}
 }
