@@ -144,8 +144,9 @@ func (r *running) charge(t *testing.T, run string, tokens uint32) {
 
 // TestEveryQueriedMetricIsExported: every metric name the dashboard and the
 // rules query is on the /metrics of a fresh service, before any traffic:
-// with Valkey (and threshold events on) or with the embedded store, as each
-// store exports its own series; and the example's budget names are labels.
+// with Valkey (and threshold events on), with the embedded store, or with
+// its config over xDS, as each store and the xDS source export their own
+// series; and the example's budget names are labels.
 func TestEveryQueriedMetricIsExported(t *testing.T) {
 	want := queriedMetrics(t)
 	vk := valkeytest.Start(t, valkeytest.Options{})
@@ -154,8 +155,12 @@ func TestEveryQueriedMetricIsExported(t *testing.T) {
 	withValkey := startService(t, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": vk.Addr, "THRESHOLD_EVENTS_URL": sink.URL,
 		"BUDGET_MAP_PATH": reservingMap(t)})
 	embedded := startService(t, nil)
+	// No xDS server answers: the xDS client's series exist all the same
+	// (stream down), and the example's files are served beside it.
+	withXDS := startService(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"CONFIG_GRPC_XDS_SERVER_URL": fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))})
 	got := map[string]bool{}
-	for _, r := range []*running{withValkey, embedded} {
+	for _, r := range []*running{withValkey, embedded, withXDS} {
 		mfs := r.scrape(t)
 		for n := range exported(mfs) {
 			got[n] = true

@@ -432,6 +432,10 @@ func (r *runner) startConfig(ctx context.Context, a *source.Applier, src *config
 	if err != nil {
 		return err
 	}
+	// Registered only here, with the xDS source: a file-configured service
+	// has no stream, and a stream gauge at 0 on it would read as a stream
+	// down (and fire RateLimitXDSStreamDown).
+	r.reg.MustRegister(xc.Collector())
 	src.wg.Add(1)
 	go func() { defer src.wg.Done(); _ = xc.Run(ctx) }()
 	if err := waitFirstXDSConfig(ctx, s, xc); err != nil {

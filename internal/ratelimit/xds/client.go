@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -128,11 +129,65 @@ type Client struct {
 	stats     Stats
 }
 
-// Stats counts what the client has done, for metrics and tests.
+// Stats counts what the client has done, for metrics (Collector) and tests.
 type Stats struct {
-	Connects, StreamErrors, Acks, Nacks int
+	// Attempts counts the streams the client tried to open, Connects those
+	// it opened, StreamErrors those that failed to open or ended (ctx's end
+	// aside); ErrorReasons splits StreamErrors by reason (StreamErrorReasons).
+	Attempts, Connects, StreamErrors int
+	ErrorReasons                     map[string]int
+	// Acks and Nacks count the responses applied and rejected.
+	Acks, Nacks int
+	// Up reports whether a stream to the server is open now.
+	Up bool
+	// LastReceived is when the last response arrived, applied or rejected
+	// (zero before the first).
+	LastReceived time.Time
 	// LastNack is the error_detail of the last NACK.
 	LastNack string
+}
+
+// Reasons a stream failed to open or ended: the values of
+// Stats.ErrorReasons' keys and of the reason label of
+// ratelimit_config_xds_stream_errors_total.
+const (
+	// ReasonConnect: no stream could be opened: the server unreachable,
+	// the connection or the TLS handshake refused.
+	ReasonConnect = "connect"
+	// ReasonTLSConfig: the client's TLS files could not be loaded
+	// (Options.TLS failed).
+	ReasonTLSConfig = "tls_config"
+	// ReasonClosed: the server ended the stream (its handler returned, as
+	// go-control-plane's does when its server stops).
+	ReasonClosed = "closed"
+	// ReasonBroken: the stream failed otherwise: the connection lost, a
+	// GOAWAY, a keepalive ping unanswered, any other gRPC status.
+	ReasonBroken = "broken"
+	// ReasonTooLarge: a response over MaxRecvMsgSize ended the stream.
+	ReasonTooLarge = "too_large"
+)
+
+// StreamErrorReasons lists every reason.
+var StreamErrorReasons = []string{ReasonConnect, ReasonTLSConfig, ReasonClosed, ReasonBroken, ReasonTooLarge}
+
+// streamError is an error that ended a stream, with its reason.
+type streamError struct {
+	reason string
+	err    error
+}
+
+func (e *streamError) Error() string { return e.err.Error() }
+func (e *streamError) Unwrap() error { return e.err }
+
+func ended(reason string, err error) error { return &streamError{reason: reason, err: err} }
+
+// reasonOf is the reason of an error that ended a stream.
+func reasonOf(err error) string {
+	var se *streamError
+	if errors.As(err, &se) {
+		return se.reason
+	}
+	return ReasonBroken
 }
 
 // New validates o and returns a client; Run starts it.
@@ -178,7 +233,7 @@ func New(o Options) (*Client, error) {
 		}
 		node.Metadata = &structpb.Struct{Fields: fields}
 	}
-	return &Client{o: o, node: node, ready: make(chan struct{})}, nil
+	return &Client{o: o, node: node, ready: make(chan struct{}), stats: Stats{ErrorReasons: map[string]int{}}}, nil
 }
 
 // Ready is closed once a first config has been applied.
@@ -207,7 +262,16 @@ func (c *Client) Version() string {
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats
+	s := c.stats
+	s.ErrorReasons = maps.Clone(s.ErrorReasons)
+	return s
+}
+
+// update changes the stats under the client's lock.
+func (c *Client) update(f func(s *Stats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.mu.Unlock()
 }
 
 // Run connects, streams and reconnects until ctx is cancelled; it then returns
@@ -222,11 +286,10 @@ func (c *Client) Run(ctx context.Context) error {
 		if healthy {
 			delay = c.o.BackoffInitial
 		}
-		c.mu.Lock()
-		c.stats.StreamErrors++
-		c.mu.Unlock()
+		reason := reasonOf(err)
+		c.update(func(s *Stats) { s.StreamErrors++; s.ErrorReasons[reason]++ })
 		wait := time.Duration(float64(delay) * (0.5 + 0.5*c.o.Rand()))
-		c.o.Logger.Warn("xds stream ended; reconnecting", "server", c.o.ServerURL, "err", err, "retry_in", wait)
+		c.o.Logger.Warn("xds stream ended; reconnecting", "server", c.o.ServerURL, "reason", reason, "err", err, "retry_in", wait)
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
@@ -234,14 +297,14 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// stream runs one ADS stream. healthy reports whether it delivered at least
-// one response (so the backoff can reset).
-func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
+// open dials the server and opens an ADS stream on ctx; the caller closes
+// the connection.
+func (c *Client) open(ctx context.Context) (*grpc.ClientConn, discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
 	creds := insecure.NewCredentials()
 	if c.o.TLS != nil {
 		tc, err := c.o.TLS()
 		if err != nil {
-			return false, fmt.Errorf("xds client TLS: %w", err)
+			return nil, nil, ended(ReasonTLSConfig, fmt.Errorf("xds client TLS: %w", err))
 		}
 		creds = credentials.NewTLS(tc)
 	}
@@ -254,21 +317,32 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 	}, c.o.DialOptions...)
 	conn, err := grpc.NewClient(c.o.ServerURL, opts...)
 	if err != nil {
-		return false, fmt.Errorf("xds dial %s: %w", c.o.ServerURL, err)
+		return nil, nil, ended(ReasonConnect, fmt.Errorf("xds dial %s: %w", c.o.ServerURL, err))
 	}
-	defer func() { _ = conn.Close() }() // the stream's own error is what is reported
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		_ = conn.Close() // the stream's own error is what is reported
+		return nil, nil, ended(ReasonConnect, fmt.Errorf("xds open stream to %s: %w", c.o.ServerURL, err))
+	}
+	return conn, st, nil
+}
+
+// stream runs one ADS stream. healthy reports whether it delivered at least
+// one response (so the backoff can reset).
+func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
+	c.update(func(s *Stats) { s.Attempts++ })
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	conn, st, err := c.open(sctx)
 	if err != nil {
-		return false, fmt.Errorf("xds open stream to %s: %w", c.o.ServerURL, err)
+		return false, err
 	}
-	c.mu.Lock()
-	c.stats.Connects++
-	c.mu.Unlock()
+	defer func() { _ = conn.Close() }() // the stream's own error is what is reported
+	c.update(func(s *Stats) { s.Connects++; s.Up = true })
+	defer c.update(func(s *Stats) { s.Up = false })
 	// First request of the stream: empty version_info (see the package doc).
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL}); err != nil {
-		return false, fmt.Errorf("xds subscribe: %w", streamErr(st, err))
+		return false, sendErr("subscribe", st, err)
 	}
 	c.o.Logger.Info("xds stream open", "server", c.o.ServerURL, "node", c.o.NodeID)
 	// go-control-plane's server answers a request at once whenever its
@@ -288,6 +362,7 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 			return healthy, c.recvErr(err)
 		}
 		healthy = true
+		c.update(func(s *Stats) { s.LastReceived = time.Now() })
 		req := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		if nackReason != "" && resp.GetVersionInfo() == nackedVersion {
 			nackDelay = min(max(2*nackDelay, c.o.BackoffInitial), c.o.BackoffMax)
@@ -307,7 +382,7 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 			req.VersionInfo = resp.GetVersionInfo()
 		}
 		if err := st.Send(req); err != nil {
-			return healthy, fmt.Errorf("xds send ack: %w", streamErr(st, err))
+			return healthy, sendErr("send ack", st, err)
 		}
 	}
 }
@@ -319,16 +394,17 @@ func (c *Client) stream(ctx context.Context) (healthy bool, err error) {
 // rejected config as well.
 func (c *Client) recvErr(err error) error {
 	if errors.Is(err, io.EOF) {
-		return errors.New("xds receive: server closed the stream")
+		return ended(ReasonClosed, errors.New("xds receive: server closed the stream"))
 	}
 	err = fmt.Errorf("xds receive: %w", err)
-	if status.Code(err) == codes.ResourceExhausted {
-		c.o.Logger.Error("xds config too large to receive; keeping the last good config", "kept_version", c.Version(), "max_bytes", c.o.MaxRecvMsgSize, "err", err)
-		if c.o.Rejected != nil {
-			c.o.Rejected(err)
-		}
+	if status.Code(err) != codes.ResourceExhausted {
+		return ended(ReasonBroken, err)
 	}
-	return err
+	c.o.Logger.Error("xds config too large to receive; keeping the last good config", "kept_version", c.Version(), "max_bytes", c.o.MaxRecvMsgSize, "err", err)
+	if c.o.Rejected != nil {
+		c.o.Rejected(err)
+	}
+	return ended(ReasonTooLarge, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -343,10 +419,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Client) countNack(reason string) {
-	c.mu.Lock()
-	c.stats.Nacks++
-	c.stats.LastNack = reason
-	c.mu.Unlock()
+	c.update(func(s *Stats) { s.Nacks++; s.LastNack = reason })
+}
+
+// sendErr is the error that ended a stream in Send (what: the request),
+// with its reason: closed when the server ended the stream, broken
+// otherwise.
+func sendErr(what string, st grpc.ClientStream, err error) error {
+	err = streamErr(st, err)
+	reason := ReasonBroken
+	if errors.Is(err, io.EOF) {
+		reason = ReasonClosed
+	}
+	return ended(reason, fmt.Errorf("xds %s: %w", what, err))
 }
 
 // streamErr returns the stream's real status when Send fails with io.EOF.
