@@ -72,6 +72,14 @@ func TestReservationsPerCap(t *testing.T) {
 		t.Errorf("hour cap's day: %+v", d)
 	}
 	checkReservationFormats(t, r)
+	// A 429 the reservations alone caused is shown beside the verdict,
+	// without holding the promotion back; a cap without one has no note.
+	if n := hc.Verdict.Notes; len(n) != 1 || !strings.HasPrefix(n[0], "reservations alone caused 1 of its 429s") {
+		t.Errorf("hour cap's verdict notes: %q", n)
+	}
+	if n := tok.Verdict.Notes; len(n) != 0 {
+		t.Errorf("a cap without reservation-only denials has notes: %q", n)
+	}
 }
 
 // reservationReport builds a report of reserving budgets of every kind of

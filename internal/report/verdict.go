@@ -40,11 +40,28 @@ func capVerdict(c *Cap, mode string, o Options) Verdict {
 				group(uint64(over)), group(uint64(windows)), c.Window, pct(share), pct(o.MaxLimitedShare), amountText(c.SuggestedCap, c.Measure, c.Currency)))
 		}
 	}
+	if n := reserveOnlyDenials(c); n > 0 {
+		v.Notes = append(v.Notes, fmt.Sprintf("reservations alone caused %s of its 429s (would-be or real): the cap was not yet spent, the holds of unfinished requests filled it; "+
+			"enforced, a principal's concurrent requests are denied that early (lower reserve if that is not wanted)", group(n)))
+	}
 	v.Status = VerdictReady
 	if len(v.Reasons) > 0 {
 		v.Status = VerdictNotYet
 	}
 	return v
+}
+
+// reserveOnlyDenials counts the cap's 429s (would-be or real) that only its
+// reservations caused, override principals' included. They do not hold a
+// promotion back: they are what a reserve is for (a fan-out stopped before
+// it passes the cap), but a team must see them before it enforces, since
+// to the principal they look like a cap reached early.
+func reserveOnlyDenials(c *Cap) uint64 {
+	n := c.Summary.ReserveDenied
+	for _, ov := range c.Overridden {
+		n += ov.Summary.ReserveDenied
+	}
+	return n
 }
 
 // judgedShare counts the principal-windows a verdict weighs, override
