@@ -20,15 +20,20 @@ const (
 )
 
 // CostTotalTokens is the cost budgetgen renders on a Tokens descriptor: the
-// whole token count, as without a cost, but with two differences that make
+// whole token count, as without a cost, but with three differences that make
 // a budget's reservations hold (docs/agentgateway.md, "Descriptors of unit
 // Tokens"): with a cost the request-time call always has hits_addend 0 (a
-// check, even when agentgateway tokenizes the prompt), and a response that
+// check, even when agentgateway tokenizes the prompt); a response that
 // reports no usage (an upstream error) leaves llm.totalTokens unset, so the
 // cost fails and the descriptor is left out of the amend
 // (remoteratelimit.rs, apply_token_amend) instead of being amended with 0,
-// which the rate limit service cannot tell from a new check.
-const CostTotalTokens = "llm." + LLMTotalTokens
+// which the rate limit service cannot tell from a new check; and a response
+// that reports a usage of 0 tokens is charged 1, for the same reason: its
+// amend settles the request's hold instead of placing a second one. The
+// comparison of the uint count with an int literal is a cross-type numeric
+// comparison, which agentgateway's CEL (crates/cel-fork/cel/src/objects.rs,
+// partial_cmp) and cel-go both evaluate.
+const CostTotalTokens = "llm." + LLMTotalTokens + " > 0 ? llm." + LLMTotalTokens + " : 1"
 
 // costEnv is the environment a cost expression is evaluated in here: the
 // variable llm, a map holding only the counts the response reported (an

@@ -115,3 +115,29 @@ func TestRequestsWithCost(t *testing.T) {
 		t.Errorf("cost llm.outputTokens: amend %v, want 200", amend)
 	}
 }
+
+// TestZeroUsageChargesOneToken: a response that reports a usage of 0
+// tokens is amended with 1 under the rendered cost, not with 0, which the
+// service would read as a new check (a second hold on a reserving budget);
+// without the rendered cost agentgateway sends 0.
+func TestZeroUsageChargesOneToken(t *testing.T) {
+	withCost := budgetLimit()
+	withCost.Descriptors[0].Cost = CostTotalTokens
+	run := map[string]any{"run_id": "r1"}
+	_, amend, err := Requests(withCost, LLMRequest{Claims: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(amend.Descriptors) != 1 || amend.Descriptors[0].HitsAddend.GetValue() != 1 {
+		t.Errorf("zero usage with the rendered cost: amend %v, want hits_addend 1", amend)
+	}
+	if _, amend, _ = Requests(budgetLimit(), LLMRequest{Claims: run}); amend.Descriptors[0].HitsAddend.GetValue() != 0 {
+		t.Errorf("zero usage without a cost: amend %v, want hits_addend 0", amend)
+	}
+	for _, n := range []uint64{1, 7, 1 << 40} {
+		_, amend, _ = Requests(withCost, LLMRequest{Claims: run, InputTokens: n - 1, OutputTokens: 1})
+		if got := amend.Descriptors[0].HitsAddend.GetValue(); got != n {
+			t.Errorf("usage %d: amend %d", n, got)
+		}
+	}
+}

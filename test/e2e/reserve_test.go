@@ -446,6 +446,34 @@ func TestLostChargeReleasesItsHold(t *testing.T) {
 	}
 }
 
+// TestZeroUsageSettlesItsHold: a response that reports a usage of 0 tokens
+// is amended with 1 under the rendered cost, so the amend settles the
+// request's hold (one token charged) instead of reading as a new check that
+// holds a second reservation until the expiry.
+func TestZeroUsageSettlesItsHold(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	for _, name := range []string{"valkey", "embedded"} {
+		t.Run(name, func(t *testing.T) {
+			clk := &clock{t: morning}
+			r := newReplicas(t, withReserve(", reserve: 50000"), clk, backend(t, vk, name, clk)...)
+			check, amend, err := agentgateway.Requests(r.agw, agentgateway.LLMRequest{Claims: map[string]any{"run_id": "empty-" + name}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := amend.Descriptors[0].HitsAddend.GetValue(); got != 1 {
+				t.Fatalf("zero usage: amend hits_addend %d, want 1", got)
+			}
+			r.send(check)
+			r.send(amend)
+			// The only hold left is the probing check's own.
+			zero := gatewayCall{check: check, done: amend}
+			if got := r.remaining(zero); got != 2_000_000-1-50_000 {
+				t.Fatalf("remaining %d, want %d (the amend settled its hold)", got, 2_000_000-1-50_000)
+			}
+		})
+	}
+}
+
 // agentFailure is an agent run's request through agentgateway whose
 // upstream answered an error (no usage in the response); mode "without
 // cost" drops the rendered cost expression from the descriptors.
