@@ -29,8 +29,9 @@ type buffer struct {
 
 // entryOverhead is about what an entry costs besides its strings: its map
 // slot (target and pending) and the map's spare room (measured: 227 bytes of
-// live heap per entry with 60-byte keys).
-const entryOverhead = 168
+// live heap per entry with 60-byte keys; 16 more since pending keeps its
+// release's owner, store.Hold.Owner).
+const entryOverhead = 184
 
 // cost is what an entry of t with w's hold hash counts against the byte
 // bound. The hold hash is named per window and usually shared, but counted.
@@ -56,7 +57,8 @@ type target struct {
 
 // pending is a write waiting in the buffer: hits, hold releases (with the
 // holds' expiry, which gives their generation's length, their hold hash,
-// and releaseBy: when the holds they are for have certainly expired) and
+// and releaseBy: when the holds they are for have certainly expired; owner:
+// store.Hold.Owner, handed back with the holds a replay finds expired) and
 // the replay deadline (the counter's expiry).
 type pending struct {
 	hits, releases uint64
@@ -64,6 +66,7 @@ type pending struct {
 	holdHash       string
 	releaseBy      time.Time
 	exp            time.Time
+	owner          any
 }
 
 type entry struct {
@@ -87,6 +90,12 @@ func (b *buffer) add(t target, w pending) bool {
 		p.hits += w.hits
 		p.releases += w.releases
 		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
+		if p.owner == nil {
+			// A counter is one budget's (its bucket), maybe shared by
+			// several Gateways' rules: the first owner gets the expired
+			// tokens, as the first call of a live counter would.
+			p.owner = w.owner
+		}
 		if p.holdHash == "" && w.holdHash != "" {
 			p.holdHash = w.holdHash
 			b.bytes += int64(len(w.holdHash)) // as take will count it

@@ -266,6 +266,7 @@ type Store struct {
 
 	tally                store.Tally
 	noSlot, stalledCalls atomic.Uint64
+	onExpired            atomic.Pointer[func(owner any, tokens uint64)] // ReportExpired
 	logs                 logLimits
 
 	calls sync.Pool
@@ -289,7 +290,10 @@ type Store struct {
 	workers          sync.WaitGroup // in-flight call goroutines
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.ExpiryReporter = (*Store)(nil)
+)
 
 func defaults(o *Options) error {
 	if o.Mode == "" {
