@@ -238,6 +238,23 @@ type Stats struct {
 	LedgerLost      uint64 // dropped: buffer full or disabled, wrong type, closed
 	LedgerExpired   uint64 // buffered, dropped because their counter's window ended first
 	LedgerAmbiguous uint64 // sent but unanswered: maybe applied, never re-sent
+
+	// The same for hold releases (store.Hold.Release: a reserving budget's
+	// charge releases one of its counter's holds), in releases. A release
+	// lost, dropped or given up leaves its hold in place until the hold
+	// expires (store.Hold.Expiry, RESERVATION_EXPIRY): never an overspend,
+	// but the budget reads tighter than it is until then.
+	ReleaseBuffered  uint64 // put in the outage buffer
+	ReleaseReplayed  uint64 // buffered and applied to Valkey
+	ReleaseLost      uint64 // dropped: buffer full or disabled, store closed
+	ReleaseExpired   uint64 // buffered, dropped: their holds had certainly expired, or their counter's window ended
+	ReleaseAmbiguous uint64 // sent but unanswered: kept under their call's id and replayed
+	// Each ambiguous release is resolved as one of these (or still waits),
+	// as ambiguous hits are; given up includes a kept call's own releases
+	// whose holds had certainly expired before its replay.
+	ReleaseAmbiguousApplied  uint64
+	ReleaseAmbiguousReplayed uint64
+	ReleaseAmbiguousDropped  uint64
 }
 
 // Store is the Valkey store.Store. Safe for concurrent use.
@@ -429,7 +446,7 @@ func (s *Store) Tally() *store.Tally { return &s.tally }
 // Stats returns cumulative counts.
 func (s *Store) Stats() Stats {
 	t := &s.tally
-	c, l := store.TargetCounter, store.TargetLedger
+	c, l, r := store.TargetCounter, store.TargetLedger, store.TargetRelease
 	st := Stats{
 		InFlight:          int64(len(s.sem)),
 		Canceled:          t.Get(c, store.NotSent),
@@ -451,6 +468,15 @@ func (s *Store) Stats() Stats {
 		LedgerLost:        t.Get(l, store.Lost) + t.Get(l, store.BufferLost),
 		LedgerExpired:     t.Get(l, store.Expired),
 		LedgerAmbiguous:   t.Get(l, store.Ambiguous),
+
+		ReleaseBuffered:          t.Get(r, store.Buffered),
+		ReleaseReplayed:          t.Get(r, store.Replayed),
+		ReleaseLost:              t.Get(r, store.Lost) + t.Get(r, store.BufferLost),
+		ReleaseExpired:           t.Get(r, store.Expired),
+		ReleaseAmbiguous:         t.Get(r, store.Ambiguous),
+		ReleaseAmbiguousApplied:  t.Get(r, store.AmbiguousApplied),
+		ReleaseAmbiguousReplayed: t.Get(r, store.AmbiguousReplayed),
+		ReleaseAmbiguousDropped:  t.Get(r, store.AmbiguousDropped),
 	}
 	if s.buf != nil {
 		st.BufferKeys = s.buf.size.Load()

@@ -1,0 +1,132 @@
+package storemetrics
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"github.com/budgetgen/budgetgen/internal/store"
+	"github.com/budgetgen/budgetgen/internal/store/valkey"
+	"github.com/budgetgen/budgetgen/internal/valkeytest"
+)
+
+// downClient is a real client that answers every command with an error
+// while down is set (Valkey unreachable: nothing sent).
+type downClient struct {
+	valkeygo.Client
+	down atomic.Bool
+}
+
+func (c *downClient) DoMulti(ctx context.Context, cmds ...valkeygo.Completed) []valkeygo.ValkeyResult {
+	if !c.down.Load() {
+		return c.Client.DoMulti(ctx, cmds...)
+	}
+	out := make([]valkeygo.ValkeyResult, len(cmds))
+	for i := range out {
+		out[i] = valkeygo.NewErrorResult(errors.New("valkey down"))
+	}
+	return out
+}
+
+// gather returns the value of every counter and gauge of reg, by name.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			out[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// releaseSeries are the release metrics and the tally classes each sums.
+var releaseSeries = map[string][]store.Class{
+	"ratelimit_valkey_buffered_releases_total":           {store.Buffered},
+	"ratelimit_valkey_replayed_releases_total":           {store.Replayed},
+	"ratelimit_valkey_lost_releases_total":               {store.Lost, store.BufferLost},
+	"ratelimit_valkey_expired_releases_total":            {store.Expired},
+	"ratelimit_valkey_ambiguous_releases_total":          {store.Ambiguous},
+	"ratelimit_valkey_ambiguous_applied_releases_total":  {store.AmbiguousApplied},
+	"ratelimit_valkey_ambiguous_replayed_releases_total": {store.AmbiguousReplayed},
+	"ratelimit_valkey_ambiguous_dropped_releases_total":  {store.AmbiguousDropped},
+}
+
+// TestReleaseClassesExported: what became of a reserving budget's hold
+// releases is in the Valkey store's tally (store.TargetRelease) and now in
+// ratelimit_valkey_*_releases_total, as the hits' and ledger increments'
+// classes are: a release that waited in the outage buffer past its hold's
+// certain expiry is dropped and counted expired (replayed, it would take
+// another request's hold), one with no buffer to wait in is counted lost.
+// Each series reads its tally classes.
+func TestReleaseClassesExported(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	open := func(o valkey.Options) (*valkey.Store, *downClient, *prometheus.Registry) {
+		vc, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := &downClient{Client: vc}
+		dc.down.Store(true)
+		o.Addresses, o.Now, o.ReplayInterval, o.StallAfter = []string{srv.Addr}, now, 5*time.Millisecond, -1
+		s, err := valkey.NewWithClient(dc, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		reg := prometheus.NewRegistry()
+		Register(reg, s)
+		return s, dc, reg
+	}
+	exp := now().Add(time.Hour)
+	charge := []store.Counter{{Key: "k", Hits: 3, ExpireAt: exp, Hold: store.Hold{Release: 1, Expiry: 10 * time.Second, Window: exp.Unix()}}}
+
+	stale, dc, staleReg := open(valkey.Options{})
+	stale.Defer(charge)                // Valkey down: buffered
+	clock.Add(int64(11 * time.Second)) // longer than a hold lives
+	dc.down.Store(false)               // back: the replay drops the release, sends the hits
+	for end := time.Now().Add(5 * time.Second); stale.Stats().BufferKeys > 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond) // poll the replayer
+	}
+	lost, _, lostReg := open(valkey.Options{BufferMaxKeys: -1}) // no buffer
+	lost.Defer(charge)
+
+	for _, c := range []struct {
+		name string
+		s    *valkey.Store
+		reg  *prometheus.Registry
+		want map[string]float64
+	}{
+		{"stale", stale, staleReg, map[string]float64{"ratelimit_valkey_buffered_releases_total": 1, "ratelimit_valkey_expired_releases_total": 1, "ratelimit_valkey_replayed_hits_total": 3}},
+		{"lost", lost, lostReg, map[string]float64{"ratelimit_valkey_lost_releases_total": 1, "ratelimit_valkey_lost_hits_total": 3}},
+	} {
+		got, y := gather(t, c.reg), c.s.Tally()
+		for name, classes := range releaseSeries {
+			var sum uint64
+			for _, cl := range classes {
+				sum += y.Get(store.TargetRelease, cl)
+			}
+			v, ok := got[name]
+			if !ok || v != float64(sum) || v != c.want[name] {
+				t.Errorf("%s: %s = %v (exported %t), tally %d, want %v", c.name, name, v, ok, sum, c.want[name])
+			}
+		}
+		for name, want := range c.want {
+			if got[name] != want {
+				t.Errorf("%s: %s = %v, want %v", c.name, name, got[name], want)
+			}
+		}
+	}
+}
