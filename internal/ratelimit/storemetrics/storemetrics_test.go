@@ -3,6 +3,7 @@ package storemetrics
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,40 @@ func (c *downClient) DoMulti(ctx context.Context, cmds ...valkeygo.Completed) []
 		out[i] = valkeygo.NewErrorResult(errors.New("valkey down"))
 	}
 	return out
+}
+
+// openStore is a Valkey store over a downClient of addr, down until the
+// test says otherwise, replaying every 5 ms, with its metrics registered.
+func openStore(t *testing.T, addr string, now func() time.Time, o valkey.Options) (*valkey.Store, *downClient, *prometheus.Registry) {
+	t.Helper()
+	vc, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := &downClient{Client: vc}
+	dc.down.Store(true)
+	o.Addresses, o.Now, o.ReplayInterval, o.StallAfter = []string{addr}, now, 5*time.Millisecond, -1
+	s, err := valkey.NewWithClient(dc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	reg := prometheus.NewRegistry()
+	Register(reg, s)
+	return s, dc, reg
+}
+
+// drained waits until s has nothing buffered or in flight.
+func drained(t *testing.T, s *valkey.Store) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) { // poll the replayer
+		if st := s.Stats(); st.BufferKeys == 0 && st.InFlight == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("buffer not drained: %+v", s.Stats())
+		}
+	}
 }
 
 // gather returns the value of every counter and gauge of reg, by name.
@@ -74,21 +109,7 @@ func TestReleaseClassesExported(t *testing.T) {
 	clock.Store(time.Now().UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	open := func(o valkey.Options) (*valkey.Store, *downClient, *prometheus.Registry) {
-		vc, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dc := &downClient{Client: vc}
-		dc.down.Store(true)
-		o.Addresses, o.Now, o.ReplayInterval, o.StallAfter = []string{srv.Addr}, now, 5*time.Millisecond, -1
-		s, err := valkey.NewWithClient(dc, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		reg := prometheus.NewRegistry()
-		Register(reg, s)
-		return s, dc, reg
+		return openStore(t, srv.Addr, now, o)
 	}
 	exp := now().Add(time.Hour)
 	charge := []store.Counter{{Key: "k", Hits: 3, ExpireAt: exp, Hold: store.Hold{Release: 1, Expiry: 10 * time.Second, Window: exp.Unix()}}}
@@ -97,9 +118,7 @@ func TestReleaseClassesExported(t *testing.T) {
 	stale.Defer(charge)                // Valkey down: buffered
 	clock.Add(int64(11 * time.Second)) // longer than a hold lives
 	dc.down.Store(false)               // back: the replay drops the release, sends the hits
-	for end := time.Now().Add(5 * time.Second); stale.Stats().BufferKeys > 0 && time.Now().Before(end); {
-		time.Sleep(5 * time.Millisecond) // poll the replayer
-	}
+	drained(t, stale)
 	lost, _, lostReg := open(valkey.Options{BufferMaxKeys: -1}) // no buffer
 	lost.Defer(charge)
 
@@ -128,5 +147,61 @@ func TestReleaseClassesExported(t *testing.T) {
 				t.Errorf("%s: %s = %v, want %v", c.name, name, got[name], want)
 			}
 		}
+	}
+}
+
+// help returns the help text of reg's metric name.
+func help(t *testing.T, reg *prometheus.Registry, name string) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return ""
+}
+
+// TestLedgerHelpSaysWhatHolds: the help of the ledger increments' series
+// says what the store does. An unanswered one was "never re-sent"; it is
+// kept with its charge under the call's id and replayed, landing once. A
+// buffered one was said to be dropped when "their day ended"; it is dropped
+// when the counter it was charged with expires (its window's end plus
+// grace), whatever the ledger hash's retention.
+func TestLedgerHelpSaysWhatHolds(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	s, dc, reg := openStore(t, srv.Addr, now, valkey.Options{})
+	ledger := store.HashIncr{Key: "ledger:h", Field: "ambiguous"}
+	err := s.Charge(context.Background(), []store.Counter{{Key: "c1", Hits: 4, ExpireAt: now().Add(time.Hour), Ledger: ledger}}, make([]store.Result, 1))
+	if err == nil {
+		t.Fatal("charge answered while Valkey is down")
+	}
+	dc.down.Store(false)
+	drained(t, s)
+	if got, _ := srv.Do("HGET", ledger.Key, ledger.Field); got != "4" || s.Stats().LedgerAmbiguous != 4 {
+		t.Fatalf("ambiguous ledger increment: HGET = %s, stats %+v; want 4, replayed under its id", got, s.Stats())
+	}
+	if h := help(t, reg, "ratelimit_valkey_ledger_ambiguous_tokens_total"); strings.Contains(h, "never") || !strings.Contains(h, "replayed") {
+		t.Errorf("ledger ambiguous help %q: they are replayed under their call's id", h)
+	}
+
+	dc.down.Store(true)
+	late := store.HashIncr{Key: "ledger:h", Field: "expired"}
+	s.Defer([]store.Counter{{Key: "c2", Hits: 2, ExpireAt: now().Add(time.Minute), Ledger: late}}) // its counter (an hour rule's, near its end) expires in a minute
+	clock.Add(int64(2 * time.Minute))
+	dc.down.Store(false)
+	drained(t, s)
+	if got, _ := srv.Do("HGET", late.Key, late.Field); got != "(nil)" || s.Stats().LedgerExpired != 2 {
+		t.Fatalf("buffered ledger increment past its counter's expiry: HGET = %s, stats %+v; want dropped, 2 expired", got, s.Stats())
+	}
+	if h := help(t, reg, "ratelimit_valkey_ledger_expired_tokens_total"); strings.Contains(h, "day ended") || !strings.Contains(h, "counter") {
+		t.Errorf("ledger expired help %q: they expire with the counter they were charged with, not with a day", h)
 	}
 }

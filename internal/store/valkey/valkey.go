@@ -236,8 +236,8 @@ type Stats struct {
 	LedgerBuffered  uint64 // put in the outage buffer
 	LedgerReplayed  uint64 // buffered and applied to Valkey
 	LedgerLost      uint64 // dropped: buffer full or disabled, wrong type, closed
-	LedgerExpired   uint64 // buffered, dropped because their counter's window ended first
-	LedgerAmbiguous uint64 // sent but unanswered: maybe applied, never re-sent
+	LedgerExpired   uint64 // buffered, dropped because their counter expired first (its window's end plus grace)
+	LedgerAmbiguous uint64 // sent but unanswered: kept with their call under its id and replayed, applied at most once
 
 	// The same for hold releases (store.Hold.Release: a reserving budget's
 	// charge releases one of its counter's holds), in releases. A release
