@@ -25,6 +25,8 @@ func Register(reg prometheus.Registerer, st store.Store) {
 	case *valkey.Store:
 		gauge("ratelimit_valkey_in_flight_calls", "Store calls holding a Valkey slot now.", func() float64 { return float64(s.Stats().InFlight) })
 		gauge("ratelimit_valkey_buffer_keys", "Counters and ledger fields waiting in the outage buffer.", func() float64 { return float64(s.Stats().BufferKeys) })
+		gauge("ratelimit_valkey_buffer_bytes", "Bytes the outage buffer's entries count against its bound: the keys and ledger fields they hold plus about 184 bytes each (about their live heap).", func() float64 { return float64(s.Stats().BufferBytes) })
+		gauge("ratelimit_valkey_buffer_max_bytes", "The outage buffer's bound in bytes (VALKEY_BUFFER_MAX_BYTES); beyond it, as beyond 100,000 entries, charges are counted lost.", func() float64 { return float64(s.Stats().BufferMaxBytes) })
 		counter("ratelimit_valkey_no_slot_total", "Store calls not sent: no free slot before their deadline, or Valkey stalled.", func() float64 { return float64(s.Stats().NoSlot) })
 		counter("ratelimit_valkey_not_connected_calls_total", "Store calls not sent because the store had not yet connected to Valkey since start (buffered).", func() float64 { return float64(s.Stats().NotConnected) })
 		counter("ratelimit_valkey_stalled_calls_total", "Store calls not sent because Valkey had answered nothing for 100 ms with calls in flight (buffered, not sent into the stall).", func() float64 { return float64(s.Stats().Stalled) })

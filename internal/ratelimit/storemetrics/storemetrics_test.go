@@ -205,3 +205,27 @@ func TestLedgerHelpSaysWhatHolds(t *testing.T) {
 		t.Errorf("ledger expired help %q: they expire with the counter they were charged with, not with a day", h)
 	}
 }
+
+// TestBufferBytesGauge: the outage buffer's bytes (what its entries count
+// against VALKEY_BUFFER_MAX_BYTES) and its bound are exported next to its
+// entries, so an operator sees the byte bound coming before charges are
+// counted lost: a buffered 1,000-byte key counts its length plus the
+// per-entry overhead, and nothing once replayed.
+func TestBufferBytesGauge(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s, dc, reg := openStore(t, srv.Addr, time.Now, valkey.Options{BufferMaxBytes: 3 << 20})
+	key := strings.Repeat("k", 1000)
+	s.Defer([]store.Counter{{Key: key, Hits: 1, ExpireAt: time.Now().Add(time.Hour)}})
+	got := gather(t, reg)
+	if b := got["ratelimit_valkey_buffer_bytes"]; b < 1000 || b > 1000+512 || b != float64(s.Stats().BufferBytes) || got["ratelimit_valkey_buffer_keys"] != 1 {
+		t.Errorf("one 1,000-byte key buffered: buffer_bytes %v (stats %d), buffer_keys %v", b, s.Stats().BufferBytes, got["ratelimit_valkey_buffer_keys"])
+	}
+	if m := got["ratelimit_valkey_buffer_max_bytes"]; m != 3<<20 {
+		t.Errorf("buffer_max_bytes %v, want the store's bound %d", m, 3<<20)
+	}
+	dc.down.Store(false)
+	drained(t, s)
+	if b := gather(t, reg)["ratelimit_valkey_buffer_bytes"]; b != 0 {
+		t.Errorf("buffer_bytes %v once replayed, want 0", b)
+	}
+}

@@ -24,7 +24,15 @@ type buffer struct {
 	max      int
 	bytes    int64
 	maxBytes int64
-	size     atomic.Int64
+	size     atomic.Int64 // entries now, for readers without mu
+	used     atomic.Int64 // bytes now, for readers without mu (Stats)
+}
+
+// publish makes the buffer's entries and bytes readable without mu; call
+// it with mu held after every change.
+func (b *buffer) publish() {
+	b.size.Store(int64(len(b.m) + b.gops))
+	b.used.Store(b.bytes)
 }
 
 // entryOverhead is about what an entry costs besides its strings: its map
@@ -99,6 +107,7 @@ func (b *buffer) add(t target, w pending) bool {
 		if p.holdHash == "" && w.holdHash != "" {
 			p.holdHash = w.holdHash
 			b.bytes += int64(len(w.holdHash)) // as take will count it
+			b.used.Store(b.bytes)
 		}
 		if p.releaseBy.IsZero() || (!w.releaseBy.IsZero() && w.releaseBy.Before(p.releaseBy)) {
 			// Summed releases are dropped together once the earliest one's
@@ -115,7 +124,7 @@ func (b *buffer) add(t target, w pending) bool {
 	}
 	b.m[t] = w
 	b.bytes += c
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return true
 }
 
@@ -131,7 +140,7 @@ func (b *buffer) addGroup(g *group) bool {
 	b.groups = append(b.groups, g)
 	b.gops += len(g.ops)
 	b.bytes += c
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return true
 }
 
@@ -156,7 +165,7 @@ func (b *buffer) take(n int) ([]entry, []*group) {
 		b.gops -= len(g.ops)
 		b.bytes -= g.cost()
 	}
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return out, gs
 }
 

@@ -230,6 +230,11 @@ type Stats struct {
 	// the call failed): counted, though the caller applied its failure policy.
 	AppliedOnError uint64
 	BufferKeys     int64 // entries waiting in the buffer now
+	// BufferBytes is what they count against BufferMaxBytes now: the
+	// strings they hold plus a per-entry overhead (about their live heap).
+	// BufferMaxBytes is that bound (Options.BufferMaxBytes; 0 without a
+	// buffer).
+	BufferBytes, BufferMaxBytes int64
 
 	// The same for the shadow-week ledger's increments (store.Counter.Ledger),
 	// in tokens: a measurement, so its failures never fail a charge.
@@ -479,7 +484,7 @@ func (s *Store) Stats() Stats {
 		ReleaseAmbiguousDropped:  t.Get(r, store.AmbiguousDropped),
 	}
 	if s.buf != nil {
-		st.BufferKeys = s.buf.size.Load()
+		st.BufferKeys, st.BufferBytes, st.BufferMaxBytes = s.buf.size.Load(), s.buf.used.Load(), s.buf.maxBytes
 	}
 	return st
 }
