@@ -89,8 +89,10 @@ type Events interface {
 	Unsent(class string, hits uint64)
 	// HoldsExpired: tokens of l's holds that a release found expired after
 	// its request's call returned (the store applied it later: a replay of
-	// its outage buffer, store.ExpiryReporter); a call's own are in its
-	// items (decide.Item.Expired). Called off the request path.
+	// its outage buffer, or its Defer; store.ExpiryReporter); a call's own
+	// are in its items (decide.Item.Expired). Called from the store's
+	// replayer, or from Defer on the path of a call that missed its
+	// deadline: keep it cheap.
 	HoldsExpired(l *config.RateLimit, tokens uint64)
 }
 
