@@ -70,6 +70,11 @@ type Hold struct {
 	// then keeps them in one hash per slot that lives as long as its
 	// longest counter).
 	Window int64
+	// Owner, optional, is the caller's name for what the counter's holds
+	// are for (the engine's charger: its limit, *config.RateLimit); the
+	// store keeps it only to hand it back with tokens of holds it finds
+	// expired after the call returned (ExpiryReporter). Opaque to the store.
+	Owner any
 }
 
 // On reports whether the counter touches holds.
@@ -173,6 +178,19 @@ var ErrOverflow = fmt.Errorf("%w: counter overflow", ErrMalformedReply)
 // them. Defer must not block on the network.
 type Deferrer interface {
 	Defer(counters []Counter)
+}
+
+// ExpiryReporter is implemented by stores that may apply a charge after its
+// call returned (the valkey store's outage buffer, replayed once Valkey
+// answers again; the memory store's Defer): a release applied then can find
+// the counter's older holds expired (Result.Expired), which no caller reads
+// any more. The store hands those tokens to the func given here, with the
+// counter's Hold.Owner, so they are counted where a call's own are (the
+// engine's charger: ratelimit_reservation_expired_tokens_total). The func
+// is called from the store's replayer, or within Defer, and must not block;
+// a later call replaces it, nil removes it.
+type ExpiryReporter interface {
+	ReportExpired(f func(owner any, tokens uint64))
 }
 
 // ErrFull is wrapped by errors that mean the store refused to create a counter

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/budgetgen/budgetgen/internal/ratelimit/config"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
 	"github.com/budgetgen/budgetgen/internal/store"
 )
@@ -86,6 +87,13 @@ type Events interface {
 	Flushed(hits uint64, took time.Duration, err error)
 	// Unsent: hits that were in no store call, by class (Unsent* constants).
 	Unsent(class string, hits uint64)
+	// HoldsExpired: tokens of l's holds that a release found expired after
+	// its request's call returned (the store applied it later: a replay of
+	// its outage buffer, or its Defer; store.ExpiryReporter); a call's own
+	// are in its items (decide.Item.Expired). Called from the store's
+	// replayer, or from Defer on the path of a call that missed its
+	// deadline: keep it cheap.
+	HoldsExpired(l *config.RateLimit, tokens uint64)
 }
 
 // Options configure a Charger. Zero values mean the defaults.
@@ -169,6 +177,9 @@ func New(o Options) (*Charger, error) {
 	if c.ev == nil {
 		c.ev = noEvents{}
 	}
+	if r, ok := o.Store.(store.ExpiryReporter); ok {
+		r.ReportExpired(c.holdsExpired)
+	}
 	if o.BatchWorkers > 0 {
 		c.batch = newBatcher(c, o.BatchWorkers)
 	}
@@ -182,11 +193,20 @@ func New(o Options) (*Charger, error) {
 
 type noEvents struct{}
 
-func (noEvents) CacheHit()                            {}
-func (noEvents) CacheFull()                           {}
-func (noEvents) Charged(time.Duration, error)         {}
-func (noEvents) Flushed(uint64, time.Duration, error) {}
-func (noEvents) Unsent(string, uint64)                {}
+func (noEvents) CacheHit()                              {}
+func (noEvents) CacheFull()                             {}
+func (noEvents) Charged(time.Duration, error)           {}
+func (noEvents) Flushed(uint64, time.Duration, error)   {}
+func (noEvents) Unsent(string, uint64)                  {}
+func (noEvents) HoldsExpired(*config.RateLimit, uint64) {}
+
+// holdsExpired is the store's report of holds a late release found expired
+// (store.ExpiryReporter): the owner is the counter's limit (counters).
+func (c *Charger) holdsExpired(owner any, tokens uint64) {
+	if l, ok := owner.(*config.RateLimit); ok && l != nil {
+		c.ev.HoldsExpired(l, tokens)
+	}
+}
 
 // Scratch holds a request's counters and results between calls (one per
 // goroutine, reused).
@@ -283,7 +303,9 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 		k := store.Counter{Key: string(it.Key), Hits: it.Hits, ExpireAt: c.expireAt(it), Start: len(counters) == 0,
 			Limit: uint64(l.RequestsPerUnit), Enforce: enforce}
 		if reserving {
-			k.Hold = store.Hold{Release: release, Expiry: c.o.HoldExpiry, Window: it.WindowEnd}
+			// Owner: the store hands the limit back with holds its
+			// replay of this release finds expired (holdsExpired).
+			k.Hold = store.Hold{Release: release, Expiry: c.o.HoldExpiry, Window: it.WindowEnd, Owner: l}
 			if it.Hits == 0 {
 				k.Hold.Reserve = it.Reserve
 			}

@@ -365,3 +365,9 @@ func (m chargeEvents) Unsent(class string, hits uint64) {
 		e.Unsent(class, hits)
 	}
 }
+
+func (m chargeEvents) HoldsExpired(l *config.RateLimit, tokens uint64) {
+	for _, e := range m {
+		e.HoldsExpired(l, tokens)
+	}
+}

@@ -852,11 +852,12 @@ type evObserver struct {
 	hits, charged atomic.Int64
 }
 
-func (e *evObserver) CacheHit()                            { e.hits.Add(1) }
-func (e *evObserver) CacheFull()                           {}
-func (e *evObserver) Charged(time.Duration, error)         { e.charged.Add(1) }
-func (e *evObserver) Flushed(uint64, time.Duration, error) {}
-func (e *evObserver) Unsent(string, uint64)                {}
+func (e *evObserver) CacheHit()                              { e.hits.Add(1) }
+func (e *evObserver) CacheFull()                             {}
+func (e *evObserver) Charged(time.Duration, error)           { e.charged.Add(1) }
+func (e *evObserver) Flushed(uint64, time.Duration, error)   {}
+func (e *evObserver) Unsent(string, uint64)                  {}
+func (e *evObserver) HoldsExpired(*config.RateLimit, uint64) {}
 
 // TestObserverInterfacesFoundByAssertion: the engine takes one observer
 // set; an observer that annotates (even inside an observe.Multi) adds to

@@ -264,6 +264,19 @@ func (o *Metrics) Unsent(class string, hits uint64) {
 	}
 }
 
+// HoldsExpired implements charge.Events: tokens of l's holds a release
+// found expired after its request's call returned (the store's replay of its
+// outage buffer) count in ratelimit_reservation_expired_tokens_total as a
+// request's own do (reservation), under l's budget.
+func (o *Metrics) HoldsExpired(l *config.RateLimit, tokens uint64) {
+	if o.m == nil {
+		return
+	}
+	if _, res, _ := o.series(l); res != nil {
+		res.ExpiredTokens.Add(float64(tokens))
+	}
+}
+
 // ErrReason is the reason label of a store error.
 func ErrReason(err error) string {
 	switch {

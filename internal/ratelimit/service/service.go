@@ -680,6 +680,7 @@ func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memo
 		DialTimeout: s.RedisTimeout, Logger: log,
 		MaxFlushDelay: s.ValkeyMaxFlushDelay, PipelineMultiplex: s.ValkeyPipelineMultiplex,
 		IdempotencyWindow: s.ValkeyIdempotencyWindow, KeyPrefix: s.CacheKeyPrefix,
+		BufferMaxBytes: int64(s.ValkeyBufferMaxBytes), // 0: the store's default
 	}
 	switch s.Redis.Type {
 	case settings.RedisCluster:

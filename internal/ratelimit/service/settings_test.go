@@ -2,6 +2,7 @@ package service
 
 import (
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/metrics"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
+	"github.com/budgetgen/budgetgen/internal/store/valkey"
 )
 
 // TestSettingsAgreeWithComponents: settings import no component, so the
@@ -35,6 +37,7 @@ func TestSettingsAgreeWithComponents(t *testing.T) {
 		{"LEDGER_RETENTION_DAYS", d.LedgerRetentionDays, ledger.DefaultRetentionDays},
 		{"MEMORY_SNAPSHOT_INTERVAL", d.MemorySnapshotInterval, memory.DefaultSnapshotInterval},
 		{"MEMORY_FULL_POLICY", memoryFullPolicy(d.MemoryFullPolicy), memory.FullDeny},
+		{"VALKEY_BUFFER_MAX_BYTES's documented default", settings.DefaultBufferMaxBytes, valkey.DefaultBufferMaxBytes},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: settings default %v, the component's %v", c.name, c.got, c.want)
@@ -68,6 +71,32 @@ func TestSettingsAgreeWithComponents(t *testing.T) {
 	for _, n := range []int{metrics.MaxTopPrincipals, metrics.MaxTopPrincipals + 1} {
 		if err := load("BUDGET_USAGE_TOP_PRINCIPALS", n); (err == nil) != (n <= metrics.MaxTopPrincipals) {
 			t.Errorf("BUDGET_USAGE_TOP_PRINCIPALS=%d (metrics.MaxTopPrincipals %d): %v", n, metrics.MaxTopPrincipals, err)
+		}
+	}
+}
+
+// TestValkeyBufferMaxBytesReachesTheStore: VALKEY_BUFFER_MAX_BYTES is the
+// Valkey store's BufferMaxBytes (read back through its Stats, which
+// ratelimit_valkey_buffer_max_bytes exports); unset, the store keeps its
+// default.
+func TestValkeyBufferMaxBytesReachesTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want int64
+	}{{"", valkey.DefaultBufferMaxBytes}, {"2097152", 2 << 20}} {
+		env := map[string]string{"REDIS_URL": "127.0.0.1:1", "VALKEY_BUFFER_MAX_BYTES": tc.set} // nothing listens: connects in the background
+		s, err := settings.Load(nil, func(k string) string { return env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _, _, err := openStore(s, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.(*valkey.Store).Stats().BufferMaxBytes
+		_ = st.Close()
+		if got != tc.want {
+			t.Errorf("VALKEY_BUFFER_MAX_BYTES=%q: the store's bound is %d, want %d", tc.set, got, tc.want)
 		}
 	}
 }

@@ -137,6 +137,12 @@ type Settings struct {
 	// store's default of 1m) is how long a call's id is kept in Valkey, and
 	// so how long an ambiguous charge may be replayed; within [1s, 1h].
 	ValkeyIdempotencyWindow time.Duration
+	// ValkeyBufferMaxBytes (VALKEY_BUFFER_MAX_BYTES, ours; 0 = the store's
+	// default of 64 MiB) bounds the memory of the Valkey store's outage
+	// buffer (the keys and ledger fields it keeps, plus about 184 bytes
+	// each), beside its fixed bound of 100,000 entries; within
+	// [MinBufferMaxBytes, MaxBufferMaxBytes] (values.go).
+	ValkeyBufferMaxBytes int
 
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
@@ -630,6 +636,10 @@ func (s *Settings) validateStore() error {
 	}
 	if w := s.ValkeyIdempotencyWindow; w != 0 && (w < time.Second || w > time.Hour) {
 		errs = append(errs, fmt.Errorf("%s: %v not in [1s,1h]", name(&s.ValkeyIdempotencyWindow), w))
+	}
+	if n := s.ValkeyBufferMaxBytes; n != 0 && (n < MinBufferMaxBytes || n > MaxBufferMaxBytes) {
+		errs = append(errs, fmt.Errorf("%s: %d bytes not in [%d (1 MiB), %d (4 GiB)]; 0 keeps the store's default (%d, 64 MiB)",
+			name(&s.ValkeyBufferMaxBytes), n, MinBufferMaxBytes, MaxBufferMaxBytes, DefaultBufferMaxBytes))
 	}
 	if s.MemorySnapshotInterval < 100*time.Millisecond || s.MemorySnapshotInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("%s: %v not in [100ms,1h]", name(&s.MemorySnapshotInterval), s.MemorySnapshotInterval))

@@ -72,3 +72,29 @@ func TestStoreSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestValkeyBufferMaxBytes: VALKEY_BUFFER_MAX_BYTES (the Valkey store's
+// outage buffer bound in bytes) defaults to 0, the store's own default,
+// takes a byte count within [1 MiB, 4 GiB] and refuses anything else with
+// an error naming the setting and the range.
+func TestValkeyBufferMaxBytes(t *testing.T) {
+	s, err := Load(nil, envOf(map[string]string{}), io.Discard)
+	if err != nil || s.ValkeyBufferMaxBytes != 0 {
+		t.Fatalf("default: %d, %v; want 0 (the store's default)", s.ValkeyBufferMaxBytes, err)
+	}
+	for _, v := range []int{MinBufferMaxBytes, 256 << 20, MaxBufferMaxBytes} {
+		s, err := Load(nil, envOf(map[string]string{"VALKEY_BUFFER_MAX_BYTES": strconv.Itoa(v)}), io.Discard)
+		if err != nil || s.ValkeyBufferMaxBytes != v {
+			t.Errorf("VALKEY_BUFFER_MAX_BYTES=%d: %d, %v", v, s.ValkeyBufferMaxBytes, err)
+		}
+	}
+	for _, v := range []string{"-1", "1000", strconv.Itoa(MinBufferMaxBytes - 1), strconv.Itoa(MaxBufferMaxBytes + 1), "64MiB"} {
+		_, err := Load(nil, envOf(map[string]string{"VALKEY_BUFFER_MAX_BYTES": v}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "VALKEY_BUFFER_MAX_BYTES") {
+			t.Errorf("VALKEY_BUFFER_MAX_BYTES=%s: err %v, want it refused by name", v, err)
+		}
+	}
+	if _, err := Load(nil, envOf(map[string]string{"VALKEY_BUFFER_MAX_BYTES": "1000"}), io.Discard); err == nil || !strings.Contains(err.Error(), "not in [1048576 (1 MiB), 4294967296 (4 GiB)]") {
+		t.Errorf("out of range: %v; want the range said", err)
+	}
+}

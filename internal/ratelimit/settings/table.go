@@ -132,6 +132,8 @@ func storeSettings(s *Settings, r *raw) []setting {
 		{vars("VALKEY_MAX_FLUSH_DELAY"), "valkey-max-flush-delay", "auto-pipeline flush delay", duration(&s.ValkeyMaxFlushDelay)},
 		{vars("VALKEY_IDEMPOTENCY_WINDOW"), "", "how long a call's id is kept in Valkey, so how long an unanswered charge may be replayed exactly once, within [1s, 1h]; 0 = the store's default (1m)", duration(&s.ValkeyIdempotencyWindow)},
 		{vars("VALKEY_PIPELINE_MULTIPLEX"), "", "2^n Valkey connections per node, 0 = the store's default", integer(&s.ValkeyPipelineMultiplex)},
+		{vars("VALKEY_BUFFER_MAX_BYTES"), "", "bytes the outage buffer may hold while Valkey is away (the keys and ledger fields it keeps, plus about 184 bytes each; beyond it, or beyond 100,000 entries, charges are counted lost), within [" +
+			strconv.Itoa(MinBufferMaxBytes) + " (1 MiB), " + strconv.Itoa(MaxBufferMaxBytes) + " (4 GiB)]; 0 = the store's default (" + strconv.Itoa(DefaultBufferMaxBytes) + ", 64 MiB)", integer(&s.ValkeyBufferMaxBytes)},
 		{vars("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
 		{vars("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
 		{vars("MEMORY_SNAPSHOT_PATH"), "memory-snapshot-path", "file the embedded store's counters, holds and ledger are snapshotted to and restored from; default $XDG_STATE_HOME/budgetgen/ratelimit-memory-<grpc port>.snapshot (else under $HOME/.local/state), off = none", str(&s.MemorySnapshotPath)},

@@ -35,6 +35,17 @@ const (
 	defaultSnapshotInterval = 10 * time.Second
 )
 
+// VALKEY_BUFFER_MAX_BYTES: 0 keeps DefaultBufferMaxBytes, the Valkey store's
+// own default (valkey.DefaultBufferMaxBytes), which its doc names; a value
+// is within [MinBufferMaxBytes, MaxBufferMaxBytes]: below 1 MiB the buffer
+// keeps a few thousand short keys at most, above 4 GiB it no longer keeps a
+// pod from being OOM-killed with everything it buffered.
+const (
+	DefaultBufferMaxBytes = 64 << 20
+	MinBufferMaxBytes     = 1 << 20
+	MaxBufferMaxBytes     = 4 << 30
+)
+
 // MemoryFullPolicy is MEMORY_FULL_POLICY: what a request needing a new
 // counter gets when the embedded store is at MEMORY_MAX_COUNTERS. The
 // service maps it to memory.FullPolicy, whose names these are.

@@ -25,6 +25,8 @@ func Register(reg prometheus.Registerer, st store.Store) {
 	case *valkey.Store:
 		gauge("ratelimit_valkey_in_flight_calls", "Store calls holding a Valkey slot now.", func() float64 { return float64(s.Stats().InFlight) })
 		gauge("ratelimit_valkey_buffer_keys", "Counters and ledger fields waiting in the outage buffer.", func() float64 { return float64(s.Stats().BufferKeys) })
+		gauge("ratelimit_valkey_buffer_bytes", "Bytes the outage buffer's entries count against its bound: the keys and ledger fields they hold plus about 184 bytes each (about their live heap).", func() float64 { return float64(s.Stats().BufferBytes) })
+		gauge("ratelimit_valkey_buffer_max_bytes", "The outage buffer's bound in bytes (VALKEY_BUFFER_MAX_BYTES); beyond it, as beyond 100,000 entries, charges are counted lost.", func() float64 { return float64(s.Stats().BufferMaxBytes) })
 		counter("ratelimit_valkey_no_slot_total", "Store calls not sent: no free slot before their deadline, or Valkey stalled.", func() float64 { return float64(s.Stats().NoSlot) })
 		counter("ratelimit_valkey_not_connected_calls_total", "Store calls not sent because the store had not yet connected to Valkey since start (buffered).", func() float64 { return float64(s.Stats().NotConnected) })
 		counter("ratelimit_valkey_stalled_calls_total", "Store calls not sent because Valkey had answered nothing for 100 ms with calls in flight (buffered, not sent into the stall).", func() float64 { return float64(s.Stats().Stalled) })
@@ -39,14 +41,46 @@ func Register(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_ledger_buffered_tokens_total", "Ledger (usage report) increments kept in the outage buffer.", func() float64 { return float64(s.Stats().LedgerBuffered) })
 		counter("ratelimit_valkey_ledger_replayed_tokens_total", "Buffered ledger increments applied once Valkey answered again.", func() float64 { return float64(s.Stats().LedgerReplayed) })
 		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
-		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because their day ended first.", func() float64 { return float64(s.Stats().LedgerExpired) })
-		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied, never re-sent).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
+		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because the counter they were charged with expired first (its window's end plus EXPIRATION_JITTER_MAX_SECONDS), though the ledger hash itself is kept for LEDGER_RETENTION_DAYS.", func() float64 { return float64(s.Stats().LedgerExpired) })
+		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied): replayed with their charge under its call id, applied at most once; missing from the ledger only if given up (id window passed, buffer full or store closed).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
 		counter("ratelimit_valkey_canceled_hits_total", "Hits of calls whose deadline had passed when they reached the store: not sent; handed back to the charger, which defers them (counted in ratelimit_unsent_hits_total{outcome=\"deferred\"} and buffered).", func() float64 { return float64(s.Stats().Canceled) })
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
+		releases(counter, s)
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
 		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
 		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
+	}
+}
+
+// releases exports the Valkey store's classes of hold releases (a reserving
+// budget's charge releases one hold of its counter), as the hits' and the
+// ledger's are exported. A release lost, expired or given up leaves its hold
+// until the hold expires (RESERVATION_EXPIRY): the budget reads tighter, it
+// is never overspent.
+func releases(counter func(name, help string, f func() float64), s *valkey.Store) {
+	for _, c := range []struct {
+		name, help string
+		f          func(valkey.Stats) uint64
+	}{
+		{"ratelimit_valkey_buffered_releases_total", "Hold releases (a reserving budget's charges) kept in the outage buffer because Valkey certainly did not get them.",
+			func(st valkey.Stats) uint64 { return st.ReleaseBuffered }},
+		{"ratelimit_valkey_replayed_releases_total", "Buffered hold releases applied once Valkey answered again.",
+			func(st valkey.Stats) uint64 { return st.ReleaseReplayed }},
+		{"ratelimit_valkey_lost_releases_total", "Hold releases dropped because the outage buffer was full or disabled, or the store closed: their holds stay until they expire.",
+			func(st valkey.Stats) uint64 { return st.ReleaseLost }},
+		{"ratelimit_valkey_expired_releases_total", "Buffered hold releases dropped because their holds had certainly expired (RESERVATION_EXPIRY after the charge) or their counter's window had ended before Valkey answered again: replayed, a release would free another request's hold.",
+			func(st valkey.Stats) uint64 { return st.ReleaseExpired }},
+		{"ratelimit_valkey_ambiguous_releases_total", "Hold releases sent but unanswered (maybe applied): replayed under their call id, applied at most once.",
+			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguous }},
+		{"ratelimit_valkey_ambiguous_applied_releases_total", "Ambiguous hold releases whose replay found them already applied.",
+			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguousApplied }},
+		{"ratelimit_valkey_ambiguous_replayed_releases_total", "Ambiguous hold releases applied by their replay.",
+			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguousReplayed }},
+		{"ratelimit_valkey_ambiguous_dropped_releases_total", "Ambiguous hold releases given up (maybe applied): id window passed, their holds certainly expired, buffer full or store closed.",
+			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguousDropped }},
+	} {
+		counter(c.name, c.help, func() float64 { return float64(c.f(s.Stats())) })
 	}
 }
 

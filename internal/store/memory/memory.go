@@ -138,6 +138,8 @@ type Store struct {
 	maxHolds int
 	fullErr  error
 	sweepNow chan struct{} // asks the janitor for a full sweep at the bound
+	// onExpired is ReportExpired's func.
+	onExpired atomic.Pointer[func(owner any, tokens uint64)]
 
 	ledger interface {
 		HIncrBy(key, field string, n uint64) bool
@@ -161,7 +163,10 @@ type counter struct {
 	holds    *holds // reserving counters only
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.ExpiryReporter = (*Store)(nil)
+)
 
 // New returns a store and starts its janitor; Close stops it.
 func New(opts Options) *Store {

@@ -24,13 +24,22 @@ type buffer struct {
 	max      int
 	bytes    int64
 	maxBytes int64
-	size     atomic.Int64
+	size     atomic.Int64 // entries now, for readers without mu
+	used     atomic.Int64 // bytes now, for readers without mu (Stats)
+}
+
+// publish makes the buffer's entries and bytes readable without mu; call
+// it with mu held after every change.
+func (b *buffer) publish() {
+	b.size.Store(int64(len(b.m) + b.gops))
+	b.used.Store(b.bytes)
 }
 
 // entryOverhead is about what an entry costs besides its strings: its map
 // slot (target and pending) and the map's spare room (measured: 227 bytes of
-// live heap per entry with 60-byte keys).
-const entryOverhead = 168
+// live heap per entry with 60-byte keys; 16 more since pending keeps its
+// release's owner, store.Hold.Owner).
+const entryOverhead = 184
 
 // cost is what an entry of t with w's hold hash counts against the byte
 // bound. The hold hash is named per window and usually shared, but counted.
@@ -56,7 +65,8 @@ type target struct {
 
 // pending is a write waiting in the buffer: hits, hold releases (with the
 // holds' expiry, which gives their generation's length, their hold hash,
-// and releaseBy: when the holds they are for have certainly expired) and
+// and releaseBy: when the holds they are for have certainly expired; owner:
+// store.Hold.Owner, handed back with the holds a replay finds expired) and
 // the replay deadline (the counter's expiry).
 type pending struct {
 	hits, releases uint64
@@ -64,6 +74,7 @@ type pending struct {
 	holdHash       string
 	releaseBy      time.Time
 	exp            time.Time
+	owner          any
 }
 
 type entry struct {
@@ -87,9 +98,16 @@ func (b *buffer) add(t target, w pending) bool {
 		p.hits += w.hits
 		p.releases += w.releases
 		p.holdExpiry = max(p.holdExpiry, w.holdExpiry)
+		if p.owner == nil {
+			// A counter is one budget's (its bucket), maybe shared by
+			// several Gateways' rules: the first owner gets the expired
+			// tokens, as the first call of a live counter would.
+			p.owner = w.owner
+		}
 		if p.holdHash == "" && w.holdHash != "" {
 			p.holdHash = w.holdHash
 			b.bytes += int64(len(w.holdHash)) // as take will count it
+			b.used.Store(b.bytes)
 		}
 		if p.releaseBy.IsZero() || (!w.releaseBy.IsZero() && w.releaseBy.Before(p.releaseBy)) {
 			// Summed releases are dropped together once the earliest one's
@@ -106,7 +124,7 @@ func (b *buffer) add(t target, w pending) bool {
 	}
 	b.m[t] = w
 	b.bytes += c
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return true
 }
 
@@ -122,7 +140,7 @@ func (b *buffer) addGroup(g *group) bool {
 	b.groups = append(b.groups, g)
 	b.gops += len(g.ops)
 	b.bytes += c
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return true
 }
 
@@ -147,7 +165,7 @@ func (b *buffer) take(n int) ([]entry, []*group) {
 		b.gops -= len(g.ops)
 		b.bytes -= g.cost()
 	}
-	b.size.Store(int64(len(b.m) + b.gops))
+	b.publish()
 	return out, gs
 }
 

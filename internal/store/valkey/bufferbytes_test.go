@@ -71,13 +71,16 @@ func TestBufferBytesBalance(t *testing.T) {
 	if !b.addGroup(g) {
 		t.Fatal("addGroup refused below the bounds")
 	}
-	if b.bytes <= 0 {
-		t.Fatalf("bytes %d after adds", b.bytes)
+	if b.bytes <= 0 || b.used.Load() != b.bytes {
+		t.Fatalf("bytes %d (published %d) after adds", b.bytes, b.used.Load())
 	}
 	b.take(2)
+	if b.used.Load() != b.bytes {
+		t.Fatalf("published %d bytes after a take, buffer %d", b.used.Load(), b.bytes)
+	}
 	b.drain()
-	if b.bytes != 0 || b.size.Load() != 0 {
-		t.Fatalf("bytes %d, size %d after draining, want 0, 0", b.bytes, b.size.Load())
+	if b.bytes != 0 || b.size.Load() != 0 || b.used.Load() != 0 {
+		t.Fatalf("bytes %d (published %d), size %d after draining, want 0, 0", b.bytes, b.used.Load(), b.size.Load())
 	}
 	small := newBuffer(100, 2*entryOverhead)
 	if !small.add(counterTarget("a"), pending{hits: 1}) || small.add(counterTarget(strings.Repeat("k", entryOverhead)), pending{hits: 1}) {

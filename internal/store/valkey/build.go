@@ -30,6 +30,9 @@ type op struct {
 	// replayed later would take another request's hold.
 	releaseBy int64
 	ci        int // the counter's index in its call; -1 for a buffered write
+	// owner is the counter's store.Hold.Owner (flagHold): a replay hands it
+	// back with the holds it finds expired (store.ExpiryReporter).
+	owner any
 }
 
 // width is the number of reply values of the op.
@@ -194,7 +197,7 @@ func (s *Store) addOp(c *call, i, start int, withLimit bool, now time.Time) {
 			o.reserve = k.Hold.Reserve
 		}
 		o.period = max(k.Hold.Expiry.Milliseconds()/2, 1)
-		o.releases = k.Hold.Release
+		o.releases, o.owner = k.Hold.Release, k.Hold.Owner
 	}
 	g.ops = append(g.ops, o)
 	c.pos[i] = int32(gi)<<16 | int32(len(g.ops)-1)

@@ -110,7 +110,7 @@ func (s *Store) countOp(o *op, c store.Class) {
 // pending is the op's write as the buffer keeps it; now is when the op was
 // sent, for a call's own op (a buffered one carries its releaseBy).
 func (o *op) pending(now time.Time) pending {
-	p := pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp)}
+	p := pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp), owner: o.owner}
 	switch {
 	case o.releases == 0:
 	case o.releaseBy != 0:
@@ -140,6 +140,7 @@ func (s *Store) notSent(counters []store.Counter) {
 				// from now, they have certainly expired.
 				p.holdHash = s.keys.holdHash(k.Key, k.Hold.Window, s.ids.tags)
 				p.releaseBy = s.now().Add(k.Hold.Expiry)
+				p.owner = k.Hold.Owner
 			}
 			s.buffer(counterTarget(k.Key), p, store.Buffered, store.Lost)
 		}

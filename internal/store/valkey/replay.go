@@ -127,7 +127,7 @@ func (s *Store) takeReplay(now time.Time) replay {
 				// Every buffered release names its hold hash (op.pending,
 				// notSent).
 				o.flags, o.holdHash, o.period = flagHold, e.holdHash, max(e.holdExpiry.Milliseconds()/2, 1)
-				o.releaseBy = e.releaseBy.UnixMilli()
+				o.releaseBy, o.owner = e.releaseBy.UnixMilli(), e.owner
 			}
 			g.ops = append(g.ops, o)
 		}
@@ -221,6 +221,10 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, b
 			continue
 		}
 		s.countOp(o, class)
+		if o.flags&flagHold != 0 && reps[i].Expired > 0 {
+			// Found by this replay, not by a call anyone waits for.
+			s.reportExpired(o.owner, reps[i].Expired)
+		}
 		if o.flags&flagHash != 0 {
 			ledgerHits += o.hits
 		} else {
@@ -228,6 +232,23 @@ func (s *Store) settleReplay(g *group, r valkey.ValkeyResult) (uint64, uint64, b
 		}
 	}
 	return hits, ledgerHits, true
+}
+
+// ReportExpired implements store.ExpiryReporter: f gets the tokens of holds
+// a replayed release found expired (settleReplay), with the counter's
+// store.Hold.Owner. It is called on the replayer's goroutine.
+func (s *Store) ReportExpired(f func(owner any, tokens uint64)) {
+	if f == nil {
+		s.onExpired.Store(nil)
+		return
+	}
+	s.onExpired.Store(&f)
+}
+
+func (s *Store) reportExpired(owner any, tokens uint64) {
+	if f := s.onExpired.Load(); f != nil {
+		(*f)(owner, tokens)
+	}
 }
 
 // probe pings Valkey, so a batch is only sent to a server that answers: a

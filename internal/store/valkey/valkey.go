@@ -230,14 +230,36 @@ type Stats struct {
 	// the call failed): counted, though the caller applied its failure policy.
 	AppliedOnError uint64
 	BufferKeys     int64 // entries waiting in the buffer now
+	// BufferBytes is what they count against BufferMaxBytes now: the
+	// strings they hold plus a per-entry overhead (about their live heap).
+	// BufferMaxBytes is that bound (Options.BufferMaxBytes; 0 without a
+	// buffer).
+	BufferBytes, BufferMaxBytes int64
 
 	// The same for the shadow-week ledger's increments (store.Counter.Ledger),
 	// in tokens: a measurement, so its failures never fail a charge.
 	LedgerBuffered  uint64 // put in the outage buffer
 	LedgerReplayed  uint64 // buffered and applied to Valkey
 	LedgerLost      uint64 // dropped: buffer full or disabled, wrong type, closed
-	LedgerExpired   uint64 // buffered, dropped because their counter's window ended first
-	LedgerAmbiguous uint64 // sent but unanswered: maybe applied, never re-sent
+	LedgerExpired   uint64 // buffered, dropped because their counter expired first (its window's end plus grace)
+	LedgerAmbiguous uint64 // sent but unanswered: kept with their call under its id and replayed, applied at most once
+
+	// The same for hold releases (store.Hold.Release: a reserving budget's
+	// charge releases one of its counter's holds), in releases. A release
+	// lost, dropped or given up leaves its hold in place until the hold
+	// expires (store.Hold.Expiry, RESERVATION_EXPIRY): never an overspend,
+	// but the budget reads tighter than it is until then.
+	ReleaseBuffered  uint64 // put in the outage buffer
+	ReleaseReplayed  uint64 // buffered and applied to Valkey
+	ReleaseLost      uint64 // dropped: buffer full or disabled, store closed
+	ReleaseExpired   uint64 // buffered, dropped: their holds had certainly expired, or their counter's window ended
+	ReleaseAmbiguous uint64 // sent but unanswered: kept under their call's id and replayed
+	// Each ambiguous release is resolved as one of these (or still waits),
+	// as ambiguous hits are; given up includes a kept call's own releases
+	// whose holds had certainly expired before its replay.
+	ReleaseAmbiguousApplied  uint64
+	ReleaseAmbiguousReplayed uint64
+	ReleaseAmbiguousDropped  uint64
 }
 
 // Store is the Valkey store.Store. Safe for concurrent use.
@@ -266,6 +288,7 @@ type Store struct {
 
 	tally                store.Tally
 	noSlot, stalledCalls atomic.Uint64
+	onExpired            atomic.Pointer[func(owner any, tokens uint64)] // ReportExpired
 	logs                 logLimits
 
 	calls sync.Pool
@@ -289,7 +312,10 @@ type Store struct {
 	workers          sync.WaitGroup // in-flight call goroutines
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.ExpiryReporter = (*Store)(nil)
+)
 
 func defaults(o *Options) error {
 	if o.Mode == "" {
@@ -425,7 +451,7 @@ func (s *Store) Tally() *store.Tally { return &s.tally }
 // Stats returns cumulative counts.
 func (s *Store) Stats() Stats {
 	t := &s.tally
-	c, l := store.TargetCounter, store.TargetLedger
+	c, l, r := store.TargetCounter, store.TargetLedger, store.TargetRelease
 	st := Stats{
 		InFlight:          int64(len(s.sem)),
 		Canceled:          t.Get(c, store.NotSent),
@@ -447,9 +473,18 @@ func (s *Store) Stats() Stats {
 		LedgerLost:        t.Get(l, store.Lost) + t.Get(l, store.BufferLost),
 		LedgerExpired:     t.Get(l, store.Expired),
 		LedgerAmbiguous:   t.Get(l, store.Ambiguous),
+
+		ReleaseBuffered:          t.Get(r, store.Buffered),
+		ReleaseReplayed:          t.Get(r, store.Replayed),
+		ReleaseLost:              t.Get(r, store.Lost) + t.Get(r, store.BufferLost),
+		ReleaseExpired:           t.Get(r, store.Expired),
+		ReleaseAmbiguous:         t.Get(r, store.Ambiguous),
+		ReleaseAmbiguousApplied:  t.Get(r, store.AmbiguousApplied),
+		ReleaseAmbiguousReplayed: t.Get(r, store.AmbiguousReplayed),
+		ReleaseAmbiguousDropped:  t.Get(r, store.AmbiguousDropped),
 	}
 	if s.buf != nil {
-		st.BufferKeys = s.buf.size.Load()
+		st.BufferKeys, st.BufferBytes, st.BufferMaxBytes = s.buf.size.Load(), s.buf.used.Load(), s.buf.maxBytes
 	}
 	return st
 }
