@@ -23,16 +23,33 @@ import (
 // by the full counter key and remembers the observed total, so a limit raised
 // by a config change is compared against that total (a miss if no longer over).
 type overCache struct {
-	shards   []cacheShard
-	perShard int
-	seed     maphash.Seed
+	shards        []cacheShard
+	perShard      int
+	perShardBytes int
+	seed          maphash.Seed
 }
 
 type cacheShard struct {
-	mu sync.Mutex
-	m  map[string]*cacheEntry
-	_  [40]byte
+	mu    sync.Mutex
+	m     map[string]*cacheEntry
+	bytes int // entrySize of every entry in m
+	// swept is the second of the last sweep for finished entries: a full
+	// shard is swept at most once a second, not at every put (a sweep is a
+	// walk of the whole shard under its lock).
+	swept int64
+	_     [24]byte
 }
+
+// cacheMaxBytes bounds what the cache's keys and entries hold, beside its
+// entry count: a counter key carries its descriptor values (up to 8 KiB
+// each), so 100,000 entries of long keys would hold gigabytes. Typical
+// keys (100-200 bytes) fill the entry count first.
+const cacheMaxBytes = 32 << 20
+
+// entrySize is what one entry holds: its key, the entry and the map's slot
+// (measured with a heap profile to within a few bytes; the bound needs the
+// order of magnitude, not the byte).
+func entrySize(k string) int { return len(k) + 120 }
 
 type cacheEntry struct {
 	observed  uint64
@@ -54,9 +71,10 @@ func newOverCache(size int) *overCache {
 	if per < 1 {
 		per = 1
 	}
-	c := &overCache{shards: make([]cacheShard, cacheShards), perShard: per, seed: maphash.MakeSeed()}
+	c := &overCache{shards: make([]cacheShard, cacheShards), perShard: per, perShardBytes: cacheMaxBytes / cacheShards, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*cacheEntry)
+		c.shards[i].swept = math.MinInt64 // the first full put sweeps, whatever the clock
 	}
 	return c
 }
@@ -102,17 +120,21 @@ func (c *overCache) put(k []byte, observed uint64, nowSec, windowEnd int64, expi
 		}
 		return true
 	}
-	if len(sh.m) >= c.perShard {
+	size := entrySize(string(k))
+	full := func() bool { return len(sh.m) >= c.perShard || sh.bytes+size > c.perShardBytes }
+	if full() && nowSec != sh.swept {
+		sh.swept = nowSec
 		for key, e := range sh.m {
 			if nowSec >= e.windowEnd && e.pending == 0 && e.releases == 0 {
-				delete(sh.m, key)
+				sh.remove(key)
 			}
 		}
-		if len(sh.m) >= c.perShard {
-			return false
-		}
+	}
+	if full() {
+		return false
 	}
 	sh.m[string(k)] = &cacheEntry{observed: observed, windowEnd: windowEnd, expireAt: expireAt}
+	sh.bytes += size
 	return true
 }
 
@@ -127,12 +149,18 @@ func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
 				e.pending, e.releases = 0, 0
 			}
 			if nowSec >= e.windowEnd {
-				delete(sh.m, k)
+				sh.remove(k)
 			}
 		}
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// remove deletes key's entry; the shard's lock is held.
+func (sh *cacheShard) remove(key string) {
+	delete(sh.m, key)
+	sh.bytes -= entrySize(key)
 }
 
 func (c *overCache) len() int {
