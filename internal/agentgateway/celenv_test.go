@@ -21,6 +21,24 @@ func TestEvalEntry(t *testing.T) {
 		{`coalesce(jwt.a, jwt.b, "x")`, map[string]any{"b": "y"}, "y", false},
 		{`default(jwt.sub, "anon")`, nil, "anon", false},
 		{`"per-run"`, nil, "per-run", false},
+		// agentgateway's default falls back only on a missing key or variable
+		// and on null (crates/celx/src/general.rs, default): string() of a
+		// list, a map or null is a function error (cannot convert, in
+		// crates/cel-fork/cel/src/functions.rs, string), which default passes
+		// on, so the descriptor is dropped.
+		{`default(string(jwt["run_id"]), "anon")`, map[string]any{}, "anon", false},
+		{`default(string(jwt["run_id"]), "anon")`, nil, "anon", false},
+		{`default(jwt.run_id, "anon")`, map[string]any{"run_id": nil}, "anon", false},
+		{`default(string(jwt["run_id"]), "anon")`, map[string]any{"run_id": []any{"r1"}}, "", true},
+		{`default(string(jwt["run_id"]), "anon")`, map[string]any{"run_id": map[string]any{"a": "b"}}, "", true},
+		{`default(string(jwt["run_id"]), "anon")`, map[string]any{"run_id": nil}, "", true},
+		// coalesce takes the first argument without an error, whatever the
+		// error: the rendered entry charges a claim of any type somewhere.
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": []any{"r1"}}, NoClaim, false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": map[string]any{"a": "b"}}, NoClaim, false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": nil}, NoClaim, false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": true}, "true", false},
+		{`coalesce(string(jwt["run_id"]), "` + NoClaim + `")`, map[string]any{"run_id": 7}, "7", false},
 	} {
 		got, err := EvalEntry(tc.expr, tc.claims)
 		if (err != nil) != tc.fails || got != tc.want {
