@@ -3,6 +3,7 @@ package agentgateway
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -26,7 +27,8 @@ const NoClaim = "budgetgen/no-claim"
 // no JWT was verified) and agentgateway's coalesce and default
 // (crates/celx/src/general.rs): coalesce returns its first argument that
 // evaluates without an error and is not null, default its first argument
-// unless that is null or a missing key or variable. cel-go evaluates
+// unless that is null or a missing key or variable (NoSuchKey,
+// UndeclaredReference), passing any other error on. cel-go evaluates
 // arguments strictly, so both are declared non-strict (they receive errors as
 // values). Up to three arguments of coalesce are modelled.
 func newEnv() (*cel.Env, error) {
@@ -38,6 +40,12 @@ func newEnv() (*cel.Env, error) {
 		}
 		return args[len(args)-1]
 	}
+	dflt := func(a, b ref.Val) ref.Val {
+		if a == types.NullValue || missing(a) {
+			return b
+		}
+		return a
+	}
 	dyn := cel.DynType
 	return cel.NewEnv(
 		cel.Variable("jwt", cel.MapType(cel.StringType, dyn)),
@@ -45,8 +53,21 @@ func newEnv() (*cel.Env, error) {
 			cel.Overload("coalesce_2", []*cel.Type{dyn, dyn}, dyn, cel.OverloadIsNonStrict(), cel.BinaryBinding(func(a, b ref.Val) ref.Val { return fallback(a, b) })),
 			cel.Overload("coalesce_3", []*cel.Type{dyn, dyn, dyn}, dyn, cel.OverloadIsNonStrict(), cel.FunctionBinding(fallback))),
 		cel.Function("default",
-			cel.Overload("default_2", []*cel.Type{dyn, dyn}, dyn, cel.OverloadIsNonStrict(), cel.BinaryBinding(func(a, b ref.Val) ref.Val { return fallback(a, b) }))),
+			cel.Overload("default_2", []*cel.Type{dyn, dyn}, dyn, cel.OverloadIsNonStrict(), cel.BinaryBinding(dflt))),
 	)
+}
+
+// missing reports whether v is cel-go's error for a map key or a variable
+// that is not there: agentgateway's NoSuchKey and UndeclaredReference, the
+// only errors its default() replaces. cel-go has no error types for them,
+// so its messages are matched ("no such key: k", "no such attribute(s): jwt").
+func missing(v ref.Val) bool {
+	e, ok := v.(*types.Err)
+	if !ok {
+		return false
+	}
+	msg := e.Error()
+	return strings.HasPrefix(msg, "no such key") || strings.HasPrefix(msg, "no such attribute")
 }
 
 // ErrUnmodelled is returned (wrapped) by EvalEntry for an expression this
