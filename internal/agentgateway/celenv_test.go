@@ -1,6 +1,9 @@
 package agentgateway
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A claim read fails when the claim (or every verified JWT) is missing;
 // coalesce and default, as agentgateway's, turn that into a fallback value.
@@ -44,5 +47,16 @@ func TestEvalEntry(t *testing.T) {
 		if (err != nil) != tc.fails || got != tc.want {
 			t.Errorf("EvalEntry(%s, %v) = %q, %v; want %q, fails %v", tc.expr, tc.claims, got, err, tc.want, tc.fails)
 		}
+	}
+}
+
+func TestClaimsAndFunctions(t *testing.T) {
+	claims, err := Claims(`coalesce(string(jwt["run_id"]), jwt.sub, jwt["team"], request.headers["x"])`)
+	if err != nil || strings.Join(claims, ",") != "run_id,sub,team" {
+		t.Errorf("Claims = %v, %v", claims, err)
+	}
+	fns, err := Functions(`variables().request.headers["x"] + uuid()`)
+	if err != nil || strings.Join(fns, ",") != "_+_,_[_],uuid,variables" {
+		t.Errorf("Functions = %v, %v", fns, err)
 	}
 }

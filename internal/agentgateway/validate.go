@@ -208,6 +208,50 @@ func checkCEL(path, expr string, required bool, fail func(string, string, ...any
 // reads (jwt, request, apiKey, ...), sorted. The gate uses it to tell a
 // principal read from a verified JWT from one read from a request header.
 func Variables(expr string) ([]string, error) {
+	return collect(expr, func(e celast.Expr, add func(string)) {
+		if e.Kind() == celast.IdentKind {
+			add(e.AsIdent())
+		}
+	})
+}
+
+// Claims returns the JWT claims a CEL expression reads by name (jwt.c,
+// jwt["c"], jwt[?"c"]), sorted.
+func Claims(expr string) ([]string, error) {
+	return collect(expr, func(e celast.Expr, add func(string)) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			if s := e.AsSelect(); isIdent(s.Operand(), "jwt") {
+				add(s.FieldName())
+			}
+		case celast.CallKind:
+			c := e.AsCall()
+			if args := c.Args(); (c.FunctionName() == "_[_]" || c.FunctionName() == "_[?_]") && len(args) == 2 && isIdent(args[0], "jwt") && args[1].Kind() == celast.LiteralKind {
+				if k, ok := args[1].AsLiteral().Value().(string); ok {
+					add(k)
+				}
+			}
+		}
+	})
+}
+
+// Functions returns the functions a CEL expression calls by name, operators
+// included (_+_, _[_], ...), sorted; a macro counts as what it expands to.
+func Functions(expr string) ([]string, error) {
+	return collect(expr, func(e celast.Expr, add func(string)) {
+		if e.Kind() == celast.CallKind {
+			add(e.AsCall().FunctionName())
+		}
+	})
+}
+
+func isIdent(e celast.Expr, name string) bool {
+	return e.Kind() == celast.IdentKind && e.AsIdent() == name
+}
+
+// collect parses expr and returns, sorted and without duplicates, what visit
+// adds for each node of its AST.
+func collect(expr string, visit func(e celast.Expr, add func(string))) ([]string, error) {
 	env, err := cel.NewEnv()
 	if err != nil {
 		return nil, fmt.Errorf("cel environment: %w", err)
@@ -218,11 +262,8 @@ func Variables(expr string) ([]string, error) {
 		return nil, fmt.Errorf("not a valid CEL expression: %s", msg)
 	}
 	seen := map[string]bool{}
-	celast.PreOrderVisit(celast.NavigateAST(ast.NativeRep()), celast.NewExprVisitor(func(e celast.Expr) {
-		if e.Kind() == celast.IdentKind {
-			seen[e.AsIdent()] = true
-		}
-	}))
+	add := func(s string) { seen[s] = true }
+	celast.PreOrderVisit(celast.NavigateAST(ast.NativeRep()), celast.NewExprVisitor(func(e celast.Expr) { visit(e, add) }))
 	out := make([]string, 0, len(seen))
 	for v := range seen {
 		out = append(out, v)

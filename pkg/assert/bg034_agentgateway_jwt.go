@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/budgetgen/budgetgen/internal/agentgateway"
 	"github.com/budgetgen/budgetgen/pkg/manifest"
 )
@@ -75,10 +77,47 @@ func checkEntriesFail(p *Pass, eval *agentgateway.Evaluator, b *manifest.Object)
 			if _, err := eval.Eval(expr, map[string]any{}); err != nil && !errors.Is(err, agentgateway.ErrUnmodelled) {
 				p.Report(b, manifest.Get(e, "expression"), path, "%s: %s fails for a verified JWT without that claim (%v): agentgateway drops the descriptor and, with none left, makes no rate limit call, so the token's holder runs unbudgeted; wrap it: coalesce(%s, %q) charges such requests to one shared bucket (what budgetgen renders)",
 					path, expr, err, expr, agentgateway.NoClaim)
+			} else if err == nil {
+				checkClaimTypes(p, eval, b, manifest.Get(e, "expression"), path, expr)
 			}
 		}
 	}
 	return absent
+}
+
+// oddClaims are JSON values of each type but string a verified token's claim
+// can hold (serde_json values, crates/agentgateway/src/http/jwt.rs Claims).
+var oddClaims = []struct {
+	what  string
+	value any
+}{
+	{"a list", []any{"x"}}, {"an object", map[string]any{"x": "y"}}, {"null", nil}, {"a number", 7}, {"a boolean", true},
+}
+
+// checkClaimTypes reports an entry that evaluates for a missing claim but
+// fails when a claim it reads holds another JSON type: agentgateway's
+// default() replaces only a missing key and null (crates/celx/src/general.rs),
+// string() refuses a list, a map and null (crates/cel-fork/cel/src/functions.rs),
+// and a value that is not a string drops the descriptor
+// (crates/agentgateway/src/http/remoteratelimit.rs, eval_descriptor).
+func checkClaimTypes(p *Pass, eval *agentgateway.Evaluator, b *manifest.Object, node *yaml.Node, path, expr string) {
+	claims, err := agentgateway.Claims(expr)
+	if err != nil {
+		return
+	}
+	for _, c := range claims {
+		var bad []string
+		for _, o := range oddClaims {
+			if _, err := eval.Eval(expr, map[string]any{c: o.value}); err != nil && !errors.Is(err, agentgateway.ErrUnmodelled) {
+				bad = append(bad, o.what)
+			}
+		}
+		if len(bad) > 0 {
+			p.Report(b, node, path, "%s: %s fails when the verified JWT's claim %q is %s: agentgateway drops the descriptor (default() replaces only a missing claim or null, string() refuses lists, objects and null, and a value must be a string), so whoever can give that claim another type (an identity provider passing a multi-valued attribute as a list) runs unbudgeted; use coalesce(string(jwt[%q]), %q), which charges any other type to one shared bucket (what budgetgen renders)",
+				path, expr, c, strings.Join(bad, ", "), c, agentgateway.NoClaim)
+			return
+		}
+	}
 }
 
 // jwtPoliciesFor lists the AgentgatewayPolicies with a jwtAuthentication on
