@@ -3,6 +3,7 @@ package assert
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/labels"
@@ -167,6 +168,13 @@ func checkAgwDescriptor(p *Pass, o *manifest.Object, dp string, d agentgateway.D
 		}
 		if bad := slices.DeleteFunc(vars, func(v string) bool { return v == "jwt" }); len(bad) > 0 {
 			p.Report(o, NodeAt(o.Node, ep), ep, "descriptor entry %q reads %v: a principal must come from the verified JWT (jwt[...]) only, never from what the client sends", e.Name, bad)
+			continue
+		}
+		if fns, err := agentgateway.Functions(e.Expression); err == nil {
+			if bad := slices.DeleteFunc(fns, pureFunction); len(bad) > 0 {
+				p.Report(o, NodeAt(o.Node, ep), ep, "descriptor entry %q calls %v, so its value need not come from the verified JWT: variables() returns every attribute, the request's headers included (crates/agentgateway/src/cel/mod.rs, new_strict), a custom function from the proxy's config can read any variable (crates/agentgateway/src/cel/custom.rs), uuid() and random() give each request a bucket of its own and fail() drops the descriptor (crates/celx/src/general.rs); build it from jwt[...], literals, coalesce, default and string() only",
+					e.Name, bad)
+			}
 		}
 	}
 	if budget != "" && p.Options.Spec != nil && p.Options.Spec.Budgets != nil {
@@ -222,6 +230,21 @@ func agwRefs(p *Pass, o *manifest.Object, pol *agentgateway.Policy) []agwRef {
 		}
 	}
 	return out
+}
+
+// pureFunctions are the functions a descriptor entry may call: their value
+// comes from their arguments alone (agentgateway's coalesce and default,
+// crates/celx/src/general.rs; CEL's conversions and string tests,
+// crates/cel-fork/cel/src/functions.rs).
+var pureFunctions = map[string]bool{
+	"coalesce": true, "default": true, "string": true, "int": true, "uint": true, "double": true, "bool": true, "bytes": true,
+	"size": true, "contains": true, "startsWith": true, "endsWith": true, "matches": true, "lowerAscii": true, "upperAscii": true,
+}
+
+// pureFunction reports whether an entry may call fn: one of pureFunctions, or
+// a CEL operator (_+_, _[_], !_, -_, @in, ...).
+func pureFunction(fn string) bool {
+	return pureFunctions[fn] || strings.HasPrefix(fn, "_") || strings.HasPrefix(fn, "!") || strings.HasPrefix(fn, "-") || strings.HasPrefix(fn, "@")
 }
 
 func unitOrDefault(u string) string {
