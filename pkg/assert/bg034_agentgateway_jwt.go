@@ -121,7 +121,8 @@ func checkClaimTypes(p *Pass, eval *agentgateway.Evaluator, b *manifest.Object, 
 }
 
 // jwtPoliciesFor lists the AgentgatewayPolicies with a jwtAuthentication on
-// a Gateway budget policy b targets, or on a route attached to one.
+// a Gateway budget policy b targets, on a ListenerSet of the input joining
+// one, or on a route attached to one.
 func jwtPoliciesFor(ix *Index, b *manifest.Object) []*manifest.Object {
 	gws := agwGatewayTargets(ix, b)
 	var out []*manifest.Object
@@ -129,11 +130,22 @@ func jwtPoliciesFor(ix *Index, b *manifest.Object) []*manifest.Object {
 		if o.Kind != agentgateway.KindPolicy || o.Group() != agentgateway.Group || manifest.Get(o.Node, "spec", "traffic", "jwtAuthentication") == nil {
 			continue
 		}
-		if sameGateway(agwGatewayTargets(ix, o), gws) || routesOn(ix, o, gws) {
+		if sameGateway(agwGatewayTargets(ix, o), gws) || routesOn(ix, o, gws) || listenerSetsOn(ix, o, gws) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// listenerSetsOn reports whether o targets a ListenerSet of the input that
+// joins one of the Gateways gws as a whole.
+func listenerSetsOn(ix *Index, o *manifest.Object, gws []GatewayKey) bool {
+	for _, t := range agwKindTargets(ix, o, "ListenerSet", GroupGateway) {
+		if gw, ok := listenerSetParent(ix, o.Namespace, t.name, GroupGateway); ok && agwWholeGateway(gws, gw) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameGateway(a, b []GatewayKey) bool {

@@ -25,6 +25,7 @@ var rules = []*Rule{
 	ruleTranslatorValid,
 	ruleTokenCount,
 	ruleAgentgatewayJWT,
+	ruleAgentgatewayIssuer,
 	ruleFilterOrder,
 	ruleRateLimitReach,
 	rulePricedModel,
