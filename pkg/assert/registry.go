@@ -25,10 +25,11 @@ var rules = []*Rule{
 	ruleTranslatorValid,
 	ruleTokenCount,
 	ruleAgentgatewayJWT,
-	ruleAgentgatewayIssuer,
 	ruleFilterOrder,
 	ruleRateLimitReach,
 	rulePricedModel,
+	ruleAgentgatewayIssuer,
+	ruleAgentgatewayRouteType,
 }
 
 // Rules returns every registered rule in ID order.
