@@ -64,8 +64,28 @@ type issuerAt struct {
 
 // issuersOn lists the providers of the jwtAuthentication policies that reach
 // budget policy b's traffic, those of policies targeting a Gateway first.
+// A policy on the whole Gateway with spec.strategy.inheritance: Override
+// locks the field for more specific targets (merge_with_inheritance in
+// crates/agentgateway/src/store/policy.rs): their providers are then left
+// out, except those of PreRouting policies, a phase of its own that also
+// verifies tokens and sets jwt (apply_gateway_policies in
+// crates/agentgateway/src/proxy/httpproxy.rs).
 func issuersOn(ix *Index, b *manifest.Object) []issuerAt {
 	pols := jwtPoliciesFor(ix, b)
+	gws := agwGatewayTargets(ix, b)
+	wholeGateway := func(o *manifest.Object) bool {
+		return slices.ContainsFunc(agwGatewayTargets(ix, o), func(g GatewayKey) bool {
+			return g.Section == "" && sameGateway([]GatewayKey{g}, gws)
+		})
+	}
+	preRouting := func(o *manifest.Object) bool {
+		return manifest.Str(manifest.Get(o.Node, "spec", "traffic", "phase")) == "PreRouting"
+	}
+	if slices.ContainsFunc(pols, func(o *manifest.Object) bool {
+		return wholeGateway(o) && !preRouting(o) && manifest.Str(manifest.Get(o.Node, "spec", "strategy", "inheritance")) == "Override"
+	}) {
+		pols = slices.DeleteFunc(pols, func(o *manifest.Object) bool { return !wholeGateway(o) && !preRouting(o) })
+	}
 	slices.SortStableFunc(pols, func(x, y *manifest.Object) int {
 		return boolRank(len(agwGatewayTargets(ix, y)) > 0) - boolRank(len(agwGatewayTargets(ix, x)) > 0)
 	})
