@@ -220,7 +220,7 @@ func columns(d *ledger.Data) (rows, error) {
 		if err := firstErr(err1, err2, err3); err != nil {
 			return r, err
 		}
-		r.principal, r.name = append(r.principal, p), append(r.name, ledger.PrincipalName(p))
+		r.principal, r.name = append(r.principal, storedPrincipal(p)), append(r.name, displayName(p))
 		r.units, r.shadow, r.enforce, r.reserve = append(r.units, units), append(r.shadow, s), append(r.enforce, e), append(r.reserve, rs)
 	}
 	return r, nil
