@@ -42,7 +42,7 @@ func TestMigrate(t *testing.T) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("second migrate: %v", err)
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 3 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	idx := s.Psql(ctx, t, "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename LIKE 'ledger_%'")
@@ -252,13 +252,13 @@ func TestMigrateKeepsRowsOfTheFirstSchema(t *testing.T) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 3 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	if got := s.Psql(ctx, t, "SELECT reserve_denials || ',' || holds || ',' || held_units || ',' || expired_units FROM ledger_windows"); got != "2,0,0,0" {
 		t.Fatalf("row after the upgrade: %s", got)
 	}
-	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2" {
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3" {
 		t.Fatalf("%s after adopting version 1: %s", VersionTable, got)
 	}
 	w, _ := ledger.ParseWindowID("20261020")
@@ -361,7 +361,7 @@ func TestMigrateBesideAnotherGooseApp(t *testing.T) {
 	s.Psql(ctx, t, `CREATE TABLE goose_db_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
 		INSERT INTO goose_db_version (version_id, is_applied) VALUES (0, true), (1, true), (2, true), (3, true)`)
 	db := openDB(t, s)
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 3 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	if got := s.Psql(ctx, t, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'ledger_windows'::regclass AND attname = 'holds'"); got != "1" {
@@ -390,10 +390,10 @@ func TestMigrateAdoptsTheDefaultTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 3 {
 		t.Fatalf("version %d %v", v, err)
 	}
-	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2" {
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3" {
 		t.Fatalf("%s: %s", VersionTable, got)
 	}
 }

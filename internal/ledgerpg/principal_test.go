@@ -2,15 +2,22 @@ package ledgerpg
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/pgtest"
+	rlkey "github.com/budgetgen/budgetgen/internal/ratelimit/key"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
 
@@ -103,3 +110,92 @@ func FuzzStoredPrincipal(f *testing.F) {
 		}
 	})
 }
+
+// randomValue is n bytes of hex that no compression shortens.
+func randomValue(seed uint64, n int) string {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n/2)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestSyncLongPrincipal: a principal's value may be up to key.MaxValueBytes
+// (8 KiB) before the ledger names it by its digest, and a principal of
+// several values is longer still, yet a B-tree index entry holds at most
+// 2704 bytes (PostgreSQL: "index row size 4040 exceeds btree version 4
+// maximum 2704 for index").
+// Such a principal is copied and read back; before, its row failed the
+// primary key's index, the sync's one transaction and every budget's copy
+// with it.
+func TestSyncLongPrincipal(t *testing.T) {
+	pg := pgtest.Start(t)
+	long := randomValue(1, rlkey.MaxValueBytes)
+	syncPrincipals(t, pg, []string{
+		randomValue(2, 4000), long, ledger.EncodePrincipal([]string{long, randomValue(3, rlkey.MaxValueBytes)}),
+		ledger.EncodePrincipal1(ledger.DigestPart(long + "x")), long[:100] + "\x00" + long[:3000], "team-b",
+	})
+	ctx := context.Background()
+	if got := pg.Psql(ctx, t, "SELECT count(*) FROM ledger_usage WHERE principal_name = '"+long+"'"); got != "1" {
+		t.Fatalf("rows named by the 8 KiB value: %s", got)
+	}
+	// The per-team query of docs/measurement.md still reads an index.
+	plan := pg.Psql(ctx, t, "SET enable_seqscan = off; EXPLAIN SELECT sum(tokens) FROM ledger_usage WHERE principal_name = 'team-b' AND window_kind = 'day'")
+	if !strings.Contains(plan, "ledger_usage_principal") {
+		t.Errorf("per-team query plan does not use the index:\n%s", plan)
+	}
+}
+
+// TestMigrateKeysRowsSyncedBefore: rows synced before the principal key
+// (migration 00003) get the key the sync computes, so the next sync
+// updates them rather than adding a second row per principal.
+func TestMigrateKeysRowsSyncedBefore(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	db, err := Open(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close(ctx) }()
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDB(*db.cfg)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub, goose.WithTableName(VersionTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 10, 20, 12, 0, 0, 0, time.UTC)
+	principals := []string{"team-a", "ünï😀", ledger.EncodePrincipal([]string{"a,b", `c\d`})}
+	for _, p := range principals {
+		pg.Psql(ctx, t, fmt.Sprintf(`INSERT INTO ledger_usage (domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end, budget, measure, units, synced_at)
+			VALUES ('budget', 's/per-team', '20261020', %s, 'x', 'day', '2026-10-20T00:00:00Z', '2026-10-21T00:00:00Z', 'per-team', 'tokens', 7, now())`, quoteLiteral(p)))
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mem := ledger.NewMemory("", func() time.Time { return now })
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range principals {
+		u := rec.Usage(ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, p, now, 9)
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	}
+	if _, err := db.Sync(ctx, mem, SyncOptions{Now: func() time.Time { return now }}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) || ',' || sum(units) FROM ledger_usage"); got != "3,27" {
+		t.Fatalf("rows after the upgrade and a sync (count,units): %s, want the 3 rows updated", got)
+	}
+}
+
+// quoteLiteral is s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -140,11 +140,11 @@ func principalCount(d *ledger.Data) int {
 }
 
 const upsertUsage = `
-INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end,
+INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_key, principal_name, window_kind, window_start, window_end,
     budget_set, budget, gateway, measure, units, shadow_denials, enforce_denials, reserve_denials, synced_at)
-SELECT $1, $2, $3, t.p, t.n, $4, $5, $6, $7, $8, $9, $10, t.units, t.s, t.e, t.r, $11
+SELECT $1, $2, $3, t.p, sha256(convert_to(t.p, 'UTF8')), t.n, $4, $5, $6, $7, $8, $9, $10, t.units, t.s, t.e, t.r, $11
 FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[]) AS t(p, n, units, s, e, r)
-ON CONFLICT (domain, rule, window_label, principal) DO UPDATE SET
+ON CONFLICT (domain, rule, window_label, principal_key) DO UPDATE SET
     units = GREATEST(u.units, EXCLUDED.units),
     shadow_denials = GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
     enforce_denials = GREATEST(u.enforce_denials, EXCLUDED.enforce_denials),
