@@ -119,3 +119,19 @@ func TestLedgerSyncAndReportFromPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerSyncRefusesANewerSchema: a durable ledger a newer budgetgen
+// migrated fails the sync (exit 1) with a message saying so, before
+// anything is read or written.
+func TestLedgerSyncRefusesANewerSchema(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	if code, _, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", pg.DSN); code != ExitFailure || !strings.Contains(stderr, "the service at") {
+		t.Fatalf("first sync (creates the schema, then fails to read): %d %s", code, stderr)
+	}
+	pg.Psql(ctx, t, "INSERT INTO budgetgen_ledger_version (version_id, is_applied) VALUES (99, true)")
+	code, _, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", pg.DSN)
+	if code != ExitFailure || !strings.Contains(stderr, "the ledger schema is newer than this budgetgen: it is at version 99") {
+		t.Fatalf("sync into a newer schema: %d %s", code, stderr)
+	}
+}

@@ -397,3 +397,21 @@ func TestMigrateAdoptsTheDefaultTable(t *testing.T) {
 		t.Fatalf("%s: %s", VersionTable, got)
 	}
 }
+
+// TestMigrateRefusesANewerSchema: a schema a newer budgetgen migrated is
+// refused, named, and left as it is: goose alone applies nothing and says
+// nothing when the database is ahead, and this sync would then write rows
+// the newer schema may read otherwise.
+func TestMigrateRefusesANewerSchema(t *testing.T) {
+	s := pgtest.Start(t)
+	db := openDB(t, s)
+	ctx := context.Background()
+	s.Psql(ctx, t, "INSERT INTO "+VersionTable+" (version_id, is_applied) VALUES (99, true)")
+	err := db.Migrate(ctx)
+	if !errors.Is(err, ErrSchemaNewer) || !strings.Contains(err.Error(), "version 99") || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("migrate a schema at version 99: %v, want ErrSchemaNewer naming both versions", err)
+	}
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3,99" {
+		t.Fatalf("%s: %s", VersionTable, got)
+	}
+}
