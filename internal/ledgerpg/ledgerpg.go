@@ -183,13 +183,14 @@ func (db *DB) Migrate(ctx context.Context) error {
 // refuseNewer returns ErrSchemaNewer when the database's version is past
 // the embedded migrations': goose's Up then applies nothing and says
 // nothing, and a sync would write rows a newer schema may read otherwise.
+// GetVersions takes no lock (Up takes goose's), so syncs starting together
+// wait for one another once, not twice.
 func refuseNewer(ctx context.Context, p *goose.Provider) error {
-	current, err := p.GetDBVersion(ctx)
+	current, latest, err := p.GetVersions(ctx)
 	if err != nil {
 		return fmt.Errorf("read the ledger schema's version: %w", err)
 	}
-	srcs := p.ListSources()
-	if latest := srcs[len(srcs)-1].Version; current > latest {
+	if current > latest {
 		return fmt.Errorf("%w: it is at version %d (%s), this budgetgen's migrations end at version %d: run the budgetgen that migrated it; the schema is left as it is", ErrSchemaNewer, current, VersionTable, latest)
 	}
 	return nil
