@@ -135,3 +135,35 @@ func TestLedgerSyncRefusesANewerSchema(t *testing.T) {
 		t.Fatalf("sync into a newer schema: %d %s", code, stderr)
 	}
 }
+
+// TestLedgerSyncReportsALongOutage: when the previous sync from the same
+// ledger is older than the ledger's retention, windows expired from Valkey
+// before any sync copied them: the sync still copies what is left, and
+// fails (exit 1) saying since when PostgreSQL may lack usage. The next run,
+// an hour later, succeeds again.
+func TestLedgerSyncReportsALongOutage(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	t0 := time.Date(2026, 11, 2, 10, 17, 0, 0, time.UTC)
+	sync := func(at time.Time, extra ...string) (int, string, string) {
+		return runCLI(t, append([]string{"ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", at.Format(time.RFC3339)}, extra...)...)
+	}
+	for _, at := range []time.Time{t0, t0.Add(10 * 24 * time.Hour)} {
+		if code, stdout, stderr := sync(at); code != ExitOK {
+			t.Fatalf("sync at %s: %d %s %s", at, code, stdout, stderr)
+		}
+	}
+	late := t0.Add(20*24*time.Hour + time.Hour)
+	code, stdout, stderr := sync(late)
+	if code != ExitFailure || !strings.Contains(stdout, "ledger sync: 0 rule-windows") ||
+		!strings.Contains(stderr, "the previous sync from this ledger committed at 2026-11-12T10:17:00Z, 10d1h0m0s before this one, longer than its retention of 10 days") {
+		t.Fatalf("sync after an outage longer than the retention: %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := sync(late.Add(time.Hour)); code != ExitOK {
+		t.Fatalf("the next sync: %d %s %s", code, stdout, stderr)
+	}
+	// A service keeping 30 days: the same outage lost nothing.
+	if code, stdout, stderr := sync(late.Add(12*24*time.Hour), "--retention-days", "30"); code != ExitOK {
+		t.Fatalf("sync with --retention-days 30: %d %s %s", code, stdout, stderr)
+	}
+}

@@ -106,6 +106,16 @@ func (s *ledgerSource) open(ctx context.Context) (ledger.Reader, string, func(),
 	return lv, fmt.Sprintf("this Valkey (prefix %q)", s.prefix), closeClient, nil
 }
 
+// identity names the ledger the flags read, for the durable ledger's
+// record of syncs (ledger_syncs.source): the service's URL, or the Valkey
+// addresses and key prefix. Never a password: none is in a flag.
+func (s *ledgerSource) identity() string {
+	if s.service != "" {
+		return "service " + s.service
+	}
+	return fmt.Sprintf("valkey %s prefix %q", strings.Join(s.valkeyAddrs, ","), s.prefix)
+}
+
 // openPostgres connects to the durable ledger, within --dial-timeout.
 func (s *ledgerSource) openPostgres(ctx context.Context) (*ledgerpg.DB, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.dialTimeout)

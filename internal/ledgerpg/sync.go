@@ -61,6 +61,13 @@ type SyncOptions struct {
 	Windows []ledger.Window
 	// Now stamps synced_at; default time.Now.
 	Now func() time.Time
+	// Source names the ledger copied from (ledger_syncs.source); "" keeps
+	// no record and checks no gap.
+	Source string
+	// RetentionDays is how long the source keeps a window after it ends
+	// (the service's LEDGER_RETENTION_DAYS): a previous sync older than it
+	// is a gap (ErrGap). Default ledger.DefaultRetentionDays.
+	RetentionDays int
 }
 
 // SyncStats says what a sync did.
@@ -72,6 +79,9 @@ type SyncStats struct {
 	// Skipped names the rule-windows left out because they hold more
 	// principals than the reader's bound (ledger.ErrTooMany).
 	Skipped []string
+	// Previous is when the previous sync from Source committed (its clock,
+	// SyncOptions.Now); zero for the first.
+	Previous time.Time
 }
 
 // ErrSkipped is wrapped by Sync's error when it copied everything but the
@@ -84,6 +94,8 @@ var ErrSkipped = errors.New("rule-windows over the principal bound were not copi
 // the reader's principal bound is left out whole and named in the error
 // (ErrSkipped) while the others commit: one oversized window must not stop
 // every budget's hourly copy until the ledger's retention has lost them.
+// With o.Source, the sync records its time, and when the previous one is
+// older than the retention it still commits and returns ErrGap.
 func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncStats, error) {
 	if o.Location == nil {
 		o.Location = time.UTC
@@ -94,6 +106,9 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RetentionDays == 0 {
+		o.RetentionDays = ledger.DefaultRetentionDays
+	}
 	var st SyncStats
 	keys, err := src.Keys(ctx, o.Windows)
 	if err != nil {
@@ -101,32 +116,49 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 	}
 	now := o.Now().UTC()
 	err = pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
-		for _, k := range keys {
-			d, err := src.Read(ctx, k.Rule, k.Window)
-			if errors.Is(err, ledger.ErrTooMany) {
-				st.Skipped = append(st.Skipped, fmt.Sprintf("%s %s (%v)", k.Rule, k.Window, err))
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
-			}
-			if d.Empty() {
-				continue
-			}
-			n, err := upsertWindow(ctx, tx, &d, o.Names(d.Rule), o.Location, now)
-			if err != nil {
-				return fmt.Errorf("write %s %s: %w", k.Rule, k.Window, err)
-			}
-			st.Windows++
-			st.Rows += principalCount(&d)
-			st.Changed += n
+		prev, err := recordSync(ctx, tx, o.Source, now)
+		if err != nil {
+			return err
 		}
-		return nil
+		st.Previous = prev
+		return copyWindows(ctx, tx, src, keys, &o, now, &st)
 	})
-	if err == nil && len(st.Skipped) > 0 {
-		err = fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; "))
+	if err != nil {
+		return st, err
 	}
-	return st, err
+	var errs []error
+	if len(st.Skipped) > 0 {
+		errs = append(errs, fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; ")))
+	}
+	if gap := gapError(st.Previous, now, o.RetentionDays); gap != nil {
+		errs = append(errs, gap)
+	}
+	return st, errors.Join(errs...)
+}
+
+// copyWindows upserts the rule-windows of keys, read from src.
+func copyWindows(ctx context.Context, tx pgx.Tx, src ledger.Reader, keys []ledger.Key, o *SyncOptions, now time.Time, st *SyncStats) error {
+	for _, k := range keys {
+		d, err := src.Read(ctx, k.Rule, k.Window)
+		if errors.Is(err, ledger.ErrTooMany) {
+			st.Skipped = append(st.Skipped, fmt.Sprintf("%s %s (%v)", k.Rule, k.Window, err))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
+		}
+		if d.Empty() {
+			continue
+		}
+		n, err := upsertWindow(ctx, tx, &d, o.Names(d.Rule), o.Location, now)
+		if err != nil {
+			return fmt.Errorf("write %s %s: %w", k.Rule, k.Window, err)
+		}
+		st.Windows++
+		st.Rows += principalCount(&d)
+		st.Changed += n
+	}
+	return nil
 }
 
 func principalCount(d *ledger.Data) int {
