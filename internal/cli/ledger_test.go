@@ -167,3 +167,22 @@ func TestLedgerSyncReportsALongOutage(t *testing.T) {
 		t.Fatalf("sync with --retention-days 30: %d %s %s", code, stdout, stderr)
 	}
 }
+
+// TestServiceURLPasswordRefused: a --service URL with a password is refused
+// (exit 2) without echoing it, as a DSN with one is: the URL was quoted in
+// every message naming the ledger (budgetgen's own do not redact it) and
+// would show in process listings.
+func TestServiceURLPasswordRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"ledger", "sync", "--service", "http://u:s3cret@127.0.0.1:1", "--postgres", "postgres://u@127.0.0.1:1/db"},
+		{"report", "--service", "http://u:s3cret@127.0.0.1:1"},
+		{"export", "--service", "https://u:s3cret@127.0.0.1:1/", "--format", "csv"},
+		{"report", "--service", "http://u:s3%63ret@127.0.0.1:1"},
+		{"report", "--service", "http://u:s3cret x@127.0.0.1:1"}, // net/url refuses it, quoting it
+	} {
+		if code, stdout, stderr := runCLI(t, args...); code != ExitUsage || strings.Contains(stdout+stderr, "s3cret") || strings.Contains(stdout+stderr, "s3%63ret") ||
+			!strings.Contains(stderr, "--service URL holds a password") {
+			t.Errorf("%v: %d %s %s", args, code, stdout, stderr)
+		}
+	}
+}
