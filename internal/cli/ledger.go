@@ -170,7 +170,7 @@ func (o *ledgerSyncOptions) names(ctx context.Context, e *env) (ledgerpg.Namer, 
 		if !ok || r.Domain == ledger.BudgetDomain {
 			return n
 		}
-		n.BudgetSet, n.Budget, n.Measure = set, info.Budget, ledgerpg.MeasureTokens
+		n.BudgetSet, n.Budget, n.Measure, n.Guessed = set, info.Budget, ledgerpg.MeasureTokens, false
 		switch {
 		case info.Measure == report.MeasureCost:
 			n.Measure = ledgerpg.MeasureCost

@@ -186,3 +186,48 @@ func TestServiceURLPasswordRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerSyncWithAndWithoutSpec: for a service without a budget map, a
+// sync with --spec names an Envoy Gateway rule's rows by their budget, and a
+// sync without it (a manual run beside the CronJob) leaves those names.
+func TestLedgerSyncWithAndWithoutSpec(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := (ledger.DayOf(time.Now()) + 1).Start().Add(9 * time.Hour)
+	lv := ledger.NewValkey(c, "")
+	rec, err := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := ledger.RuleID{Domain: "ai-gateway/ai-budgets-agent-router", Rule: "ai-gateway/ai-budgets-agent-router/rule/0"}
+	if err := lv.Add(ctx, rec.Usage(rule, "alice@example.com", now, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec := copyExample(t)
+	const q = "SELECT budget_set || ',' || budget FROM ledger_usage UNION ALL SELECT budget_set || ',' || budget FROM ledger_windows"
+	for _, step := range []struct {
+		spec bool
+		want string
+	}{{false, ",ai-gateway/ai-budgets-agent-router/rule/0\n,ai-gateway/ai-budgets-agent-router/rule/0"}, {true, "ai-budgets,per-human\nai-budgets,per-human"}, {false, "ai-budgets,per-human\nai-budgets,per-human"}} {
+		args := []string{"ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", now.Format(time.RFC3339)}
+		if step.spec {
+			args = append(args, "--spec", spec)
+		}
+		if code, stdout, stderr := runCLI(t, args...); code != ExitOK {
+			t.Fatalf("%v: %d %s %s", args, code, stdout, stderr)
+		}
+		if got := pg.Psql(ctx, t, q); got != step.want {
+			t.Fatalf("after a sync with --spec %t: %q, want %q", step.spec, got, step.want)
+		}
+	}
+}

@@ -472,3 +472,49 @@ func TestSyncReportsAGap(t *testing.T) {
 		t.Fatalf("ledger_syncs: %s", got)
 	}
 }
+
+// TestSyncWithoutNamesKeepsTheBudget: a sync that cannot name a rule (a
+// manual run without --spec beside the CronJob that has it, for a service
+// without a budget map) leaves the budget and measure an earlier sync gave
+// its rows: it renamed them after the Envoy Gateway rule and counted a money
+// budget's units (1/10,000 of the currency) as tokens, for good once the
+// window left Valkey. A sync that names the rule still renames it.
+func TestSyncWithoutNamesKeepsTheBudget(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	db := openDB(t, pg)
+	now := time.Date(2026, 10, 20, 12, 0, 0, 0, time.UTC)
+	mem := ledger.NewMemory("", func() time.Time { return now })
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := ledger.RuleID{Domain: "ai-gateway/ai-budgets", Rule: "ai-gateway/ai-budgets/rule/1"}
+	u := rec.Usage(rule, "team-a", now, 123_456)
+	mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	rec.Denied(rule, now, true)
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	named := func(budget string) Namer {
+		return func(r ledger.RuleID) Names {
+			return Names{BudgetSet: "ai-budgets", Budget: budget, Measure: MeasureCost}
+		}
+	}
+	const q = "SELECT budget_set || ',' || budget || ',' || measure || ',' || coalesce(cost::text, '-') || ',' || coalesce(tokens::text, '-') FROM ledger_usage UNION ALL SELECT budget_set || ',' || budget || ',' || measure FROM ledger_windows"
+	for _, step := range []struct {
+		names Namer
+		want  string
+	}{
+		{named("spend"), "ai-budgets,spend,cost,12.3456,-\nai-budgets,spend,cost"},
+		{nil, "ai-budgets,spend,cost,12.3456,-\nai-budgets,spend,cost"},
+		{named("team-spend"), "ai-budgets,team-spend,cost,12.3456,-\nai-budgets,team-spend,cost"},
+	} {
+		if _, err := db.Sync(ctx, mem, SyncOptions{Names: step.names, Now: func() time.Time { return now }}); err != nil {
+			t.Fatal(err)
+		}
+		if got := pg.Psql(ctx, t, q); got != step.want {
+			t.Fatalf("rows %q, want %q", got, step.want)
+		}
+	}
+}

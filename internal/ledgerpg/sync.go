@@ -27,6 +27,11 @@ type Names struct {
 	BudgetSet, Budget, Gateway string
 	// Measure is MeasureTokens, MeasureKiloTokens or MeasureCost.
 	Measure string
+	// Guessed: the namer did not know the rule (BucketNames' fallback: the
+	// rule is its own budget, counting tokens). Guessed names are given to
+	// new rows only; rows an earlier sync named keep their names, so a sync
+	// without the spec does not turn a money budget's units into tokens.
+	Guessed bool
 }
 
 // Namer names a ledger rule.
@@ -45,7 +50,7 @@ func BucketNames(r ledger.RuleID) Names {
 			return n
 		}
 	}
-	return Names{Budget: r.Rule, Measure: MeasureTokens}
+	return Names{Budget: r.Rule, Measure: MeasureTokens, Guessed: true}
 }
 
 // SyncOptions for Sync. The zero value copies every window the source
@@ -171,6 +176,15 @@ func principalCount(d *ledger.Data) int {
 	return n
 }
 
+// usageNames and windowNames are the names an upsert leaves a row: its
+// own when the sync's are guessed ($18, Names.Guessed), else the sync's.
+const (
+	usageNames = `CASE WHEN $18 THEN u.budget_set ELSE EXCLUDED.budget_set END, CASE WHEN $18 THEN u.budget ELSE EXCLUDED.budget END,
+       CASE WHEN $18 THEN u.gateway ELSE EXCLUDED.gateway END, CASE WHEN $18 THEN u.measure ELSE EXCLUDED.measure END`
+	windowNames = `CASE WHEN $18 THEN w.budget_set ELSE EXCLUDED.budget_set END, CASE WHEN $18 THEN w.budget ELSE EXCLUDED.budget END,
+       CASE WHEN $18 THEN w.gateway ELSE EXCLUDED.gateway END, CASE WHEN $18 THEN w.measure ELSE EXCLUDED.measure END`
+)
+
 const upsertUsage = `
 INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_key, principal_name, window_kind, window_start, window_end,
     budget_set, budget, gateway, measure, units, shadow_denials, enforce_denials, reserve_denials, synced_at)
@@ -182,15 +196,14 @@ ON CONFLICT (domain, rule, window_label, principal_key) DO UPDATE SET
     enforce_denials = GREATEST(u.enforce_denials, EXCLUDED.enforce_denials),
     reserve_denials = GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
     principal_name = EXCLUDED.principal_name, window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
-    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    (budget_set, budget, gateway, measure) = (` + usageNames + `),
     synced_at = EXCLUDED.synced_at
 WHERE (u.units, u.shadow_denials, u.enforce_denials, u.reserve_denials, u.principal_name, u.window_start, u.window_end,
        u.budget_set, u.budget, u.gateway, u.measure)
     IS DISTINCT FROM
       (GREATEST(u.units, EXCLUDED.units), GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
        GREATEST(u.enforce_denials, EXCLUDED.enforce_denials), GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
-       EXCLUDED.principal_name, EXCLUDED.window_start, EXCLUDED.window_end,
-       EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+       EXCLUDED.principal_name, EXCLUDED.window_start, EXCLUDED.window_end, ` + usageNames + `)`
 
 const upsertWindowTotals = `
 INSERT INTO ledger_windows AS w (domain, rule, window_label, window_kind, window_start, window_end,
@@ -204,7 +217,7 @@ ON CONFLICT (domain, rule, window_label) DO UPDATE SET
     held_units = GREATEST(w.held_units, EXCLUDED.held_units),
     expired_units = GREATEST(w.expired_units, EXCLUDED.expired_units),
     window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
-    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    (budget_set, budget, gateway, measure) = (` + windowNames + `),
     synced_at = EXCLUDED.synced_at
 WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.holds, w.held_units, w.expired_units,
        w.window_start, w.window_end, w.budget_set, w.budget, w.gateway, w.measure)
@@ -212,7 +225,7 @@ WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.holds, w.held_u
       (GREATEST(w.shadow_denials, EXCLUDED.shadow_denials), GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
        GREATEST(w.reserve_denials, EXCLUDED.reserve_denials), GREATEST(w.holds, EXCLUDED.holds),
        GREATEST(w.held_units, EXCLUDED.held_units), GREATEST(w.expired_units, EXCLUDED.expired_units),
-       EXCLUDED.window_start, EXCLUDED.window_end, EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+       EXCLUDED.window_start, EXCLUDED.window_end, ` + windowNames + `)`
 
 // rows are one rule-window's principal rows as column arrays.
 type rows struct {
@@ -276,7 +289,7 @@ func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *
 	start, end := timeOf(d.Window, loc)
 	kind, label := d.Window.Period.String(), d.Window.ID()
 	tag, err := tx.Exec(ctx, upsertUsage, d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure, now,
-		r.principal, r.name, r.units, r.shadow, r.enforce, r.reserve)
+		r.principal, r.name, r.units, r.shadow, r.enforce, r.reserve, n.Guessed)
 	if err != nil {
 		return 0, err
 	}
@@ -285,7 +298,7 @@ func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *
 		return 0, err
 	}
 	args := append([]any{d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure}, totals...)
-	tag2, err := tx.Exec(ctx, upsertWindowTotals, append(args, now)...)
+	tag2, err := tx.Exec(ctx, upsertWindowTotals, append(args, now, n.Guessed)...)
 	if err != nil {
 		return 0, err
 	}
