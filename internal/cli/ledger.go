@@ -19,7 +19,10 @@ type ledgerSyncOptions struct {
 	src      ledgerSource
 	specFile string
 	timeZone string
-	now      string // hidden: RFC 3339 clock for tests (synced_at)
+	// retentionDays is the service's LEDGER_RETENTION_DAYS: a previous
+	// sync older than it is reported as a gap.
+	retentionDays int
+	now           string // hidden: RFC 3339 clock for tests (synced_at)
 }
 
 func newLedgerCmd(e *env) *cobra.Command {
@@ -49,6 +52,9 @@ cap) and its would-be, real and reservation denials, and one row per rule and
 window with the window's totals. Run it more often than the retention (the
 CronJob in deploy/ledger-sync runs it hourly): the durable ledger then holds
 every window for months, for budgetgen report --postgres and budgetgen export.
+Each run records its time; when the previous run from the same ledger is older
+than --retention-days (the service's LEDGER_RETENTION_DAYS), windows expired
+before a run copied them: the run copies what is left, names them and exits 1.
 
 The schema is created or upgraded first (embedded migrations, under an advisory
 lock). The copy is one transaction of upserts keeping the larger of the stored
@@ -74,6 +80,7 @@ if any, comes from $` + passwordEnv + `.`,
 	f.StringVar(&o.src.postgres, "postgres", "", "PostgreSQL DSN of the durable ledger (required; no password in it: $PGPASSWORD or a .pgpass file)")
 	f.StringVar(&o.specFile, "spec", "", "BudgetSet spec: names the rules of a service run without a budget map")
 	f.StringVar(&o.timeZone, "time-zone", "UTC", "IANA zone of the day, week and month windows: the rate limit service's RESET_TIME_ZONE")
+	f.IntVar(&o.retentionDays, "retention-days", ledger.DefaultRetentionDays, "the rate limit service's LEDGER_RETENTION_DAYS: a previous sync older than this many days is reported (exit 1) as a gap in the copy")
 	f.StringVar(&o.now, "now", "", "RFC 3339 time used as the current time")
 	_ = f.MarkHidden("now")
 	return cmd
@@ -88,6 +95,9 @@ func (o *ledgerSyncOptions) validate() error {
 	}
 	if _, err := loadZone(o.timeZone); err != nil {
 		return usageError("--time-zone: %v", err)
+	}
+	if o.retentionDays < ledger.MinRetentionDays || o.retentionDays > ledger.MaxRetentionDays {
+		return usageError("--retention-days %d: the service keeps [%d, %d] (its LEDGER_RETENTION_DAYS)", o.retentionDays, ledger.MinRetentionDays, ledger.MaxRetentionDays)
 	}
 	return nil
 }
@@ -123,15 +133,17 @@ func runLedgerSync(ctx context.Context, e *env, o *ledgerSyncOptions) error {
 	}
 	defer closeSrc()
 	loc, _ := loadZone(o.timeZone)
-	st, err := db.Sync(ctx, src, ledgerpg.SyncOptions{Location: loc, Names: names, Now: func() time.Time { return now }})
-	if err != nil && !errors.Is(err, ledgerpg.ErrSkipped) {
+	st, err := db.Sync(ctx, src, ledgerpg.SyncOptions{Location: loc, Names: names, Now: func() time.Time { return now },
+		Source: o.src.identity(), RetentionDays: o.retentionDays})
+	if err != nil && !errors.Is(err, ledgerpg.ErrSkipped) && !errors.Is(err, ledgerpg.ErrGap) {
 		return failure(fmt.Errorf("sync from %s: %w (nothing was written: the copy is one transaction)", safetext.Inline(where), err))
 	}
 	if _, werr := fmt.Fprintf(e.stdout, "ledger sync: %d rule-windows, %d principal rows from %s; %d rows new or changed\n", st.Windows, st.Rows, safetext.Inline(where), st.Changed); werr != nil {
 		return werr
 	}
 	if err != nil {
-		// The rest is committed; the job still fails so the skipped windows are seen.
+		// The rest is committed; the job still fails so the skipped windows,
+		// or the windows lost before this run, are seen.
 		return failure(fmt.Errorf("sync from %s: %w", safetext.Inline(where), err))
 	}
 	return nil
@@ -158,7 +170,7 @@ func (o *ledgerSyncOptions) names(ctx context.Context, e *env) (ledgerpg.Namer, 
 		if !ok || r.Domain == ledger.BudgetDomain {
 			return n
 		}
-		n.BudgetSet, n.Budget, n.Measure = set, info.Budget, ledgerpg.MeasureTokens
+		n.BudgetSet, n.Budget, n.Measure, n.Guessed = set, info.Budget, ledgerpg.MeasureTokens, false
 		switch {
 		case info.Measure == report.MeasureCost:
 			n.Measure = ledgerpg.MeasureCost

@@ -119,3 +119,115 @@ func TestLedgerSyncAndReportFromPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerSyncRefusesANewerSchema: a durable ledger a newer budgetgen
+// migrated fails the sync (exit 1) with a message saying so, before
+// anything is read or written.
+func TestLedgerSyncRefusesANewerSchema(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	if code, _, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", pg.DSN); code != ExitFailure || !strings.Contains(stderr, "the service at") {
+		t.Fatalf("first sync (creates the schema, then fails to read): %d %s", code, stderr)
+	}
+	pg.Psql(ctx, t, "INSERT INTO budgetgen_ledger_version (version_id, is_applied) VALUES (99, true)")
+	code, _, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", pg.DSN)
+	if code != ExitFailure || !strings.Contains(stderr, "the ledger schema is newer than this budgetgen: it is at version 99") {
+		t.Fatalf("sync into a newer schema: %d %s", code, stderr)
+	}
+}
+
+// TestLedgerSyncReportsALongOutage: when the previous sync from the same
+// ledger is older than the ledger's retention, windows expired from Valkey
+// before any sync copied them: the sync still copies what is left, and
+// fails (exit 1) saying since when PostgreSQL may lack usage. The next run,
+// an hour later, succeeds again.
+func TestLedgerSyncReportsALongOutage(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	t0 := time.Date(2026, 11, 2, 10, 17, 0, 0, time.UTC)
+	sync := func(at time.Time, extra ...string) (int, string, string) {
+		return runCLI(t, append([]string{"ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", at.Format(time.RFC3339)}, extra...)...)
+	}
+	for _, at := range []time.Time{t0, t0.Add(10 * 24 * time.Hour)} {
+		if code, stdout, stderr := sync(at); code != ExitOK {
+			t.Fatalf("sync at %s: %d %s %s", at, code, stdout, stderr)
+		}
+	}
+	late := t0.Add(20*24*time.Hour + time.Hour)
+	code, stdout, stderr := sync(late)
+	if code != ExitFailure || !strings.Contains(stdout, "ledger sync: 0 rule-windows") ||
+		!strings.Contains(stderr, "the previous sync from this ledger committed at 2026-11-12T10:17:00Z, 10d1h0m0s before this one, longer than its retention of 10 days") {
+		t.Fatalf("sync after an outage longer than the retention: %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := sync(late.Add(time.Hour)); code != ExitOK {
+		t.Fatalf("the next sync: %d %s %s", code, stdout, stderr)
+	}
+	// A service keeping 30 days: the same outage lost nothing.
+	if code, stdout, stderr := sync(late.Add(12*24*time.Hour), "--retention-days", "30"); code != ExitOK {
+		t.Fatalf("sync with --retention-days 30: %d %s %s", code, stdout, stderr)
+	}
+}
+
+// TestServiceURLPasswordRefused: a --service URL with a password is refused
+// (exit 2) without echoing it, as a DSN with one is: the URL was quoted in
+// every message naming the ledger (budgetgen's own do not redact it) and
+// would show in process listings.
+func TestServiceURLPasswordRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"ledger", "sync", "--service", "http://u:s3cret@127.0.0.1:1", "--postgres", "postgres://u@127.0.0.1:1/db"},
+		{"report", "--service", "http://u:s3cret@127.0.0.1:1"},
+		{"export", "--service", "https://u:s3cret@127.0.0.1:1/", "--format", "csv"},
+		{"report", "--service", "http://u:s3%63ret@127.0.0.1:1"},
+		{"report", "--service", "http://u:s3cret x@127.0.0.1:1"}, // net/url refuses it, quoting it
+	} {
+		if code, stdout, stderr := runCLI(t, args...); code != ExitUsage || strings.Contains(stdout+stderr, "s3cret") || strings.Contains(stdout+stderr, "s3%63ret") ||
+			!strings.Contains(stderr, "--service URL holds a password") {
+			t.Errorf("%v: %d %s %s", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestLedgerSyncWithAndWithoutSpec: for a service without a budget map, a
+// sync with --spec names an Envoy Gateway rule's rows by their budget, and a
+// sync without it (a manual run beside the CronJob) leaves those names.
+func TestLedgerSyncWithAndWithoutSpec(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := (ledger.DayOf(time.Now()) + 1).Start().Add(9 * time.Hour)
+	lv := ledger.NewValkey(c, "")
+	rec, err := ledger.NewRecorder(ledger.Options{}, lv, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := ledger.RuleID{Domain: "ai-gateway/ai-budgets-agent-router", Rule: "ai-gateway/ai-budgets-agent-router/rule/0"}
+	if err := lv.Add(ctx, rec.Usage(rule, "alice@example.com", now, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec := copyExample(t)
+	const q = "SELECT budget_set || ',' || budget FROM ledger_usage UNION ALL SELECT budget_set || ',' || budget FROM ledger_windows"
+	for _, step := range []struct {
+		spec bool
+		want string
+	}{{false, ",ai-gateway/ai-budgets-agent-router/rule/0\n,ai-gateway/ai-budgets-agent-router/rule/0"}, {true, "ai-budgets,per-human\nai-budgets,per-human"}, {false, "ai-budgets,per-human\nai-budgets,per-human"}} {
+		args := []string{"ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", now.Format(time.RFC3339)}
+		if step.spec {
+			args = append(args, "--spec", spec)
+		}
+		if code, stdout, stderr := runCLI(t, args...); code != ExitOK {
+			t.Fatalf("%v: %d %s %s", args, code, stdout, stderr)
+		}
+		if got := pg.Psql(ctx, t, q); got != step.want {
+			t.Fatalf("after a sync with --spec %t: %q, want %q", step.spec, got, step.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -78,12 +79,28 @@ func (s *ledgerSource) validate() error {
 		return usageError("give one of %s", where)
 	case s.service != "" && !strings.HasPrefix(s.service, "http://") && !strings.HasPrefix(s.service, "https://"):
 		return usageError("--service %q: want an http:// or https:// URL (the service's debug port)", s.service)
+	case urlHasPassword(s.service):
+		// Not quoted: the URL is named in every message about the ledger,
+		// and would show in process listings, as a DSN's password would.
+		return usageError("--service URL holds a password: give the debug port's URL without one (put an authenticating proxy's credentials in no flag)")
 	case len(s.valkeyAddrs) == 0 && (s.prefix != "" || s.username != "" || s.tls):
 		return usageError("--prefix, --valkey-username and --valkey-tls are for --valkey")
 	case s.dialTimeout <= 0 || s.timeout <= 0:
 		return usageError("--dial-timeout and --timeout must be positive")
 	}
 	return nil
+}
+
+// urlHasPassword reports whether a URL's userinfo holds a password; a URL
+// net/url cannot parse counts when it has an '@' (the parser's error, and
+// every later message, would quote it whole).
+func urlHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.Contains(raw, "@")
+	}
+	_, ok := u.User.Password()
+	return ok
 }
 
 // open opens the ledger the flags name and says where it is.
@@ -104,6 +121,16 @@ func (s *ledgerSource) open(ctx context.Context) (ledger.Reader, string, func(),
 		return nil, "", nil, err
 	}
 	return lv, fmt.Sprintf("this Valkey (prefix %q)", s.prefix), closeClient, nil
+}
+
+// identity names the ledger the flags read, for the durable ledger's
+// record of syncs (ledger_syncs.source): the service's URL, or the Valkey
+// addresses and key prefix. Never a password: none is in a flag.
+func (s *ledgerSource) identity() string {
+	if s.service != "" {
+		return "service " + s.service
+	}
+	return fmt.Sprintf("valkey %s prefix %q", strings.Join(s.valkeyAddrs, ","), s.prefix)
 }
 
 // openPostgres connects to the durable ledger, within --dial-timeout.

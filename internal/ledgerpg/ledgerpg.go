@@ -147,6 +147,11 @@ const VersionTable = "budgetgen_ledger_version"
 // adoptLegacy between syncs starting together ("budgetgen" in ASCII).
 const adoptLock = 0x6275646765746765
 
+// ErrSchemaNewer is returned by Migrate for a schema a newer budgetgen
+// migrated past this one's migrations: it is left as it is, and nothing is
+// written to it.
+var ErrSchemaNewer = errors.New("the ledger schema is newer than this budgetgen")
+
 // Migrate creates or upgrades the schema to the embedded migrations.
 func (db *DB) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrations, "migrations")
@@ -166,8 +171,27 @@ func (db *DB) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
+	if err := refuseNewer(ctx, p); err != nil {
+		return err
+	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrate the ledger schema: %w", err)
+	}
+	return nil
+}
+
+// refuseNewer returns ErrSchemaNewer when the database's version is past
+// the embedded migrations': goose's Up then applies nothing and says
+// nothing, and a sync would write rows a newer schema may read otherwise.
+// GetVersions takes no lock (Up takes goose's), so syncs starting together
+// wait for one another once, not twice.
+func refuseNewer(ctx context.Context, p *goose.Provider) error {
+	current, latest, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("read the ledger schema's version: %w", err)
+	}
+	if current > latest {
+		return fmt.Errorf("%w: it is at version %d (%s), this budgetgen's migrations end at version %d: run the budgetgen that migrated it; the schema is left as it is", ErrSchemaNewer, current, VersionTable, latest)
 	}
 	return nil
 }

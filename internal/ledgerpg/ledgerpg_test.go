@@ -42,7 +42,7 @@ func TestMigrate(t *testing.T) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("second migrate: %v", err)
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 4 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	idx := s.Psql(ctx, t, "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename LIKE 'ledger_%'")
@@ -252,13 +252,13 @@ func TestMigrateKeepsRowsOfTheFirstSchema(t *testing.T) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 4 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	if got := s.Psql(ctx, t, "SELECT reserve_denials || ',' || holds || ',' || held_units || ',' || expired_units FROM ledger_windows"); got != "2,0,0,0" {
 		t.Fatalf("row after the upgrade: %s", got)
 	}
-	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2" {
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3,4" {
 		t.Fatalf("%s after adopting version 1: %s", VersionTable, got)
 	}
 	w, _ := ledger.ParseWindowID("20261020")
@@ -361,7 +361,7 @@ func TestMigrateBesideAnotherGooseApp(t *testing.T) {
 	s.Psql(ctx, t, `CREATE TABLE goose_db_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
 		INSERT INTO goose_db_version (version_id, is_applied) VALUES (0, true), (1, true), (2, true), (3, true)`)
 	db := openDB(t, s)
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 4 {
 		t.Fatalf("version %d %v", v, err)
 	}
 	if got := s.Psql(ctx, t, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'ledger_windows'::regclass AND attname = 'holds'"); got != "1" {
@@ -390,10 +390,131 @@ func TestMigrateAdoptsTheDefaultTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, err := db.Version(ctx); err != nil || v != 2 {
+	if v, err := db.Version(ctx); err != nil || v != 4 {
 		t.Fatalf("version %d %v", v, err)
 	}
-	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2" {
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3,4" {
 		t.Fatalf("%s: %s", VersionTable, got)
+	}
+}
+
+// TestMigrateRefusesANewerSchema: a schema a newer budgetgen migrated is
+// refused, named, and left as it is: goose alone applies nothing and says
+// nothing when the database is ahead, and this sync would then write rows
+// the newer schema may read otherwise.
+func TestMigrateRefusesANewerSchema(t *testing.T) {
+	s := pgtest.Start(t)
+	db := openDB(t, s)
+	ctx := context.Background()
+	s.Psql(ctx, t, "INSERT INTO "+VersionTable+" (version_id, is_applied) VALUES (99, true)")
+	err := db.Migrate(ctx)
+	if !errors.Is(err, ErrSchemaNewer) || !strings.Contains(err.Error(), "version 99") || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("migrate a schema at version 99: %v, want ErrSchemaNewer naming both versions", err)
+	}
+	if got := s.Psql(ctx, t, "SELECT string_agg(version_id::text, ',' ORDER BY id) FROM "+VersionTable); got != "0,1,2,3,4,99" {
+		t.Fatalf("%s: %s", VersionTable, got)
+	}
+}
+
+// failingReader lists a rule-window and fails reading it.
+type failingReader struct{ ledger.Reader }
+
+func (failingReader) Read(context.Context, ledger.RuleID, ledger.Window) (ledger.Data, error) {
+	return ledger.Data{}, errors.New("connection reset")
+}
+
+// TestSyncReportsAGap: each sync from a source records its clock in its
+// transaction; one whose previous sync is older than the retention commits
+// what the source holds and returns ErrGap naming the windows that may lack
+// usage. A sync that rolls back records nothing, and sources are apart.
+func TestSyncReportsAGap(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	db := openDB(t, pg)
+	t0 := time.Date(2026, 10, 1, 10, 17, 0, 0, time.UTC)
+	clock := t0
+	mem := ledger.NewMemory("", func() time.Time { return clock })
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync := func(at time.Time, src ledger.Reader, source string) (SyncStats, error) {
+		clock = at
+		u := rec.Usage(ledger.RuleID{Domain: ledger.BudgetDomain, Rule: "s/per-team"}, "team-a", at, 5)
+		mem.HIncrBy(u.Key, u.Field, u.Tokens)
+		return db.Sync(ctx, src, SyncOptions{Now: func() time.Time { return at }, Source: source})
+	}
+	if st, err := sync(t0, mem, "vk"); err != nil || !st.Previous.IsZero() {
+		t.Fatalf("first sync: %+v %v", st, err)
+	}
+	if st, err := sync(t0.Add(10*24*time.Hour), mem, "vk"); err != nil || !st.Previous.Equal(t0) {
+		t.Fatalf("sync 10 days later: %+v %v", st, err)
+	}
+	if _, err := sync(t0.Add(25*24*time.Hour), failingReader{mem}, "vk"); err == nil || errors.Is(err, ErrGap) {
+		t.Fatalf("a sync that rolls back: %v", err)
+	}
+	late := t0.Add(20*24*time.Hour + time.Hour)
+	st, err := sync(late, mem, "vk")
+	if !errors.Is(err, ErrGap) || !st.Previous.Equal(t0.Add(10*24*time.Hour)) ||
+		!strings.Contains(err.Error(), "windows that ended between 2026-10-11T10:17:00Z and 2026-10-11T11:17:00Z expired") {
+		t.Fatalf("sync after 10 days and an hour: %+v %v, want ErrGap", st, err)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) FROM ledger_usage WHERE window_label = '"+ledger.DayWindow(ledger.DayOf(late)).ID()+"'"); got != "1" {
+		t.Fatalf("the day of the late sync was not committed: %s rows", got)
+	}
+	if _, err := sync(late.Add(time.Hour), mem, "vk"); err != nil {
+		t.Fatalf("the next sync: %v", err)
+	}
+	if st, err := sync(late.Add(time.Hour), mem, "other"); err != nil || !st.Previous.IsZero() {
+		t.Fatalf("another source's first sync: %+v %v", st, err)
+	}
+	if got := pg.Psql(ctx, t, "SELECT string_agg(source || '=' || to_char(synced_at AT TIME ZONE 'UTC', 'MM-DD\"T\"HH24'), ',' ORDER BY source) FROM ledger_syncs"); got != "other=10-21T12,vk=10-21T12" {
+		t.Fatalf("ledger_syncs: %s", got)
+	}
+}
+
+// TestSyncWithoutNamesKeepsTheBudget: a sync that cannot name a rule (a
+// manual run without --spec beside the CronJob that has it, for a service
+// without a budget map) leaves the budget and measure an earlier sync gave
+// its rows: it renamed them after the Envoy Gateway rule and counted a money
+// budget's units (1/10,000 of the currency) as tokens, for good once the
+// window left Valkey. A sync that names the rule still renames it.
+func TestSyncWithoutNamesKeepsTheBudget(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	db := openDB(t, pg)
+	now := time.Date(2026, 10, 20, 12, 0, 0, 0, time.UTC)
+	mem := ledger.NewMemory("", func() time.Time { return now })
+	rec, err := ledger.NewRecorder(ledger.Options{}, mem, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := ledger.RuleID{Domain: "ai-gateway/ai-budgets", Rule: "ai-gateway/ai-budgets/rule/1"}
+	u := rec.Usage(rule, "team-a", now, 123_456)
+	mem.HIncrBy(u.Key, u.Field, u.Tokens)
+	rec.Denied(rule, now, true)
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	named := func(budget string) Namer {
+		return func(r ledger.RuleID) Names {
+			return Names{BudgetSet: "ai-budgets", Budget: budget, Measure: MeasureCost}
+		}
+	}
+	const q = "SELECT budget_set || ',' || budget || ',' || measure || ',' || coalesce(cost::text, '-') || ',' || coalesce(tokens::text, '-') FROM ledger_usage UNION ALL SELECT budget_set || ',' || budget || ',' || measure FROM ledger_windows"
+	for _, step := range []struct {
+		names Namer
+		want  string
+	}{
+		{named("spend"), "ai-budgets,spend,cost,12.3456,-\nai-budgets,spend,cost"},
+		{nil, "ai-budgets,spend,cost,12.3456,-\nai-budgets,spend,cost"},
+		{named("team-spend"), "ai-budgets,team-spend,cost,12.3456,-\nai-budgets,team-spend,cost"},
+	} {
+		if _, err := db.Sync(ctx, mem, SyncOptions{Names: step.names, Now: func() time.Time { return now }}); err != nil {
+			t.Fatal(err)
+		}
+		if got := pg.Psql(ctx, t, q); got != step.want {
+			t.Fatalf("rows %q, want %q", got, step.want)
+		}
 	}
 }

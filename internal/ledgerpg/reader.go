@@ -71,6 +71,7 @@ func (db *DB) Read(ctx context.Context, rule ledger.RuleID, w ledger.Window) (le
 		if err := rows.Scan(&p, &units, &pd[0], &pd[1], &pd[2]); err != nil {
 			return d, err
 		}
+		p = fieldOf(p)
 		if n++; n > max {
 			return d, fmt.Errorf("%w: %s %s has more than %d principals", ledger.ErrTooMany, rule, w, max)
 		}

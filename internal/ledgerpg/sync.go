@@ -27,6 +27,11 @@ type Names struct {
 	BudgetSet, Budget, Gateway string
 	// Measure is MeasureTokens, MeasureKiloTokens or MeasureCost.
 	Measure string
+	// Guessed: the namer did not know the rule (BucketNames' fallback: the
+	// rule is its own budget, counting tokens). Guessed names are given to
+	// new rows only; rows an earlier sync named keep their names, so a sync
+	// without the spec does not turn a money budget's units into tokens.
+	Guessed bool
 }
 
 // Namer names a ledger rule.
@@ -45,7 +50,7 @@ func BucketNames(r ledger.RuleID) Names {
 			return n
 		}
 	}
-	return Names{Budget: r.Rule, Measure: MeasureTokens}
+	return Names{Budget: r.Rule, Measure: MeasureTokens, Guessed: true}
 }
 
 // SyncOptions for Sync. The zero value copies every window the source
@@ -61,6 +66,13 @@ type SyncOptions struct {
 	Windows []ledger.Window
 	// Now stamps synced_at; default time.Now.
 	Now func() time.Time
+	// Source names the ledger copied from (ledger_syncs.source); "" keeps
+	// no record and checks no gap.
+	Source string
+	// RetentionDays is how long the source keeps a window after it ends
+	// (the service's LEDGER_RETENTION_DAYS): a previous sync older than it
+	// is a gap (ErrGap). Default ledger.DefaultRetentionDays.
+	RetentionDays int
 }
 
 // SyncStats says what a sync did.
@@ -72,6 +84,9 @@ type SyncStats struct {
 	// Skipped names the rule-windows left out because they hold more
 	// principals than the reader's bound (ledger.ErrTooMany).
 	Skipped []string
+	// Previous is when the previous sync from Source committed (its clock,
+	// SyncOptions.Now); zero for the first.
+	Previous time.Time
 }
 
 // ErrSkipped is wrapped by Sync's error when it copied everything but the
@@ -84,6 +99,8 @@ var ErrSkipped = errors.New("rule-windows over the principal bound were not copi
 // the reader's principal bound is left out whole and named in the error
 // (ErrSkipped) while the others commit: one oversized window must not stop
 // every budget's hourly copy until the ledger's retention has lost them.
+// With o.Source, the sync records its time, and when the previous one is
+// older than the retention it still commits and returns ErrGap.
 func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncStats, error) {
 	if o.Location == nil {
 		o.Location = time.UTC
@@ -94,6 +111,9 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RetentionDays == 0 {
+		o.RetentionDays = ledger.DefaultRetentionDays
+	}
 	var st SyncStats
 	keys, err := src.Keys(ctx, o.Windows)
 	if err != nil {
@@ -101,32 +121,49 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 	}
 	now := o.Now().UTC()
 	err = pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
-		for _, k := range keys {
-			d, err := src.Read(ctx, k.Rule, k.Window)
-			if errors.Is(err, ledger.ErrTooMany) {
-				st.Skipped = append(st.Skipped, fmt.Sprintf("%s %s (%v)", k.Rule, k.Window, err))
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
-			}
-			if d.Empty() {
-				continue
-			}
-			n, err := upsertWindow(ctx, tx, &d, o.Names(d.Rule), o.Location, now)
-			if err != nil {
-				return fmt.Errorf("write %s %s: %w", k.Rule, k.Window, err)
-			}
-			st.Windows++
-			st.Rows += principalCount(&d)
-			st.Changed += n
+		prev, err := recordSync(ctx, tx, o.Source, now)
+		if err != nil {
+			return err
 		}
-		return nil
+		st.Previous = prev
+		return copyWindows(ctx, tx, src, keys, &o, now, &st)
 	})
-	if err == nil && len(st.Skipped) > 0 {
-		err = fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; "))
+	if err != nil {
+		return st, err
 	}
-	return st, err
+	var errs []error
+	if len(st.Skipped) > 0 {
+		errs = append(errs, fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; ")))
+	}
+	if gap := gapError(st.Previous, now, o.RetentionDays); gap != nil {
+		errs = append(errs, gap)
+	}
+	return st, errors.Join(errs...)
+}
+
+// copyWindows upserts the rule-windows of keys, read from src.
+func copyWindows(ctx context.Context, tx pgx.Tx, src ledger.Reader, keys []ledger.Key, o *SyncOptions, now time.Time, st *SyncStats) error {
+	for _, k := range keys {
+		d, err := src.Read(ctx, k.Rule, k.Window)
+		if errors.Is(err, ledger.ErrTooMany) {
+			st.Skipped = append(st.Skipped, fmt.Sprintf("%s %s (%v)", k.Rule, k.Window, err))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s %s: %w", k.Rule, k.Window, err)
+		}
+		if d.Empty() {
+			continue
+		}
+		n, err := upsertWindow(ctx, tx, &d, o.Names(d.Rule), o.Location, now)
+		if err != nil {
+			return fmt.Errorf("write %s %s: %w", k.Rule, k.Window, err)
+		}
+		st.Windows++
+		st.Rows += principalCount(&d)
+		st.Changed += n
+	}
+	return nil
 }
 
 func principalCount(d *ledger.Data) int {
@@ -139,26 +176,34 @@ func principalCount(d *ledger.Data) int {
 	return n
 }
 
+// usageNames and windowNames are the names an upsert leaves a row: its
+// own when the sync's are guessed ($18, Names.Guessed), else the sync's.
+const (
+	usageNames = `CASE WHEN $18 THEN u.budget_set ELSE EXCLUDED.budget_set END, CASE WHEN $18 THEN u.budget ELSE EXCLUDED.budget END,
+       CASE WHEN $18 THEN u.gateway ELSE EXCLUDED.gateway END, CASE WHEN $18 THEN u.measure ELSE EXCLUDED.measure END`
+	windowNames = `CASE WHEN $18 THEN w.budget_set ELSE EXCLUDED.budget_set END, CASE WHEN $18 THEN w.budget ELSE EXCLUDED.budget END,
+       CASE WHEN $18 THEN w.gateway ELSE EXCLUDED.gateway END, CASE WHEN $18 THEN w.measure ELSE EXCLUDED.measure END`
+)
+
 const upsertUsage = `
-INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_name, window_kind, window_start, window_end,
+INSERT INTO ledger_usage AS u (domain, rule, window_label, principal, principal_key, principal_name, window_kind, window_start, window_end,
     budget_set, budget, gateway, measure, units, shadow_denials, enforce_denials, reserve_denials, synced_at)
-SELECT $1, $2, $3, t.p, t.n, $4, $5, $6, $7, $8, $9, $10, t.units, t.s, t.e, t.r, $11
+SELECT $1, $2, $3, t.p, sha256(convert_to(t.p, 'UTF8')), t.n, $4, $5, $6, $7, $8, $9, $10, t.units, t.s, t.e, t.r, $11
 FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[]) AS t(p, n, units, s, e, r)
-ON CONFLICT (domain, rule, window_label, principal) DO UPDATE SET
+ON CONFLICT (domain, rule, window_label, principal_key) DO UPDATE SET
     units = GREATEST(u.units, EXCLUDED.units),
     shadow_denials = GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
     enforce_denials = GREATEST(u.enforce_denials, EXCLUDED.enforce_denials),
     reserve_denials = GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
     principal_name = EXCLUDED.principal_name, window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
-    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    (budget_set, budget, gateway, measure) = (` + usageNames + `),
     synced_at = EXCLUDED.synced_at
 WHERE (u.units, u.shadow_denials, u.enforce_denials, u.reserve_denials, u.principal_name, u.window_start, u.window_end,
        u.budget_set, u.budget, u.gateway, u.measure)
     IS DISTINCT FROM
       (GREATEST(u.units, EXCLUDED.units), GREATEST(u.shadow_denials, EXCLUDED.shadow_denials),
        GREATEST(u.enforce_denials, EXCLUDED.enforce_denials), GREATEST(u.reserve_denials, EXCLUDED.reserve_denials),
-       EXCLUDED.principal_name, EXCLUDED.window_start, EXCLUDED.window_end,
-       EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+       EXCLUDED.principal_name, EXCLUDED.window_start, EXCLUDED.window_end, ` + usageNames + `)`
 
 const upsertWindowTotals = `
 INSERT INTO ledger_windows AS w (domain, rule, window_label, window_kind, window_start, window_end,
@@ -172,7 +217,7 @@ ON CONFLICT (domain, rule, window_label) DO UPDATE SET
     held_units = GREATEST(w.held_units, EXCLUDED.held_units),
     expired_units = GREATEST(w.expired_units, EXCLUDED.expired_units),
     window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end,
-    budget_set = EXCLUDED.budget_set, budget = EXCLUDED.budget, gateway = EXCLUDED.gateway, measure = EXCLUDED.measure,
+    (budget_set, budget, gateway, measure) = (` + windowNames + `),
     synced_at = EXCLUDED.synced_at
 WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.holds, w.held_units, w.expired_units,
        w.window_start, w.window_end, w.budget_set, w.budget, w.gateway, w.measure)
@@ -180,7 +225,7 @@ WHERE (w.shadow_denials, w.enforce_denials, w.reserve_denials, w.holds, w.held_u
       (GREATEST(w.shadow_denials, EXCLUDED.shadow_denials), GREATEST(w.enforce_denials, EXCLUDED.enforce_denials),
        GREATEST(w.reserve_denials, EXCLUDED.reserve_denials), GREATEST(w.holds, EXCLUDED.holds),
        GREATEST(w.held_units, EXCLUDED.held_units), GREATEST(w.expired_units, EXCLUDED.expired_units),
-       EXCLUDED.window_start, EXCLUDED.window_end, EXCLUDED.budget_set, EXCLUDED.budget, EXCLUDED.gateway, EXCLUDED.measure)`
+       EXCLUDED.window_start, EXCLUDED.window_end, ` + windowNames + `)`
 
 // rows are one rule-window's principal rows as column arrays.
 type rows struct {
@@ -220,7 +265,7 @@ func columns(d *ledger.Data) (rows, error) {
 		if err := firstErr(err1, err2, err3); err != nil {
 			return r, err
 		}
-		r.principal, r.name = append(r.principal, p), append(r.name, ledger.PrincipalName(p))
+		r.principal, r.name = append(r.principal, storedPrincipal(p)), append(r.name, displayName(p))
 		r.units, r.shadow, r.enforce, r.reserve = append(r.units, units), append(r.shadow, s), append(r.enforce, e), append(r.reserve, rs)
 	}
 	return r, nil
@@ -244,7 +289,7 @@ func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *
 	start, end := timeOf(d.Window, loc)
 	kind, label := d.Window.Period.String(), d.Window.ID()
 	tag, err := tx.Exec(ctx, upsertUsage, d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure, now,
-		r.principal, r.name, r.units, r.shadow, r.enforce, r.reserve)
+		r.principal, r.name, r.units, r.shadow, r.enforce, r.reserve, n.Guessed)
 	if err != nil {
 		return 0, err
 	}
@@ -253,7 +298,7 @@ func upsertWindow(ctx context.Context, tx pgx.Tx, d *ledger.Data, n Names, loc *
 		return 0, err
 	}
 	args := append([]any{d.Rule.Domain, d.Rule.Rule, label, kind, start, end, n.BudgetSet, n.Budget, n.Gateway, n.Measure}, totals...)
-	tag2, err := tx.Exec(ctx, upsertWindowTotals, append(args, now)...)
+	tag2, err := tx.Exec(ctx, upsertWindowTotals, append(args, now, n.Guessed)...)
 	if err != nil {
 		return 0, err
 	}
