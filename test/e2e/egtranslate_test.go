@@ -14,7 +14,6 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/pmezard/go-difflib/difflib"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -154,7 +153,7 @@ func policyFor(t *testing.T, btps []*egv1a1.BackendTrafficPolicy, l egListener) 
 }
 
 // diffRouteLimits reports a route whose rate_limits differ from rlsconfig's,
-// per domain, as a unified diff of the RateLimitPerRoute messages.
+// per domain, with a diff of the first few that differ.
 func diffRouteLimits(t *testing.T, route string, want, got map[string][]*routev3.RateLimit) {
 	t.Helper()
 	domains := map[string]bool{}
@@ -165,11 +164,9 @@ func diffRouteLimits(t *testing.T, route string, want, got map[string][]*routev3
 		domains[d] = true
 	}
 	for _, d := range slices.Sorted(maps.Keys(domains)) {
-		w := &ratelimitv3.RateLimitPerRoute{Domain: d, RateLimits: want[d]}
-		g := &ratelimitv3.RateLimitPerRoute{Domain: d, RateLimits: got[d]}
-		if !proto.Equal(w, g) {
-			t.Errorf("route %s, domain %s: Envoy Gateway's rate_limits (+) differ from rlsconfig.RouteRateLimits (-):\n%s",
-				route, d, protoDiff(w, g))
+		if n, diff := diffLists("rate_limits", want[d], got[d], ruleOfLimit); n > 0 {
+			t.Errorf("route %s, domain %s: %d of %d rate_limits differ, Envoy Gateway's (+) from rlsconfig.RouteRateLimits' (-):\n%s",
+				route, d, n, max(len(want[d]), len(got[d])), diff)
 		}
 	}
 }
@@ -196,9 +193,12 @@ func compareConfigs(t *testing.T, btps []*egv1a1.BackendTrafficPolicy, got map[s
 				t.Errorf("Gateway %s: Envoy Gateway serves domain %s, which rlsconfig.Configs does not", key, g.Domain)
 				continue
 			}
-			if !proto.Equal(w, g) {
-				t.Errorf("Gateway %s, domain %s: Envoy Gateway's rate limit config (+) differs from rlsconfig.Configs (-):\n%s",
-					key, g.Domain, protoDiff(w, g))
+			if w.Name != g.Name {
+				t.Errorf("Gateway %s, domain %s: Envoy Gateway names the config %q, rlsconfig.Configs %q", key, g.Domain, g.Name, w.Name)
+			}
+			if n, diff := diffLists("descriptors", w.Descriptors, g.Descriptors, (*rlsconfv3.RateLimitDescriptor).GetKey); n > 0 {
+				t.Errorf("Gateway %s, domain %s: %d of %d rule descriptors differ, Envoy Gateway's (+) from rlsconfig.Configs' (-):\n%s",
+					key, g.Domain, n, max(len(w.Descriptors), len(g.Descriptors)), diff)
 			}
 		}
 	}
@@ -210,25 +210,63 @@ func compareConfigs(t *testing.T, btps []*egv1a1.BackendTrafficPolicy, got map[s
 	return len(served)
 }
 
-// maxDiffLines bounds a diff in a failure message: a policy of 256 rules
-// prints a long one when they are all off.
-const maxDiffLines = 200
+// maxDiffs is how many differing list elements a failure shows: a policy of
+// 256 rules that are all off prints enough with a few.
+const maxDiffs = 3
 
-// protoDiff is a unified diff of two messages' multi-line protojson.
+// diffLists counts the elements of two lists that differ (an element only
+// one list has counts) and diffs the first maxDiffs of them, each headed by
+// its index and label (the rule it belongs to).
+func diffLists[M proto.Message](name string, want, got []M, label func(M) string) (int, string) {
+	var b strings.Builder
+	n := 0
+	for i := range max(len(want), len(got)) {
+		var w, g proto.Message
+		var l string
+		if i < len(want) {
+			w, l = want[i], label(want[i])
+		}
+		if i < len(got) {
+			g, l = got[i], label(got[i])
+		}
+		if w != nil && g != nil && proto.Equal(w, g) {
+			continue
+		}
+		if n++; n <= maxDiffs {
+			fmt.Fprintf(&b, "%s[%d] (%s):\n%s", name, i, l, protoDiff(w, g))
+		}
+	}
+	if n > maxDiffs {
+		fmt.Fprintf(&b, "... and %d more\n", n-maxDiffs)
+	}
+	return n, b.String()
+}
+
+// ruleOfLimit is the rule a rate_limit counts for: its first action's
+// generic_key value (<ns>/<policy>/rule/<i>).
+func ruleOfLimit(rl *routev3.RateLimit) string {
+	if a := rl.GetActions(); len(a) > 0 {
+		return a[0].GetGenericKey().GetDescriptorValue()
+	}
+	return "no actions"
+}
+
+// protoDiff is a unified diff of two messages' multi-line protojson; a nil
+// message is empty.
 func protoDiff(want, got proto.Message) string {
-	opts := protojson.MarshalOptions{Multiline: true, Indent: "  "}
-	w, _ := opts.Marshal(want) // a message built or parsed here always marshals
-	g, _ := opts.Marshal(got)
-	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(w)), B: difflib.SplitLines(string(g)),
+	text := func(m proto.Message) string {
+		if m == nil {
+			return ""
+		}
+		b, _ := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m) // a message built or parsed here always marshals
+		return string(b)
+	}
+	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(text(want)), B: difflib.SplitLines(text(got)),
 		FromFile: "rlsconfig", ToFile: "Envoy Gateway", Context: 3,
 	})
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.SplitAfter(text, "\n")
-	if len(lines) > maxDiffLines {
-		text = strings.Join(lines[:maxDiffLines], "") + fmt.Sprintf("... (%d more lines)\n", len(lines)-maxDiffLines)
-	}
-	return text
+	return diff
 }
