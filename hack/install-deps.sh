@@ -62,6 +62,23 @@ if [ ! -x "$tools/h2spec" ]; then
   echo "install-deps: built h2spec $(grep summerwind/h2spec "$(dirname "$0")/tools/h2spec/go.mod" | awk '{print $NF}') into $tools"
 fi
 
+# egctl and egrlsconfig (test/e2e's TestEnvoyGatewayTranslatesLikeRlsconfig: Envoy Gateway's own
+# translator against internal/rlsconfig), built into the tools directory from hack/tools/egctl,
+# whose go.mod pins github.com/envoyproxy/gateway at the version in budgetgen's go.mod (the test
+# fails if they differ) and whose go.sum pins what EG's go.mod resolves to. egctl's dependencies
+# (helm, troubleshoot, ...) are not in budgetgen's module, hence a module of its own. The first
+# build compiles about 2,500 packages (minutes on 2 cores); later runs find them in the build cache.
+# A stamp of the module's files rebuilds both when the pin or egrlsconfig changes.
+egctl_mod="$(dirname "$0")/tools/egctl"
+egctl_stamp="$tools/.egctl-$(cat "$egctl_mod/go.mod" "$egctl_mod/go.sum" "$egctl_mod/egrlsconfig/main.go" | sha256sum | cut -c1-16)"
+if [ ! -x "$tools/egctl" ] || [ ! -x "$tools/egrlsconfig" ] || [ ! -f "$egctl_stamp" ]; then
+  mkdir -p "$tools"
+  rm -f "$tools"/.egctl-*
+  (cd "$egctl_mod" && GOBIN="$tools" GOFLAGS=-mod=readonly go install github.com/envoyproxy/gateway/cmd/egctl ./egrlsconfig)
+  touch "$egctl_stamp"
+  echo "install-deps: built egctl and egrlsconfig (envoyproxy/gateway $(grep -E '^\s*github.com/envoyproxy/gateway ' "$egctl_mod/go.mod" | awk '{print $NF}')) into $tools"
+fi
+
 # helm (deploy/'s chart tests: helm lint and helm template of deploy/helm/budgetgen-ratelimit, and
 # Envoy Gateway's own chart rendered with deploy/envoy-gateway/helm-values.yaml), built from its
 # module at a pinned version (helm's go.mod pins its dependencies) into the tools directory.

@@ -57,7 +57,7 @@ race_pkgs() { go list ./internal/store/... ./internal/ratelimit/...; }
 # in go list's order; a package missing here is only started later, never
 # skipped. Re-measure with TEST_JSON_DIR:
 #   jq -r 'select(.Action=="pass" and .Test==null) | "\(.Elapsed) \(.Package)"' "$TEST_JSON_DIR"/test.json | sort -rn
-slow_plain=(test/reliability internal/cli test/install internal/valkeytest internal/ledgerpg
+slow_plain=(test/reliability test/e2e internal/cli test/install internal/valkeytest internal/ledgerpg
   deploy/monitoring deploy test/week internal/report pkg/assert internal/pgtest)
 slow_race=(internal/ratelimit/server internal/store/valkey internal/ratelimit/service
   internal/ratelimit/window internal/ratelimit/unarygrpc internal/ratelimit/engine
