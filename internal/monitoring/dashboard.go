@@ -44,9 +44,10 @@ func DashboardJSON() ([]byte, error) {
 }
 
 // Dashboard builds the dashboard: per-budget spend, enforced and shadow
-// denials, the principals closest to their cap and reservations; requests;
-// the counter store's health; the outage buffer and hit classes; config
-// loads and threshold events.
+// denials, the principals closest to their cap, reservations and hold
+// release classes; requests; the counter store's health; the outage buffer
+// (keys and bytes) and hit classes; config loads and threshold events; the
+// xDS stream and budget map entries matching no rule.
 //
 // It is the classic dashboard JSON model (the SDK's dashboard package),
 // which the SDK marks deprecated in favour of the v2 schema: v2 needs
@@ -113,6 +114,24 @@ func rows() []row {
 				query{`sum(increase(budgetgen_ratelimit_threshold_events_delivered_total[$__rate_interval]))`, "delivered"},
 				query{`sum by (reason) (increase(budgetgen_ratelimit_threshold_events_dropped_total[$__rate_interval]))`, "dropped {{reason}}"}),
 		}},
+		{"xDS config and budget map", xdsPanels()},
+	}
+}
+
+// xdsPanels show the xDS client's stream to Envoy Gateway (its series exist
+// only with CONFIG_TYPE=GRPC_XDS_SOTW; a file-configured service leaves
+// them empty) and the budget map entries the active config does not match.
+func xdsPanels() []cog.Builder[dashboard.Panel] {
+	return []cog.Builder[dashboard.Panel]{
+		series("xDS stream", "short", "1 while the xDS stream to Envoy Gateway (CONFIG_GRPC_XDS_SERVER_URL) is open, 0 while the client reconnects: new and changed policies do not arrive, the last good config stays in force (alert RateLimitXDSStreamDown); and streams the client tried to open (backoff 0.5 s doubling to 30 s).",
+			query{`max by (instance) (ratelimit_config_xds_stream_up)`, "up {{instance}}"},
+			query{`sum(increase(ratelimit_config_xds_connect_attempts_total[$__rate_interval]))`, "connect attempts"}),
+		series("xDS stream errors", "short", "xDS streams that failed to open or ended, by reason: connect, tls_config, closed, broken, too_large (docs/monitoring.md).",
+			query{`sum by (reason) (increase(ratelimit_config_xds_stream_errors_total[$__rate_interval]))`, "{{reason}}"}),
+		series("Since the last xDS response", "s", "Age of the last response from the xDS server, applied or rejected (Config loads shows which); none before the first. Envoy Gateway sends only on a change, so its age alone is no alarm.",
+			query{`time() - max by (instance) (ratelimit_config_xds_last_received_timestamp_seconds > 0)`, "{{instance}}"}),
+		series("Budget map entries matching no rule", "short", "Budget map entries whose domain is in the active config but that no rate limit of it matches (a policy's rules reordered or removed): those rules count outside their budget's bucket; each is logged at WARN (budget map entry matches no rule).",
+			query{`max by (instance) (ratelimit_budget_map_unmatched_entries)`, "{{instance}}"}),
 	}
 }
 
@@ -133,6 +152,8 @@ func budgetPanels() []cog.Builder[dashboard.Panel] {
 			query{`sum by (budget) (rate(ratelimit_reservation_held_tokens_total{` + budgetFilter + `}[$__rate_interval]))`, "{{budget}} held tokens"},
 			query{`sum by (budget, mode) (rate(ratelimit_reservation_denials_total{` + budgetFilter + `}[$__rate_interval]))`, "{{budget}} denied by holds ({{mode}})"},
 			query{`sum by (budget) (rate(ratelimit_reservation_expired_tokens_total{` + budgetFilter + `}[$__rate_interval]))`, "{{budget}} expired hold tokens"}),
+		series("Hold releases (Valkey)", "short", "Every outcome class of the hold releases of reserving budgets' charges (docs/monitoring.md): a lost, expired or given-up release leaves its hold until it expires (RESERVATION_EXPIRY), so the budget reads tighter, never overspent (alert RateLimitHoldReleasesLost). Store-wide: releases carry no budget label.",
+			classQueries(releaseClasses)...),
 	}
 }
 
@@ -168,17 +189,38 @@ var hitClasses = [][2]string{
 	{"applied on error", "ratelimit_valkey_applied_on_error_hits_total"},
 }
 
-func bufferPanels() []cog.Builder[dashboard.Panel] {
-	classes := make([]query, 0, len(hitClasses))
-	for _, c := range hitClasses {
-		classes = append(classes, query{`sum(increase(` + c[1] + `[$__rate_interval]))`, c[0]})
+// releaseClasses are the Valkey store's hold release counters, by legend
+// (internal/ratelimit/storemetrics, releases).
+var releaseClasses = [][2]string{
+	{"buffered", "ratelimit_valkey_buffered_releases_total"},
+	{"replayed", "ratelimit_valkey_replayed_releases_total"},
+	{"lost", "ratelimit_valkey_lost_releases_total"},
+	{"expired in buffer", "ratelimit_valkey_expired_releases_total"},
+	{"ambiguous", "ratelimit_valkey_ambiguous_releases_total"},
+	{"ambiguous, found applied", "ratelimit_valkey_ambiguous_applied_releases_total"},
+	{"ambiguous, replayed", "ratelimit_valkey_ambiguous_replayed_releases_total"},
+	{"ambiguous, given up", "ratelimit_valkey_ambiguous_dropped_releases_total"},
+}
+
+// classQueries is one increase per class counter, summed over instances.
+func classQueries(classes [][2]string) []query {
+	qs := make([]query, 0, len(classes))
+	for _, c := range classes {
+		qs = append(qs, query{`sum(increase(` + c[1] + `[$__rate_interval]))`, c[0]})
 	}
+	return qs
+}
+
+func bufferPanels() []cog.Builder[dashboard.Panel] {
 	return []cog.Builder[dashboard.Panel]{
 		series("Outage buffer", "short", "Counters and ledger fields held locally because Valkey did not take them; bounded at 100,000 (alerts RateLimitOutageBufferFilling, RateLimitOutageBufferNearFull).",
 			query{`sum by (instance) (ratelimit_valkey_buffer_keys)`, "{{instance}}"}),
+		series("Outage buffer bytes", "bytes", "Bytes the outage buffer's entries count against its bound (their keys and ledger fields plus about 184 bytes each), beside the bound (VALKEY_BUFFER_MAX_BYTES); long keys reach it before 100,000 entries, and past it further charges are lost (alert RateLimitOutageBufferNearFull at 80%).",
+			query{`sum by (instance) (ratelimit_valkey_buffer_bytes)`, "{{instance}}"},
+			query{`max by (instance) (ratelimit_valkey_buffer_max_bytes)`, "bound {{instance}}"}),
 		series("Hits not sent to the store", "short", "Hits in no store call, by outcome: deferred ones went to the outage buffer; dropped and refused ones were not counted (alert RateLimitHitsLost).",
 			query{`sum by (outcome) (increase(ratelimit_unsent_hits_total[$__rate_interval]))`, "{{outcome}}"}),
-		series("Hit classes (Valkey)", "short", "Every outcome class of a charge's hits (docs/reliability.md): lost, expired and ambiguous-given-up hits are not counted (alerts RateLimitHitsLost, RateLimitAmbiguousHits).", classes...),
+		series("Hit classes (Valkey)", "short", "Every outcome class of a charge's hits (docs/reliability.md): lost, expired and ambiguous-given-up hits are not counted (alerts RateLimitHitsLost, RateLimitAmbiguousHits).", classQueries(hitClasses)...),
 	}
 }
 
