@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,44 @@ func TestLedgerSyncWithAndWithoutSpec(t *testing.T) {
 		if got := pg.Psql(ctx, t, q); got != step.want {
 			t.Fatalf("after a sync with --spec %t: %q, want %q", step.spec, got, step.want)
 		}
+	}
+}
+
+// TestLedgerSyncIdentityIgnoresSeedOrder: the durable ledger's record of
+// syncs (ledger_syncs.source) names a Valkey by its seeds whatever their
+// order or repetition, so reordering --valkey does not look like a new
+// ledger whose first sync skips the gap check; a single address keeps the
+// identity earlier budgetgen versions recorded, byte for byte.
+func TestLedgerSyncIdentityIgnoresSeedOrder(t *testing.T) {
+	cl := valkeytest.StartCluster(t, 3)
+	if err := cl.WaitOK(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	a, b := cl.Addrs[0], cl.Addrs[1]
+	t0 := time.Date(2026, 11, 2, 10, 17, 0, 0, time.UTC)
+	sync := func(at time.Time, seeds string) (int, string, string) {
+		return runCLI(t, "ledger", "sync", "--valkey", seeds, "--postgres", pg.DSN, "--now", at.Format(time.RFC3339))
+	}
+	if code, stdout, stderr := sync(t0, b+","+a); code != ExitOK {
+		t.Fatalf("first sync: %d %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr := sync(t0.Add(11*24*time.Hour), a+","+b+","+a)
+	if code != ExitFailure || !strings.Contains(stderr, "windows expired from the ledger before a sync copied them") {
+		t.Fatalf("sync with the seeds reordered, after the retention: %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := sync(t0, a); code != ExitOK {
+		t.Fatalf("single-address sync: %d %s %s", code, stdout, stderr)
+	}
+	lo, hi := a, b
+	if hi < lo {
+		lo, hi = hi, lo
+	}
+	got := pg.Psql(ctx, t, "SELECT string_agg(source, '|' ORDER BY source) FROM ledger_syncs")
+	want := []string{fmt.Sprintf(`valkey %s prefix ""`, a), fmt.Sprintf(`valkey %s,%s prefix ""`, lo, hi)}
+	sort.Strings(want)
+	if got != strings.Join(want, "|") {
+		t.Fatalf("ledger_syncs sources:\n%s\nwant\n%s", got, strings.Join(want, "|"))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,12 +126,16 @@ func (s *ledgerSource) open(ctx context.Context) (ledger.Reader, string, func(),
 
 // identity names the ledger the flags read, for the durable ledger's
 // record of syncs (ledger_syncs.source): the service's URL, or the Valkey
-// addresses and key prefix. Never a password: none is in a flag.
+// addresses and key prefix. Never a password: none is in a flag. The
+// addresses are seeds of one Valkey, so they are sorted and deduplicated:
+// reordering --valkey must not look like a new ledger, whose first sync
+// checks no gap. One address reads as it always did (existing rows match).
 func (s *ledgerSource) identity() string {
 	if s.service != "" {
 		return "service " + s.service
 	}
-	return fmt.Sprintf("valkey %s prefix %q", strings.Join(s.valkeyAddrs, ","), s.prefix)
+	addrs := slices.Compact(slices.Sorted(slices.Values(s.valkeyAddrs)))
+	return fmt.Sprintf("valkey %s prefix %q", strings.Join(addrs, ","), s.prefix)
 }
 
 // openPostgres connects to the durable ledger, within --dial-timeout.
