@@ -271,3 +271,20 @@ func TestLedgerSyncIdentityIgnoresSeedOrder(t *testing.T) {
 		t.Fatalf("ledger_syncs sources:\n%s\nwant\n%s", got, strings.Join(want, "|"))
 	}
 }
+
+// TestLedgerSyncSaysAuthenticationFailed: a wrong PostgreSQL password fails
+// the sync (exit 1) saying authentication failed, not that the server is
+// unreachable, without printing the password.
+func TestLedgerSyncSaysAuthenticationFailed(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pg.AddPasswordRole(ctx, t, "ledgersync", "right-pw")
+	t.Setenv("PGPASSWORD", "Wr0ngSecret")
+	dsn := fmt.Sprintf("postgres://ledgersync@127.0.0.1:%d/postgres?sslmode=disable", pg.Port)
+	code, stdout, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", dsn)
+	if code != ExitFailure || !strings.Contains(stderr, "authentication failed") || strings.Contains(stderr, "unreachable") ||
+		strings.Contains(stdout+stderr, "Wr0ngSecret") {
+		t.Fatalf("sync with a wrong password: %d %s %s", code, stdout, stderr)
+	}
+}

@@ -518,3 +518,33 @@ func TestSyncWithoutNamesKeepsTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSaysAuthenticationFailed: a wrong password is told apart from an
+// unreachable server (ErrAuthFailed), and the password is not in the error.
+func TestOpenSaysAuthenticationFailed(t *testing.T) {
+	s := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.AddPasswordRole(ctx, t, "ledgerapp", "right-pw")
+	dsn := fmt.Sprintf("postgres://ledgerapp@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+	for _, pw := range []string{"Wr0ngSecret", ""} {
+		t.Setenv("PGPASSWORD", pw)
+		_, err := Open(ctx, dsn)
+		if !errors.Is(err, ErrAuthFailed) || strings.Contains(err.Error(), "unreachable") || (pw != "" && strings.Contains(err.Error(), pw)) {
+			t.Errorf("PGPASSWORD %q: %v", pw, err)
+		}
+	}
+	// 28000: a role that does not exist (the cluster trusts every other).
+	if _, err := Open(ctx, fmt.Sprintf("postgres://nosuchrole@127.0.0.1:%d/postgres?sslmode=disable", s.Port)); !errors.Is(err, ErrAuthFailed) {
+		t.Errorf("no such role: %v", err)
+	}
+	t.Setenv("PGPASSWORD", "right-pw")
+	db, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("the right password: %v", err)
+	}
+	_ = db.Close(ctx)
+	if _, err := Open(ctx, "postgres://ledgerapp@127.0.0.1:1/postgres?sslmode=disable"); err == nil || errors.Is(err, ErrAuthFailed) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("no server: %v", err)
+	}
+}
