@@ -288,3 +288,32 @@ func TestLedgerSyncSaysAuthenticationFailed(t *testing.T) {
 		t.Fatalf("sync with a wrong password: %d %s %s", code, stdout, stderr)
 	}
 }
+
+// TestLedgerSyncCopiesWhatABoundedScanFinds: a Valkey with more ledger keys
+// than --max-keys (5M by default) no longer stops every sync: the run copies
+// the rule-windows it listed, commits them, and exits 1 saying the scan
+// stopped on which node and that the rest was not copied.
+func TestLedgerSyncCopiesWhatABoundedScanFinds(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := shadowFortnight(t, ctx, c)
+	code, stdout, stderr := runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", now.Format(time.RFC3339), "--max-keys", "5")
+	if code != ExitFailure || !strings.Contains(stdout, "ledger sync: ") || strings.Contains(stdout, "ledger sync: 0 rule-windows") ||
+		!strings.Contains(stderr, "the rule-windows of the keys past it were not copied") || !strings.Contains(stderr, "scan ledger keys on "+vk.Addr) ||
+		strings.Contains(stderr, "nothing was written") {
+		t.Fatalf("sync over --max-keys: %d %s %s", code, stdout, stderr)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) > 0 FROM ledger_windows"); got != "t" {
+		t.Fatalf("nothing committed: %s", got)
+	}
+	if code, _, stderr := runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--max-keys", "0"); code != ExitUsage {
+		t.Fatalf("--max-keys 0: %d %s", code, stderr)
+	}
+}

@@ -36,6 +36,7 @@ type ledgerSource struct {
 	dialTimeout  time.Duration
 	timeout      time.Duration
 	maxPrincipal int
+	maxKeys      int
 	// postgresIsSource: --postgres names where to read (report, export);
 	// false when it is where to write (ledger sync).
 	postgresIsSource bool
@@ -55,6 +56,7 @@ func (s *ledgerSource) addFlags(f *pflag.FlagSet, postgres string) {
 	f.DurationVar(&s.dialTimeout, "dial-timeout", 3*time.Second, "give up connecting to Valkey after this long")
 	f.DurationVar(&s.timeout, "timeout", 2*time.Minute, "give up reading the ledger after this long")
 	f.IntVar(&s.maxPrincipal, "max-principals", ledger.DefaultMaxPrincipals, "refuse rule-windows with more principals than this (memory bound)")
+	f.IntVar(&s.maxKeys, "max-keys", ledger.DefaultMaxKeysScanned, "with --valkey: list at most this many ledger keys per Valkey node (memory bound); ledger sync copies the rule-windows listed and exits 1")
 }
 
 // postgresDSNHelp is the --postgres help of the commands that read it. The
@@ -88,6 +90,8 @@ func (s *ledgerSource) validate() error {
 		return usageError("--prefix, --valkey-username and --valkey-tls are for --valkey")
 	case s.dialTimeout <= 0 || s.timeout <= 0:
 		return usageError("--dial-timeout and --timeout must be positive")
+	case s.maxKeys <= 0:
+		return usageError("--max-keys must be positive")
 	}
 	return nil
 }
@@ -169,5 +173,6 @@ func (s *ledgerSource) openValkey() (*ledger.Valkey, func(), error) {
 	}
 	lv := ledger.NewValkey(client, s.prefix)
 	lv.MaxPrincipals = s.maxPrincipal
+	lv.MaxKeys = s.maxKeys
 	return lv, client.Close, nil
 }
