@@ -55,6 +55,9 @@ every window for months, for budgetgen report --postgres and budgetgen export.
 Each run records its time; when the previous run from the same ledger is older
 than --retention-days (the service's LEDGER_RETENTION_DAYS), windows expired
 before a run copied them: the run copies what is left, names them and exits 1.
+A Valkey node with more ledger keys than --max-keys is listed up to that bound
+(memory stays bounded): the run copies the rule-windows listed, says which node
+was cut short and exits 1.
 
 The schema is created or upgraded first (embedded migrations, under an advisory
 lock). The copy is one transaction of upserts keeping the larger of the stored
@@ -135,7 +138,7 @@ func runLedgerSync(ctx context.Context, e *env, o *ledgerSyncOptions) error {
 	loc, _ := loadZone(o.timeZone)
 	st, err := db.Sync(ctx, src, ledgerpg.SyncOptions{Location: loc, Names: names, Now: func() time.Time { return now },
 		Source: o.src.identity(), RetentionDays: o.retentionDays})
-	if err != nil && !errors.Is(err, ledgerpg.ErrSkipped) && !errors.Is(err, ledgerpg.ErrGap) {
+	if err != nil && !errors.Is(err, ledgerpg.ErrSkipped) && !errors.Is(err, ledgerpg.ErrGap) && !errors.Is(err, ledgerpg.ErrKeysTruncated) {
 		return failure(fmt.Errorf("sync from %s: %w (nothing was written: the copy is one transaction)", safetext.Inline(where), err))
 	}
 	if _, werr := fmt.Fprintf(e.stdout, "ledger sync: %d rule-windows, %d principal rows from %s; %d rows new or changed\n", st.Windows, st.Rows, safetext.Inline(where), st.Changed); werr != nil {
@@ -143,7 +146,7 @@ func runLedgerSync(ctx context.Context, e *env, o *ledgerSyncOptions) error {
 	}
 	if err != nil {
 		// The rest is committed; the job still fails so the skipped windows,
-		// or the windows lost before this run, are seen.
+		// the keys past --max-keys, or the windows lost before this run, are seen.
 		return failure(fmt.Errorf("sync from %s: %w", safetext.Inline(where), err))
 	}
 	return nil

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,90 @@ func TestLedgerSyncWithAndWithoutSpec(t *testing.T) {
 		if got := pg.Psql(ctx, t, q); got != step.want {
 			t.Fatalf("after a sync with --spec %t: %q, want %q", step.spec, got, step.want)
 		}
+	}
+}
+
+// TestLedgerSyncIdentityIgnoresSeedOrder: the durable ledger's record of
+// syncs (ledger_syncs.source) names a Valkey by its seeds whatever their
+// order or repetition, so reordering --valkey does not look like a new
+// ledger whose first sync skips the gap check; a single address keeps the
+// identity earlier budgetgen versions recorded, byte for byte.
+func TestLedgerSyncIdentityIgnoresSeedOrder(t *testing.T) {
+	cl := valkeytest.StartCluster(t, 3)
+	if err := cl.WaitOK(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	a, b := cl.Addrs[0], cl.Addrs[1]
+	t0 := time.Date(2026, 11, 2, 10, 17, 0, 0, time.UTC)
+	sync := func(at time.Time, seeds string) (int, string, string) {
+		return runCLI(t, "ledger", "sync", "--valkey", seeds, "--postgres", pg.DSN, "--now", at.Format(time.RFC3339))
+	}
+	if code, stdout, stderr := sync(t0, b+","+a); code != ExitOK {
+		t.Fatalf("first sync: %d %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr := sync(t0.Add(11*24*time.Hour), a+","+b+","+a)
+	if code != ExitFailure || !strings.Contains(stderr, "windows expired from the ledger before a sync copied them") {
+		t.Fatalf("sync with the seeds reordered, after the retention: %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := sync(t0, a); code != ExitOK {
+		t.Fatalf("single-address sync: %d %s %s", code, stdout, stderr)
+	}
+	lo, hi := a, b
+	if hi < lo {
+		lo, hi = hi, lo
+	}
+	got := pg.Psql(ctx, t, "SELECT string_agg(source, '|' ORDER BY source) FROM ledger_syncs")
+	want := []string{fmt.Sprintf(`valkey %s prefix ""`, a), fmt.Sprintf(`valkey %s,%s prefix ""`, lo, hi)}
+	sort.Strings(want)
+	if got != strings.Join(want, "|") {
+		t.Fatalf("ledger_syncs sources:\n%s\nwant\n%s", got, strings.Join(want, "|"))
+	}
+}
+
+// TestLedgerSyncSaysAuthenticationFailed: a wrong PostgreSQL password fails
+// the sync (exit 1) saying authentication failed, not that the server is
+// unreachable, without printing the password.
+func TestLedgerSyncSaysAuthenticationFailed(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pg.AddPasswordRole(ctx, t, "ledgersync", "right-pw")
+	t.Setenv("PGPASSWORD", "Wr0ngSecret")
+	dsn := fmt.Sprintf("postgres://ledgersync@127.0.0.1:%d/postgres?sslmode=disable", pg.Port)
+	code, stdout, stderr := runCLI(t, "ledger", "sync", "--service", "http://127.0.0.1:1", "--postgres", dsn)
+	if code != ExitFailure || !strings.Contains(stderr, "authentication failed") || strings.Contains(stderr, "unreachable") ||
+		strings.Contains(stdout+stderr, "Wr0ngSecret") {
+		t.Fatalf("sync with a wrong password: %d %s %s", code, stdout, stderr)
+	}
+}
+
+// TestLedgerSyncCopiesWhatABoundedScanFinds: a Valkey with more ledger keys
+// than --max-keys (5M by default) no longer stops every sync: the run copies
+// the rule-windows it listed, commits them, and exits 1 saying the scan
+// stopped on which node and that the rest was not copied.
+func TestLedgerSyncCopiesWhatABoundedScanFinds(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := shadowFortnight(t, ctx, c)
+	code, stdout, stderr := runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--now", now.Format(time.RFC3339), "--max-keys", "5")
+	if code != ExitFailure || !strings.Contains(stdout, "ledger sync: ") || strings.Contains(stdout, "ledger sync: 0 rule-windows") ||
+		!strings.Contains(stderr, "the rule-windows of the keys past it were not copied") || !strings.Contains(stderr, "scan ledger keys on "+vk.Addr) ||
+		strings.Contains(stderr, "nothing was written") {
+		t.Fatalf("sync over --max-keys: %d %s %s", code, stdout, stderr)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) > 0 FROM ledger_windows"); got != "t" {
+		t.Fatalf("nothing committed: %s", got)
+	}
+	if code, _, stderr := runCLI(t, "ledger", "sync", "--valkey", vk.Addr, "--postgres", pg.DSN, "--max-keys", "0"); code != ExitUsage {
+		t.Fatalf("--max-keys 0: %d %s", code, stderr)
 	}
 }

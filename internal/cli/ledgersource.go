@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ type ledgerSource struct {
 	dialTimeout  time.Duration
 	timeout      time.Duration
 	maxPrincipal int
+	maxKeys      int
 	// postgresIsSource: --postgres names where to read (report, export);
 	// false when it is where to write (ledger sync).
 	postgresIsSource bool
@@ -54,6 +56,7 @@ func (s *ledgerSource) addFlags(f *pflag.FlagSet, postgres string) {
 	f.DurationVar(&s.dialTimeout, "dial-timeout", 3*time.Second, "give up connecting to Valkey after this long")
 	f.DurationVar(&s.timeout, "timeout", 2*time.Minute, "give up reading the ledger after this long")
 	f.IntVar(&s.maxPrincipal, "max-principals", ledger.DefaultMaxPrincipals, "refuse rule-windows with more principals than this (memory bound)")
+	f.IntVar(&s.maxKeys, "max-keys", ledger.DefaultMaxKeysScanned, "with --valkey: list at most this many ledger keys per Valkey node (memory bound); ledger sync copies the rule-windows listed and exits 1")
 }
 
 // postgresDSNHelp is the --postgres help of the commands that read it. The
@@ -87,6 +90,8 @@ func (s *ledgerSource) validate() error {
 		return usageError("--prefix, --valkey-username and --valkey-tls are for --valkey")
 	case s.dialTimeout <= 0 || s.timeout <= 0:
 		return usageError("--dial-timeout and --timeout must be positive")
+	case s.maxKeys <= 0:
+		return usageError("--max-keys must be positive")
 	}
 	return nil
 }
@@ -125,12 +130,16 @@ func (s *ledgerSource) open(ctx context.Context) (ledger.Reader, string, func(),
 
 // identity names the ledger the flags read, for the durable ledger's
 // record of syncs (ledger_syncs.source): the service's URL, or the Valkey
-// addresses and key prefix. Never a password: none is in a flag.
+// addresses and key prefix. Never a password: none is in a flag. The
+// addresses are seeds of one Valkey, so they are sorted and deduplicated:
+// reordering --valkey must not look like a new ledger, whose first sync
+// checks no gap. One address reads as it always did (existing rows match).
 func (s *ledgerSource) identity() string {
 	if s.service != "" {
 		return "service " + s.service
 	}
-	return fmt.Sprintf("valkey %s prefix %q", strings.Join(s.valkeyAddrs, ","), s.prefix)
+	addrs := slices.Compact(slices.Sorted(slices.Values(s.valkeyAddrs)))
+	return fmt.Sprintf("valkey %s prefix %q", strings.Join(addrs, ","), s.prefix)
 }
 
 // openPostgres connects to the durable ledger, within --dial-timeout.
@@ -164,5 +173,6 @@ func (s *ledgerSource) openValkey() (*ledger.Valkey, func(), error) {
 	}
 	lv := ledger.NewValkey(client, s.prefix)
 	lv.MaxPrincipals = s.maxPrincipal
+	lv.MaxKeys = s.maxKeys
 	return lv, client.Close, nil
 }

@@ -78,7 +78,9 @@ type Key struct {
 // Reader reads the ledger back.
 type Reader interface {
 	// Keys lists the rule-windows with any data among windows (every one
-	// when windows is nil), sorted by rule then window.
+	// when windows is nil), sorted by rule then window. Past the reader's
+	// bound it may return the keys found so far with an error wrapping
+	// ErrTooMany (Valkey.Keys does).
 	Keys(ctx context.Context, windows []Window) ([]Key, error)
 	// Read returns one rule's data for one window (empty when there is none).
 	Read(ctx context.Context, rule RuleID, w Window) (Data, error)

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 const (
 	// DefaultScanCount is the COUNT hint of SCAN and HSCAN calls.
 	DefaultScanCount = 1000
-	// DefaultMaxKeysScanned bounds the keys a Rules call walks per node.
+	// DefaultMaxKeysScanned bounds the keys a Keys call walks per node.
 	DefaultMaxKeysScanned = 5_000_000
 )
 
@@ -25,7 +26,7 @@ type Valkey struct {
 	client        valkey.Client
 	prefix        string
 	MaxPrincipals int // per rule-day; default DefaultMaxPrincipals
-	MaxKeys       int // scanned per node by Rules; default DefaultMaxKeysScanned
+	MaxKeys       int // scanned per node by Keys; default DefaultMaxKeysScanned
 }
 
 // NewValkey wraps a valkey-go client (not closed by Valkey).
@@ -74,7 +75,11 @@ func apply(ctx context.Context, c CommandClient, b Batch) error {
 	return nil
 }
 
-// Keys implements Reader with a bounded SCAN of every node.
+// Keys implements Reader with a bounded SCAN of every node. A node with
+// more than MaxKeys matching keys is scanned no further: Keys then returns
+// the keys found (on it up to the bound, and on every other node) with an
+// error wrapping ErrTooMany that names the node, so a caller may copy what
+// was found (ledgerpg.Sync does) while memory stays bounded.
 func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
 	want := newWindowSet(windows)
 	maxKeys := v.MaxKeys
@@ -88,34 +93,46 @@ func (v *Valkey) Keys(ctx context.Context, windows []Window) ([]Key, error) {
 	}
 	sort.Strings(addrs)
 	found := map[Key]bool{}
+	var over []error
 	for _, a := range addrs {
-		n := nodes[a]
 		// A replica answers SCAN too; its keys repeat the master's, and the
-		// set below removes duplicates.
-		var cursor uint64
-		seen := 0
-		for {
-			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(globQuote(v.prefix)+"ledger:{*}:*").Count(DefaultScanCount).Build()).AsScanEntry()
-			if err != nil {
-				return nil, fmt.Errorf("scan ledger keys on %s: %w", a, err)
-			}
-			for _, k := range e.Elements {
-				r, w, _, err := ParseKey(v.prefix, k)
-				if err == nil && want.has(w) {
-					found[Key{r, w}] = true
-				}
-			}
-			seen += len(e.Elements)
-			if seen > maxKeys {
-				return nil, fmt.Errorf("scan ledger keys on %s: %w: more than %d keys match", a, ErrTooMany, maxKeys)
-			}
-			cursor = e.Cursor
-			if cursor == 0 {
-				break
-			}
+		// set removes duplicates.
+		err := v.scanNode(ctx, nodes[a], want, maxKeys, found)
+		if errors.Is(err, ErrTooMany) {
+			over = append(over, fmt.Errorf("scan ledger keys on %s: %w", a, err))
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("scan ledger keys on %s: %w", a, err)
 		}
 	}
-	return sortKeys(found), nil
+	return sortKeys(found), errors.Join(over...)
+}
+
+// scanNode adds the ledger keys of one node among want to found, at most
+// maxKeys of them: past it, it stops with ErrTooMany.
+func (v *Valkey) scanNode(ctx context.Context, n valkey.Client, want windowSet, maxKeys int, found map[Key]bool) error {
+	var cursor uint64
+	seen := 0
+	for {
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(globQuote(v.prefix)+"ledger:{*}:*").Count(DefaultScanCount).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		for _, k := range e.Elements {
+			if seen++; seen > maxKeys {
+				return fmt.Errorf("%w: more than %d keys match (the scan stopped there)", ErrTooMany, maxKeys)
+			}
+			r, w, _, err := ParseKey(v.prefix, k)
+			if err == nil && want.has(w) {
+				found[Key{r, w}] = true
+			}
+		}
+		cursor = e.Cursor
+		if cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // globQuote escapes the glob characters of a key prefix (the service's

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -51,6 +52,13 @@ type DB struct {
 // hold it instead, as for every libpq client.
 var ErrPasswordInDSN = errors.New("the PostgreSQL DSN holds a password: put it in $PGPASSWORD or a .pgpass file instead")
 
+// ErrAuthFailed is wrapped by Open's error when the server refused the
+// credentials (SQLSTATE 28P01 invalid_password or 28000
+// invalid_authorization_specification, such as no pg_hba.conf rule for the
+// user; https://www.postgresql.org/docs/current/errcodes-appendix.html):
+// the server is reachable, the password or the role is wrong.
+var ErrAuthFailed = errors.New("authentication failed")
+
 // Open connects to dsn (a postgres:// URL or key=value string).
 func Open(ctx context.Context, dsn string) (*DB, error) {
 	// Before parsing: pgx quotes a DSN it cannot parse in its error, with
@@ -64,9 +72,21 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres %s:%d unreachable: %w", cfg.Host, cfg.Port, err)
+		return nil, connectError(cfg, err)
 	}
 	return &DB{conn: conn, cfg: cfg}, nil
+}
+
+// connectError says why connecting failed: the credentials refused
+// (ErrAuthFailed), or the server unreachable. pgconn's message names the
+// user and the server's reason, never the password.
+func connectError(cfg *pgx.ConnConfig, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000") {
+		return fmt.Errorf("postgres %s:%d: %w for user %q (the password comes from $PGPASSWORD or a .pgpass file): %w",
+			cfg.Host, cfg.Port, ErrAuthFailed, cfg.User, err)
+	}
+	return fmt.Errorf("postgres %s:%d unreachable: %w", cfg.Host, cfg.Port, err)
 }
 
 // hasPassword reports whether the DSN itself (not $PGPASSWORD or a pgpass

@@ -518,3 +518,76 @@ func TestSyncWithoutNamesKeepsTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSaysAuthenticationFailed: a wrong password is told apart from an
+// unreachable server (ErrAuthFailed), and the password is not in the error.
+func TestOpenSaysAuthenticationFailed(t *testing.T) {
+	s := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.AddPasswordRole(ctx, t, "ledgerapp", "right-pw")
+	dsn := fmt.Sprintf("postgres://ledgerapp@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+	for _, pw := range []string{"Wr0ngSecret", ""} {
+		t.Setenv("PGPASSWORD", pw)
+		_, err := Open(ctx, dsn)
+		if !errors.Is(err, ErrAuthFailed) || strings.Contains(err.Error(), "unreachable") || (pw != "" && strings.Contains(err.Error(), pw)) {
+			t.Errorf("PGPASSWORD %q: %v", pw, err)
+		}
+	}
+	// 28000: a role that does not exist (the cluster trusts every other).
+	if _, err := Open(ctx, fmt.Sprintf("postgres://nosuchrole@127.0.0.1:%d/postgres?sslmode=disable", s.Port)); !errors.Is(err, ErrAuthFailed) {
+		t.Errorf("no such role: %v", err)
+	}
+	t.Setenv("PGPASSWORD", "right-pw")
+	db, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("the right password: %v", err)
+	}
+	_ = db.Close(ctx)
+	if _, err := Open(ctx, "postgres://ledgerapp@127.0.0.1:1/postgres?sslmode=disable"); err == nil || errors.Is(err, ErrAuthFailed) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("no server: %v", err)
+	}
+}
+
+// TestSyncCopiesWhatABoundedScanFinds: a ledger with more keys than the
+// reader's scan bound (ledger.Valkey.MaxKeys; 5M by default) no longer
+// aborts the whole sync: the rule-windows the bounded scan found commit,
+// and the error (ErrKeysTruncated) says the scan stopped on which node,
+// at which bound, and that the rest was not copied.
+func TestSyncCopiesWhatABoundedScanFinds(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.Options{})
+	pg := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lv := ledger.NewValkey(c, "")
+	w := ledger.DayWindow(ledger.DayOf(time.Now()) + 1)
+	var us []ledger.Usage
+	for i := 0; i < 50; i++ {
+		r := ledger.RuleID{Domain: ledger.BudgetDomain, Rule: fmt.Sprintf("s/b%02d", i)}
+		us = append(us, ledger.Usage{Key: ledger.WindowUsageKey("", r, w), Field: "p", Tokens: 5})
+	}
+	if err := lv.Add(ctx, us...); err != nil {
+		t.Fatal(err)
+	}
+	lv.MaxKeys = 10
+	db := openDB(t, pg)
+	st, err := db.Sync(ctx, lv, SyncOptions{Source: "test", Windows: []ledger.Window{w}})
+	if !errors.Is(err, ErrKeysTruncated) || !errors.Is(err, ledger.ErrTooMany) || !strings.Contains(err.Error(), vk.Addr) ||
+		!strings.Contains(err.Error(), "more than 10 keys") {
+		t.Fatalf("sync: %v, want ErrKeysTruncated naming the node and the bound", err)
+	}
+	if st.Windows != 10 {
+		t.Fatalf("stats %+v, want the 10 rule-windows the scan found copied", st)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) || ' ' || sum(units) FROM ledger_usage"); got != "10 50" {
+		t.Fatalf("rows %q, want 10 rows of 5 units committed", got)
+	}
+	if got := pg.Psql(ctx, t, "SELECT count(*) FROM ledger_syncs"); got != "1" {
+		t.Fatalf("ledger_syncs rows %q: the degraded sync is recorded", got)
+	}
+}

@@ -94,11 +94,19 @@ type SyncStats struct {
 // bound, the rest is committed.
 var ErrSkipped = errors.New("rule-windows over the principal bound were not copied")
 
+// ErrKeysTruncated is wrapped by Sync's error when listing the ledger's
+// rule-windows stopped at the reader's key bound (ledger.ErrTooMany from
+// Keys, with the keys found until then): those are committed, the
+// rule-windows of the keys the scan did not reach are not.
+var ErrKeysTruncated = errors.New("the ledger holds more keys than the scan's bound: the rule-windows of the keys past it were not copied")
+
 // Sync copies src (the service's ledger in Valkey, or its debug port's) into
 // the database in one transaction: nothing is half-copied. A rule-window over
 // the reader's principal bound is left out whole and named in the error
 // (ErrSkipped) while the others commit: one oversized window must not stop
 // every budget's hourly copy until the ledger's retention has lost them.
+// Likewise a ledger with more keys than the reader lists (ledger.ErrTooMany
+// from Keys) copies the rule-windows listed and returns ErrKeysTruncated.
 // With o.Source, the sync records its time, and when the previous one is
 // older than the retention it still commits and returns ErrGap.
 func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncStats, error) {
@@ -115,12 +123,14 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 		o.RetentionDays = ledger.DefaultRetentionDays
 	}
 	var st SyncStats
-	keys, err := src.Keys(ctx, o.Windows)
-	if err != nil {
-		return st, fmt.Errorf("list the ledger: %w", err)
+	// A listing cut at the reader's bound still copies the keys it found: a
+	// reader that found none (or failed otherwise) stops the sync.
+	keys, truncated := src.Keys(ctx, o.Windows)
+	if truncated != nil && (len(keys) == 0 || !errors.Is(truncated, ledger.ErrTooMany)) {
+		return st, fmt.Errorf("list the ledger: %w", truncated)
 	}
 	now := o.Now().UTC()
-	err = pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.conn, func(tx pgx.Tx) error {
 		prev, err := recordSync(ctx, tx, o.Source, now)
 		if err != nil {
 			return err
@@ -132,6 +142,9 @@ func (db *DB) Sync(ctx context.Context, src ledger.Reader, o SyncOptions) (SyncS
 		return st, err
 	}
 	var errs []error
+	if truncated != nil {
+		errs = append(errs, fmt.Errorf("%w (the %d rule-windows listed were copied; raise --max-keys): %w", ErrKeysTruncated, len(keys), truncated))
+	}
 	if len(st.Skipped) > 0 {
 		errs = append(errs, fmt.Errorf("%w (raise --max-principals): %s", ErrSkipped, strings.Join(st.Skipped, "; ")))
 	}

@@ -278,3 +278,44 @@ func freePort(t testing.TB) int {
 	defer func() { _ = l.Close() }() // only used to pick a free port
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// AddPasswordRole creates a login role that must authenticate with
+// password (scram-sha-256, over TCP from 127.0.0.1): a rule for it goes
+// before the cluster's trust rules in pg_hba.conf, and the server reloads
+// its configuration. It returns once a wrong password is refused.
+func (s *Server) AddPasswordRole(ctx context.Context, t testing.TB, role, password string) {
+	t.Helper()
+	s.Psql(ctx, t, fmt.Sprintf(`SET password_encryption = 'scram-sha-256'; CREATE ROLE %q LOGIN SUPERUSER PASSWORD '%s'`, role, strings.ReplaceAll(password, "'", "''")))
+	hba := filepath.Join(s.Dir, "data", "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := fmt.Sprintf("host all %q 127.0.0.1/32 scram-sha-256\n", role)
+	if err := os.WriteFile(hba, append([]byte(rule), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Psql(ctx, t, "SELECT pg_reload_conf()")
+	bin := BinDir(t)
+	dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", role, s.Port)
+	err = waitUntil(10*time.Second, func() bool {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-X", "-w", "-d", dsn, "-c", "SELECT 1")
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password+"-wrong")
+		return cmd.Run() != nil
+	})
+	if err != nil {
+		t.Fatalf("postgres still lets role %s in without its password: %v", role, err)
+	}
+}
+
+// waitUntil polls cond every 50 ms until it holds or timeout passes.
+func waitUntil(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
