@@ -65,7 +65,7 @@ func TestAgentgatewayPolicyShape(t *testing.T) {
 	}
 	for _, d := range g.Descriptors {
 		if d.Unit != agentgateway.UnitTokens || d.Cost != agentgateway.CostTotalTokens {
-			t.Errorf("descriptor %+v: want unit Tokens and the cost llm.totalTokens", d)
+			t.Errorf("descriptor %+v: want unit Tokens and the cost %q", d, agentgateway.CostTotalTokens)
 		}
 		vars, err := agentgateway.Variables(d.Entries[1].Expression)
 		if err != nil || len(vars) != 1 || vars[0] != "jwt" {

@@ -384,8 +384,8 @@ func fanOutOf(mk func(uint64) gatewayCall) []gatewayCall {
 
 // TestLostChargeReleasesItsHold: a call admitted whose charge never comes
 // (an upstream error: Envoy AI Gateway writes no token count, so Envoy
-// sends no stream-done call; agentgateway leaves the rendered cost
-// llm.totalTokens unset, so its amend carries no descriptor) holds its
+// sends no stream-done call; agentgateway leaves llm.totalTokens unset, so
+// the rendered cost fails and its amend carries no descriptor) holds its
 // reservation until the expiry, then the budget is whole again; the missing
 // count reserves nothing new (agentgateway's amend without descriptors is
 // refused and holds nothing). The control: an agentgateway descriptor
