@@ -1,6 +1,7 @@
 package assert
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -12,7 +13,9 @@ import (
 // ruleOptionalCredential: a SecurityPolicy that lets requests through
 // without the credential sets no identity header on them. Such a request
 // matches no Distinct (per-principal) rule - Envoy sends no descriptor for a
-// missing header - and is charged to nobody's budget. JWT `optional: true`
+// missing header - and is charged to no principal's budget (in a policy
+// budgetgen rendered, only to each per-principal budget's one shared
+// budgetgen/no-claim bucket, sharedUnidentified). JWT `optional: true`
 // admits requests with no token, JWT `failOpen: true` admits those whose
 // token fails verification, ext auth `failOpen: true` admits every request
 // when the auth service is down.
@@ -59,8 +62,16 @@ func checkOptionalCredential(p *Pass) error {
 			}
 			hit, pols = dedupe(hit), dedupe(pols)
 			sort.Strings(pols)
-			p.Report(sp, l.node, l.path, "%s: true lets %s through without setting %s: they match no per-principal rule of %s and spend no budget; remove %s (or set it to false)",
-				l.path, l.what, strings.Join(hit, ", "), strings.Join(pols, ", "), l.path)
+			shared := ""
+			for _, bp := range p.Index.BudgetPolicies() {
+				if slices.Contains(pols, bp.Obj.String()) {
+					if shared = sharedUnidentified(bp); shared != "" {
+						break
+					}
+				}
+			}
+			p.Report(sp, l.node, l.path, "%s: true lets %s through without setting %s: they match no per-principal rule of %s and spend no principal's budget%s; remove %s (or set it to false)",
+				l.path, l.what, strings.Join(hit, ", "), strings.Join(pols, ", "), shared, l.path)
 		}
 	}
 	return nil
