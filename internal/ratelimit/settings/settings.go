@@ -324,7 +324,7 @@ var unsupported = []struct {
 	{"REDIS_PIPELINE_LIMIT", "valkey-go auto-pipelines; no limit", nil},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "no pool", nil},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "not supported", []string{"false", "0"}},
-	{"LOCAL_CACHE_SIZE_IN_BYTES", "the over-limit cache is always on, bounded by OVER_LIMIT_CACHE_SIZE entries", []string{"0"}},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "the over-limit cache is always on, bounded by OVER_LIMIT_CACHE_SIZE entries and 32 MiB", []string{"0"}},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "over-limit hits are always charged, as by default in the reference", []string{"false", "0"}},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "rate limit response headers are not added", []string{"false", "0"}},
 	{"RESPONSE_DYNAMIC_METADATA", "response dynamic metadata is not added", []string{"false", "0"}},
