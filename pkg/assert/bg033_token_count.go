@@ -196,7 +196,7 @@ func checkAgentgatewayCosts(p *Pass) {
 				continue
 			}
 			path := fmt.Sprintf("%s.descriptors[%d].cost", agwGlobalPath, i)
-			p.Report(o, cost, path, "%s: a Tokens descriptor's cost expression replaces the total token count agentgateway charges by default (remoteratelimit.rs), and this one reads llm fields %v, not llm.totalTokens nor both llm.inputTokens and llm.outputTokens: it charges part of each response; remove cost, or charge llm.totalTokens", path, fields)
+			p.Report(o, cost, path, "%s: a Tokens descriptor's cost expression replaces the total token count agentgateway charges by default (remoteratelimit.rs), and this one reads llm fields %v, not llm.totalTokens nor both llm.inputTokens and llm.outputTokens: it charges part of each response; use the cost render writes, %q (the whole count, 1 for a usage of 0 so that a reserving budget's amend settles its hold)", path, fields, agentgateway.CostTotalTokens)
 		}
 	}
 }
