@@ -35,6 +35,17 @@ type op struct {
 	owner any
 }
 
+// releaseDeadline is when the holds o's releases are for have certainly
+// expired (unix ms): its releaseBy once set, else a hold's life (two
+// generations) after now, when o was sent, since its holds were placed
+// before.
+func (o *op) releaseDeadline(now time.Time) int64 {
+	if o.releaseBy != 0 {
+		return o.releaseBy
+	}
+	return now.UnixMilli() + 2*o.period
+}
+
 // width is the number of reply values of the op.
 func (o *op) width() int {
 	if o.flags&flagHold != 0 && o.flags&flagHash == 0 {
@@ -94,8 +105,8 @@ func (g *group) replay(now time.Time) *group {
 		}
 		o.flags &= flagHold | flagHash
 		o.limit, o.reserve, o.ci = 0, 0, -1
-		if o.releases > 0 && o.releaseBy == 0 {
-			o.releaseBy = now.UnixMilli() + 2*o.period
+		if o.releases > 0 {
+			o.releaseBy = o.releaseDeadline(now)
 		}
 		r.ops = append(r.ops, o)
 	}

@@ -111,12 +111,8 @@ func (s *Store) countOp(o *op, c store.Class) {
 // sent, for a call's own op (a buffered one carries its releaseBy).
 func (o *op) pending(now time.Time) pending {
 	p := pending{hits: o.hits, releases: o.releases, holdExpiry: time.Duration(o.period) * 2 * time.Millisecond, holdHash: o.holdHash, exp: time.UnixMilli(o.exp), owner: o.owner}
-	switch {
-	case o.releases == 0:
-	case o.releaseBy != 0:
-		p.releaseBy = time.UnixMilli(o.releaseBy)
-	default:
-		p.releaseBy = now.Add(p.holdExpiry)
+	if o.releases > 0 {
+		p.releaseBy = time.UnixMilli(o.releaseDeadline(now))
 	}
 	return p
 }
