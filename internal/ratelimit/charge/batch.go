@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/store"
@@ -36,7 +37,20 @@ type pending struct {
 	results  []store.Result
 	deadline time.Time
 	done     chan error
+	// state says who reads the results of p's store call: its caller
+	// (pendingAnswered) or, once its caller stopped waiting
+	// (pendingAbandoned), nobody, so the flusher reports the tokens of
+	// holds they found expired itself. Whichever of the two changes it
+	// from pendingWaiting first decides.
+	state atomic.Int32
 }
+
+// States of a pending request.
+const (
+	pendingWaiting int32 = iota
+	pendingAnswered
+	pendingAbandoned
+)
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
 
@@ -62,6 +76,7 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 	}
 	p.results = p.results[:len(results)]
 	p.deadline = now.Add(b.timeout)
+	p.state.Store(pendingWaiting)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -82,12 +97,45 @@ func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Co
 		pendingPool.Put(p)
 		return err
 	case <-wait.Done():
-		// A flusher may still own p and will send on its buffered channel;
-		// p is left to the garbage collector, never reused.
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+		return b.abandon(p, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+		return b.abandon(p, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err()))
 	}
+}
+
+// abandon is a caller's giving up on p, answered by the failure policy
+// (err): its items read no result. If no flusher has answered p yet, the
+// one that sends it reports its expired holds (answer), and p is left to
+// the garbage collector, never reused (a flusher may still own it). If one
+// has, its answer is on its way: it is read here, and its expired holds
+// reported, as no item will count them.
+func (b *batcher) abandon(p *pending, err error) error {
+	if p.state.CompareAndSwap(pendingWaiting, pendingAbandoned) {
+		return err
+	}
+	if callErr := <-p.done; callErr == nil {
+		b.c.reportExpired(p.counters, p.results)
+	}
+	clear(p.counters)
+	pendingPool.Put(p)
+	return err
+}
+
+// answer hands a live request the outcome of its store call (results, its
+// part of the batch's; err). A request whose caller stopped waiting
+// (abandon) reads nothing: the tokens of holds its call found expired are
+// reported here instead.
+func (b *batcher) answer(p *pending, results []store.Result, err error) {
+	if !p.state.CompareAndSwap(pendingWaiting, pendingAnswered) {
+		if err == nil {
+			b.c.reportExpired(p.counters, results)
+		}
+		return
+	}
+	if err == nil {
+		copy(p.results, results)
+	}
+	p.done <- err
 }
 
 // flushBuf is one flusher's buffers, reused batch after batch.
@@ -184,14 +232,15 @@ func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
 	}
 	b.c.refused(counters[:len(counters)-len(orphans)], err, true)
 	b.c.refused(counters[len(counters)-len(orphans):], err, false)
+	if err == nil {
+		// Their callers were answered long ago: no item reads these.
+		b.c.reportExpired(orphans, results[len(counters)-len(orphans):])
+	}
 	off := 0
 	for _, p := range live {
 		n := len(p.counters)
-		if err == nil {
-			copy(p.results, results[off:off+n])
-		}
+		b.answer(p, results[off:off+n], err)
 		off += n
-		p.done <- err
 	}
 }
 
@@ -202,14 +251,21 @@ func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
 // open).
 func (b *batcher) sendEach(ctx context.Context, live []*pending, orphans []store.Counter, results []store.Result) {
 	for _, p := range live {
-		err := b.c.send(ctx, p.counters, p.results)
-		b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
-		p.done <- err
+		// answer copies the results to p.results only if its caller
+		// still waits for them.
+		res := results[:len(p.counters)]
+		err := b.c.send(ctx, p.counters, res)
+		b.c.refused(p.counters, err, true) // before answer: p is the caller's again after it
+		b.answer(p, res, err)
 	}
 	for i := range orphans {
 		// Answered by the failure policy long ago: a refusal is
 		// reported, not silent.
-		b.c.refused(orphans[i:i+1], b.c.send(ctx, orphans[i:i+1], results[:1]), false)
+		err := b.c.send(ctx, orphans[i:i+1], results[:1])
+		b.c.refused(orphans[i:i+1], err, false)
+		if err == nil {
+			b.c.reportExpired(orphans[i:i+1], results[:1])
+		}
 	}
 }
 

@@ -59,6 +59,9 @@ type cacheEntry struct {
 	releases  uint64 // holds the pending charges release
 	// holdExpiry is the holds' lifetime the releases were asked with.
 	holdExpiry time.Duration
+	// owner is the releases' store.Hold.Owner (their limit), so tokens of
+	// holds the flushed releases find expired are counted under it.
+	owner any
 }
 
 const cacheShards = 32
@@ -84,8 +87,8 @@ func (c *overCache) shard(k []byte) *cacheShard {
 }
 
 // hit reports whether key is known over limit at nowSec, and if so adds hits
-// (and the holds they release) to its pending charge.
-func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uint64, holdExpiry time.Duration) bool {
+// (and the holds they release, for owner) to its pending charge.
+func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uint64, holdExpiry time.Duration, owner any) bool {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e := sh.m[string(k)]
@@ -102,7 +105,7 @@ func (c *overCache) hit(k []byte, limit uint64, nowSec int64, hits, releases uin
 	}
 	e.releases += releases
 	if releases > 0 {
-		e.holdExpiry = holdExpiry
+		e.holdExpiry, e.owner = holdExpiry, owner
 	}
 	sh.mu.Unlock()
 	return true
@@ -145,7 +148,7 @@ func (c *overCache) drain(nowSec int64, out []store.Counter) []store.Counter {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.pending > 0 || e.releases > 0 {
-				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases, Expiry: e.holdExpiry, Window: e.windowEnd}})
+				out = append(out, store.Counter{Key: k, Hits: e.pending, ExpireAt: e.expireAt, Hold: store.Hold{Release: e.releases, Expiry: e.holdExpiry, Window: e.windowEnd, Owner: e.owner}})
 				e.pending, e.releases = 0, 0
 			}
 			if nowSec >= e.windowEnd {

@@ -18,7 +18,7 @@ func TestOverCachePendingSaturates(t *testing.T) {
 		t.Fatal("put refused")
 	}
 	for i := 0; i < 3; i++ {
-		if !c.hit(k, 5, 0, math.MaxInt64-1, 0, 0) {
+		if !c.hit(k, 5, 0, math.MaxInt64-1, 0, 0, nil) {
 			t.Fatal("cached key not hit")
 		}
 	}

@@ -208,6 +208,19 @@ func (c *Charger) holdsExpired(owner any, tokens uint64) {
 	}
 }
 
+// reportExpired hands tokens of holds a call found expired to HoldsExpired,
+// for a call whose results reach no item: a charge the over-limit cache
+// answered (Flush) or one whose caller stopped waiting (the batcher's
+// orphans and abandoned requests). A call whose results reach its items
+// counts them there (decide.Item.Expired), never here too.
+func (c *Charger) reportExpired(counters []store.Counter, results []store.Result) {
+	for i := range counters {
+		if results[i].Expired > 0 {
+			c.holdsExpired(counters[i].Hold.Owner, results[i].Expired)
+		}
+	}
+}
+
 // Scratch holds a request's counters and results between calls (one per
 // goroutine, reused).
 type Scratch struct {
@@ -290,7 +303,7 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 			release = 1
 		}
 		enforce := !l.ShadowMode && !l.QuotaMode && !c.o.ShadowMode
-		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits, release, c.o.HoldExpiry) {
+		if c.cache != nil && c.cache.hit(it.Key, uint64(l.RequestsPerUnit), unix, it.Hits, release, c.o.HoldExpiry, l) {
 			it.Cached = true
 			denied = denied || enforce
 			c.ev.CacheHit()
@@ -486,7 +499,9 @@ func (c *Charger) Flush() {
 		err := c.send(ctx, batch, results)
 		cancel()
 		c.ev.Flushed(sumHits(batch), time.Since(start), err)
-		if err != nil {
+		if err == nil {
+			c.reportExpired(batch, results) // no request reads them
+		} else {
 			// The store accounts for what it did not apply (its outage
 			// buffer and loss counters).
 			c.o.Logger.Warn("deferred over-limit charge failed", "counters", n, "err", err)

@@ -251,7 +251,7 @@ func TestReservingCountersNameTheirWindow(t *testing.T) {
 	}
 	// The over-limit cache keeps the window with a deferred release.
 	c.cache.put([]byte("over"), 50, now.Unix(), end, time.Unix(end, 0))
-	if !c.cache.hit([]byte("over"), 10, now.Unix(), 3, 1, time.Hour) {
+	if !c.cache.hit([]byte("over"), 10, now.Unix(), 3, 1, time.Hour, nil) {
 		t.Fatal("the over-limit cache did not take the charge")
 	}
 	out := c.cache.drain(now.Unix(), nil)
