@@ -38,18 +38,47 @@ func Register(reg prometheus.Registerer, st store.Store) {
 		counter("ratelimit_valkey_ambiguous_applied_hits_total", "Ambiguous hits whose replay found them already applied.", func() float64 { return float64(s.Stats().AmbiguousApplied) })
 		counter("ratelimit_valkey_ambiguous_replayed_hits_total", "Ambiguous hits applied by their replay.", func() float64 { return float64(s.Stats().AmbiguousReplayed) })
 		counter("ratelimit_valkey_ambiguous_dropped_hits_total", "Ambiguous hits given up (maybe applied): id window passed, buffer full or store closed.", func() float64 { return float64(s.Stats().AmbiguousDropped) })
-		counter("ratelimit_valkey_ledger_buffered_tokens_total", "Ledger (usage report) increments kept in the outage buffer.", func() float64 { return float64(s.Stats().LedgerBuffered) })
-		counter("ratelimit_valkey_ledger_replayed_tokens_total", "Buffered ledger increments applied once Valkey answered again.", func() float64 { return float64(s.Stats().LedgerReplayed) })
-		counter("ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).", func() float64 { return float64(s.Stats().LedgerLost) })
-		counter("ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because the counter they were charged with expired first (its window's end plus EXPIRATION_JITTER_MAX_SECONDS), though the ledger hash itself is kept for LEDGER_RETENTION_DAYS.", func() float64 { return float64(s.Stats().LedgerExpired) })
-		counter("ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied): replayed with their charge under its call id, applied at most once; missing from the ledger only if given up (id window passed, buffer full or store closed).", func() float64 { return float64(s.Stats().LedgerAmbiguous) })
 		counter("ratelimit_valkey_canceled_hits_total", "Hits of calls whose deadline had passed when they reached the store: not sent; handed back to the charger, which defers them (counted in ratelimit_unsent_hits_total{outcome=\"deferred\"} and buffered).", func() float64 { return float64(s.Stats().Canceled) })
 		counter("ratelimit_valkey_applied_on_error_hits_total", "Hits Valkey applied in calls that returned an error to the engine.", func() float64 { return float64(s.Stats().AppliedOnError) })
+		ledger(counter, s)
 		releases(counter, s)
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
 		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
 		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
+	}
+}
+
+// ledger exports the Valkey store's classes of the shadow-week ledger's
+// increments (store.Counter.Ledger: a charge's hits, also added to its
+// ledger hash), every class the hits have, in tokens.
+func ledger(counter func(name, help string, f func() float64), s *valkey.Store) {
+	for _, c := range []struct {
+		name, help string
+		f          func(valkey.Stats) uint64
+	}{
+		{"ratelimit_valkey_ledger_buffered_tokens_total", "Ledger (usage report) increments kept in the outage buffer.",
+			func(st valkey.Stats) uint64 { return st.LedgerBuffered }},
+		{"ratelimit_valkey_ledger_replayed_tokens_total", "Buffered ledger increments applied once Valkey answered again.",
+			func(st valkey.Stats) uint64 { return st.LedgerReplayed }},
+		{"ratelimit_valkey_ledger_lost_tokens_total", "Ledger increments dropped (buffer full, wrong key type, closed).",
+			func(st valkey.Stats) uint64 { return st.LedgerLost }},
+		{"ratelimit_valkey_ledger_expired_tokens_total", "Buffered ledger increments dropped because the counter they were charged with expired first (its window's end plus EXPIRATION_JITTER_MAX_SECONDS), though the ledger hash itself is kept for LEDGER_RETENTION_DAYS.",
+			func(st valkey.Stats) uint64 { return st.LedgerExpired }},
+		{"ratelimit_valkey_ledger_ambiguous_tokens_total", "Ledger increments sent but unanswered (maybe applied): replayed with their charge under its call id, applied at most once; missing from the ledger only if given up (id window passed, buffer full or store closed).",
+			func(st valkey.Stats) uint64 { return st.LedgerAmbiguous }},
+		{"ratelimit_valkey_ledger_ambiguous_applied_tokens_total", "Ambiguous ledger increments whose replay found them already applied.",
+			func(st valkey.Stats) uint64 { return st.LedgerAmbiguousApplied }},
+		{"ratelimit_valkey_ledger_ambiguous_replayed_tokens_total", "Ambiguous ledger increments applied by their replay.",
+			func(st valkey.Stats) uint64 { return st.LedgerAmbiguousReplayed }},
+		{"ratelimit_valkey_ledger_ambiguous_dropped_tokens_total", "Ambiguous ledger increments given up (maybe applied, maybe missing from the ledger): id window passed, buffer full or store closed.",
+			func(st valkey.Stats) uint64 { return st.LedgerAmbiguousDropped }},
+		{"ratelimit_valkey_ledger_canceled_tokens_total", "Ledger increments of calls whose deadline had passed when they reached the store: not sent; handed back with their hits, which the charger defers (then counted buffered).",
+			func(st valkey.Stats) uint64 { return st.LedgerCanceled }},
+		{"ratelimit_valkey_ledger_applied_on_error_tokens_total", "Ledger increments Valkey applied in calls that returned an error to the engine.",
+			func(st valkey.Stats) uint64 { return st.LedgerAppliedOnError }},
+	} {
+		counter(c.name, c.help, func() float64 { return float64(c.f(s.Stats())) })
 	}
 }
 

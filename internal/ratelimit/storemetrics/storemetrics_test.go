@@ -229,3 +229,62 @@ func TestBufferBytesGauge(t *testing.T) {
 		t.Errorf("buffer_bytes %v once replayed, want 0", b)
 	}
 }
+
+// ledgerSeries are the ledger increments' metrics and the tally classes
+// each sums: every class but Applied, as for hits.
+var ledgerSeries = map[string][]store.Class{
+	"ratelimit_valkey_ledger_canceled_tokens_total":           {store.NotSent},
+	"ratelimit_valkey_ledger_applied_on_error_tokens_total":   {store.AppliedOnError},
+	"ratelimit_valkey_ledger_buffered_tokens_total":           {store.Buffered},
+	"ratelimit_valkey_ledger_replayed_tokens_total":           {store.Replayed},
+	"ratelimit_valkey_ledger_lost_tokens_total":               {store.Lost, store.BufferLost},
+	"ratelimit_valkey_ledger_expired_tokens_total":            {store.Expired},
+	"ratelimit_valkey_ledger_ambiguous_tokens_total":          {store.Ambiguous},
+	"ratelimit_valkey_ledger_ambiguous_applied_tokens_total":  {store.AmbiguousApplied},
+	"ratelimit_valkey_ledger_ambiguous_replayed_tokens_total": {store.AmbiguousReplayed},
+	"ratelimit_valkey_ledger_ambiguous_dropped_tokens_total":  {store.AmbiguousDropped},
+}
+
+// TestLedgerClassesExported: every class the Valkey store tallies for the
+// ledger's increments (store.TargetLedger) but Applied is exported, as the
+// hits' are: an ambiguous increment's resolution (found applied, replayed,
+// given up), one handed back unsent (canceled) and one applied though its
+// call failed were tallied and missing from /metrics. Each series reads its
+// tally classes.
+func TestLedgerClassesExported(t *testing.T) {
+	covered := map[store.Class]bool{store.Applied: true}
+	for _, classes := range ledgerSeries {
+		for _, c := range classes {
+			covered[c] = true
+		}
+	}
+	for _, c := range store.Classes() {
+		if !covered[c] {
+			t.Errorf("ledger class %s has no series", c)
+		}
+	}
+	srv := valkeytest.Start(t, valkeytest.Options{})
+	s, dc, reg := openStore(t, srv.Addr, time.Now, valkey.Options{})
+	exp := time.Now().Add(time.Hour)
+	ledger := store.HashIncr{Key: "ledger:h", Field: "f"}
+	if err := s.Charge(context.Background(), []store.Counter{{Key: "c1", Hits: 4, ExpireAt: exp, Ledger: ledger}}, make([]store.Result, 1)); err == nil {
+		t.Fatal("charge answered while Valkey is down")
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = s.Charge(gone, []store.Counter{{Key: "c2", Hits: 2, ExpireAt: exp, Ledger: ledger}}, make([]store.Result, 1))
+	dc.down.Store(false)
+	drained(t, s)
+	got, y := gather(t, reg), s.Tally()
+	want := map[string]float64{"ratelimit_valkey_ledger_ambiguous_tokens_total": 4,
+		"ratelimit_valkey_ledger_ambiguous_replayed_tokens_total": 4, "ratelimit_valkey_ledger_canceled_tokens_total": 2}
+	for name, classes := range ledgerSeries {
+		var sum uint64
+		for _, cl := range classes {
+			sum += y.Get(store.TargetLedger, cl)
+		}
+		if v, ok := got[name]; !ok || v != float64(sum) || v != want[name] {
+			t.Errorf("%s = %v (exported %t), tally %d, want %v", name, v, ok, sum, want[name])
+		}
+	}
+}

@@ -243,6 +243,13 @@ type Stats struct {
 	LedgerLost      uint64 // dropped: buffer full or disabled, wrong type, closed
 	LedgerExpired   uint64 // buffered, dropped because their counter expired first (its window's end plus grace)
 	LedgerAmbiguous uint64 // sent but unanswered: kept with their call under its id and replayed, applied at most once
+	// Each ambiguous increment is resolved as one of these (or still
+	// waits), as ambiguous hits are.
+	LedgerAmbiguousApplied  uint64
+	LedgerAmbiguousReplayed uint64
+	LedgerAmbiguousDropped  uint64
+	LedgerCanceled          uint64 // handed back unsent with their hits (Canceled), then deferred with them
+	LedgerAppliedOnError    uint64 // applied in calls that returned an error (AppliedOnError)
 
 	// The same for hold releases (store.Hold.Release: a reserving budget's
 	// charge releases one of its counter's holds), in releases. A release
@@ -473,6 +480,12 @@ func (s *Store) Stats() Stats {
 		LedgerLost:        t.Get(l, store.Lost) + t.Get(l, store.BufferLost),
 		LedgerExpired:     t.Get(l, store.Expired),
 		LedgerAmbiguous:   t.Get(l, store.Ambiguous),
+
+		LedgerAmbiguousApplied:  t.Get(l, store.AmbiguousApplied),
+		LedgerAmbiguousReplayed: t.Get(l, store.AmbiguousReplayed),
+		LedgerAmbiguousDropped:  t.Get(l, store.AmbiguousDropped),
+		LedgerCanceled:          t.Get(l, store.NotSent),
+		LedgerAppliedOnError:    t.Get(l, store.AppliedOnError),
 
 		ReleaseBuffered:          t.Get(r, store.Buffered),
 		ReleaseReplayed:          t.Get(r, store.Replayed),
