@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -410,7 +411,8 @@ func TestTransportLimitsAndGzip(t *testing.T) { forEachTransport(t, testTranspor
 
 func testTransportLimitsAndGzip(t *testing.T, transport string) {
 	reg := prometheus.NewRegistry()
-	r := start(t, Options{Transport: transport, MaxConnections: 2, Registerer: reg}, nil)
+	logs := &lockedBuffer{}
+	r := start(t, Options{Transport: transport, MaxConnections: 2, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if resp, err := r.client.ShouldRateLimit(ctx, rlReq("gz"), grpc.UseCompressor(gzip.Name)); err != nil || resp.OverallCode != rlpb.RateLimitResponse_OK {
@@ -448,10 +450,27 @@ func testTransportLimitsAndGzip(t *testing.T, transport string) {
 			got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if got["ratelimit_grpc_connections_open"] != 2 || got["ratelimit_grpc_connections_refused_total"] != 1 {
+	if got["ratelimit_grpc_connections_open"] != 2 || got["ratelimit_grpc_connections_refused_total"] != 1 || got["ratelimit_grpc_max_connections"] != 2 {
 		t.Errorf("metrics %v", got)
 	}
+	if n := strings.Count(logs.String(), "connections refused at GRPC_MAX_CONNECTIONS"); n != 1 {
+		t.Errorf("%d refusal log lines, want 1:\n%s", n, logs)
+	}
 }
+
+// lockedBuffer is a log destination safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
 
 // worstLag stops p and returns the worst scheduling lag it saw.
 func worstLag(p *schedtest.Probe) time.Duration {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -65,8 +66,10 @@ func (s *Server) newLean(o Options) grpcTransport {
 // connections (grpc-go itself retries temporary accept errors).
 type goTransport struct {
 	*grpc.Server
-	max   int
-	stats connStats
+	max     int
+	log     *slog.Logger
+	refused unarygrpc.RefusalLog
+	stats   connStats
 }
 
 type connStats struct {
@@ -75,7 +78,7 @@ type connStats struct {
 }
 
 func (t *goTransport) Stats() unarygrpc.Stats {
-	return unarygrpc.Stats{Open: int(t.stats.open.Load()), Accepted: t.stats.accepted.Load(),
+	return unarygrpc.Stats{Max: max(t.max, 0), Open: int(t.stats.open.Load()), Accepted: t.stats.accepted.Load(),
 		Refused: t.stats.refused.Load(), AcceptErrors: t.stats.acceptErrors.Load()}
 }
 
@@ -98,7 +101,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.t.max > 0 && l.t.stats.open.Load() >= int64(l.t.max) {
-			l.t.stats.refused.Add(1)
+			l.t.refused.Refused(l.t.log, l.t.max, l.t.stats.refused.Add(1))
 			_ = c.Close()
 			continue
 		}
@@ -145,7 +148,7 @@ func (s *Server) newGRPCGo(o Options) grpcTransport {
 	g := grpc.NewServer(opts...)
 	g.RegisterService(&rateLimitServiceDesc, s)
 	healthpb.RegisterHealthServer(g, healthService{s.health})
-	return &goTransport{Server: g, max: o.MaxConnections}
+	return &goTransport{Server: g, max: o.MaxConnections, log: o.Logger}
 }
 
 // rateLimitServiceDesc is RateLimitService with raw messages: the handler
@@ -255,9 +258,11 @@ func registerConnMetrics(reg prometheus.Registerer, t grpcTransport) error {
 	for _, m := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_grpc_connections_open", Help: "gRPC connections open now."},
 			func() float64 { return float64(t.Stats().Open) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_grpc_max_connections", Help: "The cap on open gRPC connections (GRPC_MAX_CONNECTIONS; 0: none): past it, connections are closed at accept."},
+			func() float64 { return float64(t.Stats().Max) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_grpc_connections_accepted_total", Help: "gRPC connections accepted."},
 			func() float64 { return float64(t.Stats().Accepted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_grpc_connections_refused_total", Help: "gRPC connections closed at accept: GRPC_MAX_CONNECTIONS reached."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_grpc_connections_refused_total", Help: "gRPC connections closed at accept: GRPC_MAX_CONNECTIONS reached (logged at most once per 10 s)."},
 			func() float64 { return float64(t.Stats().Refused) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_grpc_connections_idle_closed_total", Help: "gRPC connections closed after GRPC_IDLE_TIMEOUT without a call (lean transport)."},
 			func() float64 { return float64(t.Stats().IdleClosed) }),

@@ -83,8 +83,12 @@ func TestFlagsOverrideEnv(t *testing.T) {
 
 func TestGRPCServerSettings(t *testing.T) {
 	s, err := Load(nil, envOf(nil), io.Discard)
-	if err != nil || s.GRPCServerImpl != "lean" || s.GRPCMaxConnections != 0 || s.GRPCIdleTimeout != 0 {
+	if err != nil || s.GRPCServerImpl != "lean" || s.GRPCMaxConnections != DefaultGRPCMaxConnections || s.GRPCIdleTimeout != 0 {
 		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	// Only an explicit 0 lifts the cap.
+	if s, err = Load(nil, envOf(map[string]string{"GRPC_MAX_CONNECTIONS": "0"}), io.Discard); err != nil || s.GRPCMaxConnections != 0 {
+		t.Fatalf("GRPC_MAX_CONNECTIONS=0: %d %v, want no cap", s.GRPCMaxConnections, err)
 	}
 	s, err = Load([]string{"--grpc-server-impl", "grpc-go"},
 		envOf(map[string]string{"GRPC_SERVER_IMPL": "lean", "GRPC_MAX_CONNECTIONS": "300", "GRPC_IDLE_TIMEOUT": "90s"}), io.Discard)

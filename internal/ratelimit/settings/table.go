@@ -56,7 +56,7 @@ func serverSettings(s *Settings, r *raw) []setting {
 		{vars("GRPC_MAX_CONNECTION_AGE_GRACE"), "", "grace period for calls on a connection past its age", duration(&s.GRPCMaxConnectionAgeGrace)},
 		{vars("GRPC_STREAM_WORKERS"), "grpc-stream-workers", "reusable gRPC stream goroutines, 0 = one per call", integer(&s.GRPCStreamWorkers)},
 		{vars("GRPC_SERVER_IMPL"), "grpc-server-impl", "gRPC server: lean or grpc-go", str(&s.GRPCServerImpl)},
-		{vars("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections, 0 = none", integer(&s.GRPCMaxConnections)},
+		{vars("GRPC_MAX_CONNECTIONS"), "grpc-max-connections", "cap on open gRPC connections (past it, closed at accept, counted in ratelimit_grpc_connections_refused_total, logged at most once per 10s); 0 = none", integer(&s.GRPCMaxConnections)},
 		{vars("GRPC_IDLE_TIMEOUT"), "grpc-idle-timeout", "close gRPC connections idle that long, 0 = never", duration(&s.GRPCIdleTimeout)},
 		{vars("SHUTDOWN_DELAY"), "shutdown-delay", "after SIGTERM, keep serving this long with readiness failing before closing the listeners and draining, so callers stop picking this pod first; within [0s, 2m]; auto = " + DefaultKubernetesShutdownDelay.String() + " when KUBERNETES_SERVICE_HOST is set (in a pod), else 0s; a second SIGTERM or SIGINT skips the rest", str(&r.shutdownDelay)},
 		{vars("GRPC_SERVER_USE_TLS"), "", "serve gRPC over TLS", boolean(&s.GRPCServerUseTLS)},

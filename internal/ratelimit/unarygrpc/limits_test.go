@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -137,5 +140,46 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	if st := ts.s.Stats(); st.IdleClosed < 1 {
 		t.Errorf("stats %+v, want an idle close", st)
+	}
+}
+
+// syncWriter is a log destination safe for the server's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
+
+// TestRefusalsLoggedOncePerInterval: connections refused at MaxConnections
+// are counted each, and logged once per RefusalLogInterval, not once per
+// connection (a client fleet over the cap would flood the log); the line
+// names the cap. Stats reports the cap.
+func TestRefusalsLoggedOncePerInterval(t *testing.T) {
+	logs := &syncWriter{}
+	ts := serve(t, Options{MaxConnections: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))}, map[string]Handler{"/t.S/Echo": echo})
+	r := dialRaw(t, ts.addr)
+	r.until("SETTINGS", func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok })
+	for range 5 {
+		c, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.ReadAll(c) // closed at accept
+		c.Close()
+	}
+	waitFor(t, "5 refusals counted", func() bool { return ts.s.Stats().Refused == 5 })
+	if st := ts.s.Stats(); st.Max != 1 {
+		t.Errorf("stats %+v, want the cap 1", st)
+	}
+	if n := strings.Count(logs.String(), "connections refused"); n != 1 || !strings.Contains(logs.String(), "max_connections=1") {
+		t.Errorf("%d refusal lines, want 1 naming the cap:\n%s", n, logs)
 	}
 }

@@ -105,13 +105,47 @@ type Options struct {
 	// all busy runs on a new goroutine. 0 starts a goroutine per call.
 	Workers int
 	// MaxConnections > 0 caps the connections open at once; one accepted
-	// over it is closed at once. 0: no cap.
+	// over it is closed at once, counted (Stats.Refused) and logged at most
+	// once per RefusalLogInterval. 0: no cap (the service's default is a
+	// cap: GRPC_MAX_CONNECTIONS, internal/ratelimit/settings).
 	MaxConnections int
 	// IdleTimeout > 0 sends GOAWAY to, and closes, a connection that has
 	// had no call in flight for that long (an idle client holds a file
 	// descriptor and its buffers). 0: never.
 	IdleTimeout time.Duration
 	Logger      *slog.Logger
+}
+
+// RefusalLogInterval is the least time between two log lines about
+// connections refused at MaxConnections: a fleet over the cap retries
+// every second or so, and a line per connection would flood the log.
+const RefusalLogInterval = 10 * time.Second
+
+// RefusalLog logs connections refused at a cap at most once per
+// RefusalLogInterval, with how many were refused since its last line (each
+// is counted in Stats.Refused). The zero value is ready; safe for
+// concurrent use.
+type RefusalLog struct {
+	mu   sync.Mutex
+	last time.Time
+	n    uint64
+}
+
+// Refused notes one connection refused at maxConns (total: refused since
+// start) and logs if the last line is older than RefusalLogInterval.
+func (r *RefusalLog) Refused(log *slog.Logger, maxConns int, total uint64) {
+	now := time.Now()
+	r.mu.Lock()
+	r.n++
+	if !r.last.IsZero() && now.Sub(r.last) < RefusalLogInterval {
+		r.mu.Unlock()
+		return
+	}
+	n := r.n
+	r.n, r.last = 0, now
+	r.mu.Unlock()
+	log.Warn("grpc: connections refused at GRPC_MAX_CONNECTIONS; clients retry, usually on another replica",
+		"max_connections", maxConns, "refused", n, "refused_total", total, "next_line_after", RefusalLogInterval.String())
 }
 
 // ErrServerStopped is returned by Serve after Stop or GracefulStop.
@@ -135,6 +169,7 @@ type Server struct {
 	quit     chan struct{}
 
 	accepted, connsRefused, idleClosed, acceptErrors atomic.Uint64
+	refusedLog                                       RefusalLog
 }
 
 // New returns a server with no methods.
@@ -285,7 +320,7 @@ func (s *Server) Serve(l net.Listener) error {
 			// Over the cap: close at once (a client retries with backoff,
 			// usually on another replica) rather than hold a descriptor.
 			s.mu.Unlock()
-			s.connsRefused.Add(1)
+			s.refusedLog.Refused(s.log, s.o.MaxConnections, s.connsRefused.Add(1))
 			_ = nc.Close() // refused: over MaxConnections, counted above
 			continue
 		}
@@ -318,6 +353,7 @@ func temporaryAcceptError(err error) bool {
 
 // Stats are a server's connection counts, for metrics.
 type Stats struct {
+	Max          int    // the cap on open connections (MaxConnections); 0: none
 	Open         int    // connections open now
 	Accepted     uint64 // connections accepted since start
 	Refused      uint64 // connections closed at accept: MaxConnections reached
@@ -330,7 +366,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	open := len(s.conns)
 	s.mu.Unlock()
-	return Stats{Open: open, Accepted: s.accepted.Load(), Refused: s.connsRefused.Load(),
+	return Stats{Max: max(s.o.MaxConnections, 0), Open: open, Accepted: s.accepted.Load(), Refused: s.connsRefused.Load(),
 		IdleClosed: s.idleClosed.Load(), AcceptErrors: s.acceptErrors.Load()}
 }
 
