@@ -168,10 +168,13 @@ func storePanels() []cog.Builder[dashboard.Panel] {
 			query{`sum by (policy) (rate(ratelimit_failure_policy_total[$__rate_interval]))`, "{{policy}}"}),
 		series("Valkey calls in flight", "short", "Store calls holding a Valkey slot.",
 			query{`sum by (instance) (ratelimit_valkey_in_flight_calls)`, "{{instance}}"}),
-		series("Embedded memory store", "short", "Live counters of the embedded store (no REDIS_URL), calls refused at MEMORY_MAX_COUNTERS and counters reclaimed.",
+		series("Embedded memory store", "short", "Live counters of the embedded store (no REDIS_URL), calls refused at MEMORY_MAX_COUNTERS or MEMORY_MAX_BYTES and counters reclaimed.",
 			query{`sum by (instance) (ratelimit_memory_counters)`, "counters {{instance}}"},
 			query{`sum(increase(ratelimit_memory_refused_total[$__rate_interval]))`, "refused"},
 			query{`sum(increase(ratelimit_memory_evicted_total[$__rate_interval]))`, "evicted"}),
+		series("Embedded memory store bytes", "bytes", "What the embedded store's counters count against MEMORY_MAX_BYTES (their keys plus about 128 bytes each), beside the bound: long keys reach it before MEMORY_MAX_COUNTERS.",
+			query{`sum by (instance) (ratelimit_memory_bytes)`, "bytes {{instance}}"},
+			query{`max by (instance) (ratelimit_memory_max_bytes)`, "bound {{instance}}"}),
 	}
 }
 

@@ -601,8 +601,8 @@ func startSnapshots(s settings.Settings, ms *memory.Store, lm *ledger.Memory, re
 			"path", s.MemorySnapshotPath, "others", others)
 	}
 	if rs.OverBound > 0 {
-		startup.Warn("embedded store: the snapshot holds more live counters than MEMORY_MAX_COUNTERS; all are kept, and a request needing a new counter gets MEMORY_FULL_POLICY until windows end",
-			"counters", ms.Stats().Counters, "over_bound", rs.OverBound)
+		startup.Warn("embedded store: the snapshot holds more live counters than MEMORY_MAX_COUNTERS or more bytes than MEMORY_MAX_BYTES; all are kept, and a request needing a new counter gets MEMORY_FULL_POLICY until windows end",
+			"counters", ms.Stats().Counters, "bytes", ms.Stats().Bytes, "over_bound", rs.OverBound)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -663,7 +663,7 @@ func otherSnapshots(path string, found bool) []string {
 func openStore(s settings.Settings, log *slog.Logger) (store.Store, *ledger.Memory, string, error) {
 	if s.UseMemoryStore() {
 		lm := ledger.NewMemory(s.CacheKeyPrefix, nil)
-		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, Ledger: lm, Grace: s.Grace, FullPolicy: memoryFullPolicy(s.MemoryFullPolicy)}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
+		return memory.New(memory.Options{MaxCounters: s.MemoryMaxCounters, MaxBytes: int64(s.MemoryMaxBytes), Ledger: lm, Grace: s.Grace, FullPolicy: memoryFullPolicy(s.MemoryFullPolicy)}), lm, "memory (embedded; no REDIS_URL set: counters are local to this replica)", nil
 	}
 	auth, err := secret(s.RedisAuth, s.RedisAuthFile, "REDIS_AUTH_FILE")
 	if err != nil {

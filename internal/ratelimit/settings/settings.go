@@ -209,9 +209,16 @@ type Settings struct {
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
+	// MemoryMaxBytes (MEMORY_MAX_BYTES, ours; 0 = the memory store's default
+	// of 256 MiB, DefaultMemoryMaxBytes) bounds the bytes of the embedded
+	// store's live counters: their keys (a descriptor value is up to 8 KiB)
+	// plus memory.CounterOverhead each; at the bound, as at
+	// MEMORY_MAX_COUNTERS.
+	MemoryMaxBytes int
 	// MemoryFullPolicy (MEMORY_FULL_POLICY, ours; deny) is what a request
 	// needing a new counter gets when the embedded store is at
-	// MEMORY_MAX_COUNTERS (after counters of ended windows are reclaimed):
+	// MEMORY_MAX_COUNTERS or MEMORY_MAX_BYTES (after counters of ended
+	// windows are reclaimed):
 	// deny (OVER_LIMIT, whatever FAILURE_POLICY: the bound still enforces)
 	// or failure-policy (FAILURE_POLICY answers; allow lets it through
 	// uncounted).
@@ -662,6 +669,9 @@ func (s *Settings) validateStore() error {
 	}
 	if s.MemoryMaxCounters < 0 {
 		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.MemoryMaxCounters), s.MemoryMaxCounters))
+	}
+	if s.MemoryMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("%s: %d must not be negative", name(&s.MemoryMaxBytes), s.MemoryMaxBytes))
 	}
 	if s.RedisAuth != "" && s.RedisAuthFile != "" {
 		errs = append(errs, fmt.Errorf("%s and %s are both set; set one", name(&s.RedisAuth), name(&s.RedisAuthFile)))

@@ -135,7 +135,8 @@ func storeSettings(s *Settings, r *raw) []setting {
 		{vars("VALKEY_BUFFER_MAX_BYTES"), "", "bytes the outage buffer may hold while Valkey is away (the keys and ledger fields it keeps, plus about 184 bytes each; beyond it, or beyond 100,000 entries, charges are counted lost), within [" +
 			strconv.Itoa(MinBufferMaxBytes) + " (1 MiB), " + strconv.Itoa(MaxBufferMaxBytes) + " (4 GiB)]; 0 = the store's default (" + strconv.Itoa(DefaultBufferMaxBytes) + ", 64 MiB)", integer(&s.ValkeyBufferMaxBytes)},
 		{vars("MEMORY_MAX_COUNTERS"), "", "bound of the embedded store's live counters, 0 = its default (1,000,000)", integer(&s.MemoryMaxCounters)},
-		{vars("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
+		{vars("MEMORY_MAX_BYTES"), "", "bound of the bytes of the embedded store's live counters (their keys plus about 128 bytes each), 0 = its default (" + strconv.Itoa(DefaultMemoryMaxBytes) + ", 256 MiB)", integer(&s.MemoryMaxBytes)},
+		{vars("MEMORY_FULL_POLICY"), "", "at MEMORY_MAX_COUNTERS or MEMORY_MAX_BYTES: deny (enforce) or failure-policy (FAILURE_POLICY answers)", str(&r.fullPolicy)},
 		{vars("MEMORY_SNAPSHOT_PATH"), "memory-snapshot-path", "file the embedded store's counters, holds and ledger are snapshotted to and restored from; default $XDG_STATE_HOME/budgetgen/ratelimit-memory-<grpc port>.snapshot (else under $HOME/.local/state), off = none", str(&s.MemorySnapshotPath)},
 		{vars("MEMORY_SNAPSHOT_INTERVAL"), "", "time between embedded store snapshots, within [100ms, 1h]", duration(&s.MemorySnapshotInterval)},
 	}

@@ -46,8 +46,13 @@ const (
 	MaxBufferMaxBytes     = 4 << 30
 )
 
+// DefaultMemoryMaxBytes is MEMORY_MAX_BYTES when 0: the embedded store's own
+// default (memory.DefaultMaxBytes, 256 MiB), which its doc names.
+const DefaultMemoryMaxBytes = 256 << 20
+
 // MemoryFullPolicy is MEMORY_FULL_POLICY: what a request needing a new
-// counter gets when the embedded store is at MEMORY_MAX_COUNTERS. The
+// counter gets when the embedded store is at MEMORY_MAX_COUNTERS or
+// MEMORY_MAX_BYTES. The
 // service maps it to memory.FullPolicy, whose names these are.
 type MemoryFullPolicy uint8
 

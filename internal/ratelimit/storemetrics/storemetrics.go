@@ -44,7 +44,9 @@ func Register(reg prometheus.Registerer, st store.Store) {
 		releases(counter, s)
 	case *memory.Store:
 		gauge("ratelimit_memory_counters", "Live counters in the embedded memory store.", func() float64 { return float64(s.Stats().Counters) })
-		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
+		gauge("ratelimit_memory_bytes", "What the embedded memory store's live counters count against MEMORY_MAX_BYTES: their keys plus about 128 bytes each (about their live heap).", func() float64 { return float64(s.Stats().Bytes) })
+		gauge("ratelimit_memory_max_bytes", "The embedded memory store's bound in bytes (MEMORY_MAX_BYTES); at it, as at MEMORY_MAX_COUNTERS, calls needing a new counter are refused.", func() float64 { return float64(s.Stats().MaxBytes) })
+		counter("ratelimit_memory_refused_total", "Calls refused because the memory store was full, at MEMORY_MAX_COUNTERS or MEMORY_MAX_BYTES (answered by MEMORY_FULL_POLICY).", func() float64 { return float64(s.Stats().Refused) })
 		counter("ratelimit_memory_evicted_total", "Counters of ended windows (in their grace period) reclaimed to make room at MEMORY_MAX_COUNTERS.", func() float64 { return float64(s.Stats().Evicted) })
 	}
 }

@@ -4,8 +4,9 @@
 // store (absolute expiry set on first write, check-only reads that create
 // nothing, one atomic step per call).
 //
-// Memory is bounded by Options.MaxCounters. At the bound a call that needs a
-// new counter first reclaims, in the shards it holds, the counters that have
+// Memory is bounded by Options.MaxCounters and Options.MaxBytes (the
+// counters' keys, up to 8 KiB each, plus CounterOverhead each). At either
+// bound a call that needs a new counter first reclaims, in the shards it holds, the counters that have
 // expired and those of windows that have ended (their expiry is within
 // Options.Grace: only their grace period is left, and no request charges an
 // ended window's key again); these are counted in Stats().Evicted. If the
@@ -34,6 +35,17 @@ const (
 	// DefaultMaxCounters bounds live counters (about 100 bytes each plus the
 	// key, so roughly 150 MB for one million 50-byte keys).
 	DefaultMaxCounters = 1_000_000
+	// DefaultMaxBytes bounds what live counters hold (their keys plus
+	// CounterOverhead each): one million counters of keys up to 140 bytes
+	// fit, so DefaultMaxCounters is reached first with the service's usual
+	// keys, while counters of long keys (a descriptor value is up to 8 KiB)
+	// stop at 256 MiB instead of about 8 GiB.
+	DefaultMaxBytes = 256 << 20
+	// CounterOverhead is what a counter holds beside its key's bytes: its
+	// map slot, the key's string header and size class, and a reserving
+	// counter's holds (measured with runtime.MemStats: about 70 bytes for
+	// a plain counter, 120 for a reserving one; TestCounterOverheadCoversTheHeap).
+	CounterOverhead = 128
 	// DefaultShards is the number of independently locked maps.
 	DefaultShards = 64
 	// DefaultSweepInterval is how often the janitor removes expired counters.
@@ -88,6 +100,10 @@ var errClosed = fmt.Errorf("%w: memory store closed", store.ErrUnavailable)
 type Options struct {
 	// MaxCounters bounds the number of live counters. Default DefaultMaxCounters.
 	MaxCounters int
+	// MaxBytes bounds the bytes of live counters: their keys plus
+	// CounterOverhead each. At it the store behaves as at MaxCounters
+	// (reclaim, then FullPolicy). Default DefaultMaxBytes.
+	MaxBytes int64
 	// Shards is the number of independently locked maps, rounded up to a power
 	// of two. Default DefaultShards.
 	Shards int
@@ -118,6 +134,8 @@ type Options struct {
 // Stats are cumulative counts since New, for metrics.
 type Stats struct {
 	Counters int64  // live counters (including expired ones not yet swept)
+	Bytes    int64  // what they count against MaxBytes: keys plus CounterOverhead each
+	MaxBytes int64  // the bound (Options.MaxBytes)
 	Refused  uint64 // calls refused with ErrFull
 	Swept    uint64 // expired counters removed
 	Evicted  uint64 // counters of ended windows (expiry within Grace) reclaimed at the bound
@@ -129,8 +147,10 @@ type Store struct {
 	mask     uint64
 	seed     maphash.Seed
 	max      int64
+	maxBytes int64
 	now      func() time.Time
 	count    atomic.Int64
+	bytes    atomic.Int64 // counterBytes of every entry counted in count
 	refused  atomic.Uint64
 	swept    atomic.Uint64
 	evicted  atomic.Uint64
@@ -173,6 +193,9 @@ func New(opts Options) *Store {
 	if opts.MaxCounters <= 0 {
 		opts.MaxCounters = DefaultMaxCounters
 	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
 	if opts.Shards <= 0 {
 		opts.Shards = DefaultShards
 	}
@@ -195,6 +218,7 @@ func New(opts Options) *Store {
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
 		max:      int64(opts.MaxCounters),
+		maxBytes: opts.MaxBytes,
 		now:      opts.Now,
 		stop:     make(chan struct{}),
 		ledger:   opts.Ledger,
@@ -215,7 +239,7 @@ func New(opts Options) *Store {
 
 // Stats returns cumulative counts.
 func (s *Store) Stats() Stats {
-	return Stats{Counters: s.count.Load(), Refused: s.refused.Load(), Swept: s.swept.Load(), Evicted: s.evicted.Load()}
+	return Stats{Counters: s.count.Load(), Bytes: s.bytes.Load(), MaxBytes: s.maxBytes, Refused: s.refused.Load(), Swept: s.swept.Load(), Evicted: s.evicted.Load()}
 }
 
 // Charge implements store.Store. The whole call is atomic: every shard it
@@ -258,16 +282,17 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, results []
 	if err != nil {
 		return err
 	}
-	created := int64(0)
+	var created entries
 	for start := 0; start < len(counters); {
 		end := start + 1
 		for end < len(counters) && !counters[end].Start {
 			end++
 		}
-		created += s.apply(counters[start:end], idx[start:end], results[start:end], now)
+		created.add(s.apply(counters[start:end], idx[start:end], results[start:end], now))
 		start = end
 	}
-	s.count.Add(created - reserve)
+	s.count.Add(created.n - reserve.n)
+	s.bytes.Add(created.bytes - reserve.bytes)
 	if s.ledger != nil {
 		for _, c := range counters {
 			if c.Ledger.Key != "" && c.Hits > 0 {
@@ -278,6 +303,14 @@ func (s *Store) Charge(ctx context.Context, counters []store.Counter, results []
 	return nil
 }
 
+// counterBytes is what a counter of key counts against MaxBytes.
+func counterBytes(key string) int64 { return int64(len(key)) + CounterOverhead }
+
+// entries is a number of store entries and their counterBytes.
+type entries struct{ n, bytes int64 }
+
+func (e *entries) add(o entries) { e.n, e.bytes = e.n+o.n, e.bytes+o.bytes }
+
 // creates reports whether counter c needs a new entry if its key has none
 // live: an add, or a reserving check (its holds live in the entry).
 func creates(c *store.Counter) bool { return c.Hits > 0 || (c.Hold.Reserve > 0 && c.Hits == 0) }
@@ -285,9 +318,9 @@ func creates(c *store.Counter) bool { return c.Hits > 0 || (c.Hold.Reserve > 0 &
 // admit refuses a call that would overflow a counter or needs new entries
 // beyond the bound (after reclaiming expired and ended-window ones in the
 // shards it holds), so a refused call changes nothing. It returns the
-// entries it reserved in the count.
-func (s *Store) admit(counters []store.Counter, idx, locks []int, now int64) (int64, error) {
-	reserve := int64(0)
+// entries it reserved in the count and the bytes.
+func (s *Store) admit(counters []store.Counter, idx, locks []int, now int64) (entries, error) {
+	var reserve entries
 	var earlier map[string]uint64 // hits of earlier counters per key, for long calls
 	if len(counters) > 16 {
 		earlier = make(map[string]uint64, len(counters))
@@ -320,24 +353,29 @@ func (s *Store) admit(counters []store.Counter, idx, locks []int, now int64) (in
 		if sum > math.MaxInt64 {
 			// Refused whole, like a call at the counter bound: the other
 			// counters may be charged on their own.
-			return 0, fmt.Errorf("%w (%w): counter %d would overflow", store.ErrOverflow, store.ErrRefused, i)
+			return entries{}, fmt.Errorf("%w (%w): counter %d would overflow", store.ErrOverflow, store.ErrRefused, i)
 		}
 		if !live && !dup {
-			reserve++
+			reserve.add(entries{1, counterBytes(c.Key)})
 		}
 	}
-	if reserve > 0 && s.count.Add(reserve) > s.max {
+	if reserve.n == 0 {
+		return reserve, nil
+	}
+	n, b := s.count.Add(reserve.n), s.bytes.Add(reserve.bytes)
+	if n > s.max || b > s.maxBytes {
 		for _, si := range locks {
 			s.reclaimLocked(&s.shards[si], now)
 		}
-		if s.count.Load() > s.max {
-			s.count.Add(-reserve)
+		if s.count.Load() > s.max || s.bytes.Load() > s.maxBytes {
+			s.count.Add(-reserve.n)
+			s.bytes.Add(-reserve.bytes)
 			s.refused.Add(1)
 			select {
 			case s.sweepNow <- struct{}{}: // the other shards, off this call's path
 			default:
 			}
-			return 0, s.fullErr
+			return entries{}, s.fullErr
 		}
 	}
 	return reserve, nil
@@ -346,8 +384,8 @@ func (s *Store) admit(counters []store.Counter, idx, locks []int, now int64) (in
 // apply applies one request's counters (the shards are locked): adds,
 // reads, hold releases and expiries, then the request's holds if no
 // enforcing counter of it is over. It returns the change in stored entries.
-func (s *Store) apply(counters []store.Counter, idx []int, results []store.Result, now int64) int64 {
-	delta := int64(0)
+func (s *Store) apply(counters []store.Counter, idx []int, results []store.Result, now int64) entries {
+	var delta entries
 	denied := false
 	for i := range counters {
 		c, r := &counters[i], &results[i]
@@ -370,12 +408,12 @@ func (s *Store) apply(counters []store.Counter, idx []int, results []store.Resul
 			// Written with an expiry already past: gone at once, like Valkey.
 			if ok {
 				delete(m, c.Key)
-				delta--
+				delta.add(entries{-1, -counterBytes(c.Key)})
 			}
 			continue
 		}
 		if !ok {
-			delta++
+			delta.add(entries{1, counterBytes(c.Key)})
 		}
 		m[c.Key] = cur
 	}
@@ -469,16 +507,17 @@ func (s *Store) shardOf(key string) int {
 }
 
 func (s *Store) sweepLocked(sh *shard, now int64) {
-	n := int64(0)
+	var gone entries
 	for k, c := range sh.m {
 		if c.expireAt <= now {
 			delete(sh.m, k)
-			n++
+			gone.add(entries{1, counterBytes(k)})
 		}
 	}
-	if n > 0 {
-		s.count.Add(-n)
-		s.swept.Add(uint64(n))
+	if gone.n > 0 {
+		s.count.Add(-gone.n)
+		s.bytes.Add(-gone.bytes)
+		s.swept.Add(uint64(gone.n))
 	}
 }
 
@@ -489,7 +528,7 @@ func (s *Store) reclaimLocked(sh *shard, now int64) {
 		s.sweepLocked(sh, now)
 		return
 	}
-	var expired, ended int64
+	var expired, ended, bytes int64
 	for k, c := range sh.m {
 		switch {
 		case c.expireAt <= now:
@@ -500,9 +539,11 @@ func (s *Store) reclaimLocked(sh *shard, now int64) {
 			continue
 		}
 		delete(sh.m, k)
+		bytes += counterBytes(k)
 	}
 	if expired+ended > 0 {
 		s.count.Add(-(expired + ended))
+		s.bytes.Add(-bytes)
 		s.swept.Add(uint64(expired))
 		s.evicted.Add(uint64(ended))
 	}

@@ -110,7 +110,7 @@ type RestoreStats struct {
 	Found                          bool // the file existed (else a first start)
 	Counters, Hashes               int  // restored
 	ExpiredCounters, ExpiredHashes int  // dropped: their window (or retention) ended
-	OverBound                      int  // of Counters, those beyond the store's MaxCounters (kept: new counters wait)
+	OverBound                      int  // of Counters, those beyond the store's MaxCounters or MaxBytes (kept: new counters wait)
 }
 
 type snapCounter struct {
@@ -326,11 +326,12 @@ func (sn *Snapshotter) apply(cs []snapCounter, hs []snapHash) RestoreStats {
 			sh.m[c.key] = cur
 			st.Counters++
 		default:
-			// Above MaxCounters too (a lowered MEMORY_MAX_COUNTERS): a
+			// Above MaxCounters or MaxBytes too (a lowered
+			// MEMORY_MAX_COUNTERS or MEMORY_MAX_BYTES): a
 			// dropped counter is its principal's budget forgotten. The store
 			// then refuses new counters until windows end, as at the bound.
 			sh.m[c.key] = counter{value: int64(c.value), expireAt: c.expireAt * int64(time.Millisecond), holds: c.holds}
-			if s.count.Add(1) > s.max {
+			if n, b := s.count.Add(1), s.bytes.Add(counterBytes(c.key)); n > s.max || b > s.maxBytes {
 				st.OverBound++
 			}
 			st.Counters++
