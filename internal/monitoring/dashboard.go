@@ -203,6 +203,8 @@ var releaseClasses = [][2]string{
 	{"ambiguous, found applied", "ratelimit_valkey_ambiguous_applied_releases_total"},
 	{"ambiguous, replayed", "ratelimit_valkey_ambiguous_replayed_releases_total"},
 	{"ambiguous, given up", "ratelimit_valkey_ambiguous_dropped_releases_total"},
+	{"canceled (deferred)", "ratelimit_valkey_canceled_releases_total"},
+	{"applied on error", "ratelimit_valkey_applied_on_error_releases_total"},
 }
 
 // classQueries is one increase per class counter, summed over instances.

@@ -110,6 +110,10 @@ func releases(counter func(name, help string, f func() float64), s *valkey.Store
 			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguousReplayed }},
 		{"ratelimit_valkey_ambiguous_dropped_releases_total", "Ambiguous hold releases given up (maybe applied): id window passed, their holds certainly expired, buffer full or store closed.",
 			func(st valkey.Stats) uint64 { return st.ReleaseAmbiguousDropped }},
+		{"ratelimit_valkey_canceled_releases_total", "Hold releases of calls whose deadline had passed when they reached the store: not sent; handed back with their hits, which the charger defers (then counted buffered).",
+			func(st valkey.Stats) uint64 { return st.ReleaseCanceled }},
+		{"ratelimit_valkey_applied_on_error_releases_total", "Hold releases Valkey applied in calls that returned an error to the engine.",
+			func(st valkey.Stats) uint64 { return st.ReleaseAppliedOnError }},
 	} {
 		counter(c.name, c.help, func() float64 { return float64(c.f(s.Stats())) })
 	}

@@ -94,6 +94,25 @@ var releaseSeries = map[string][]store.Class{
 	"ratelimit_valkey_ambiguous_applied_releases_total":  {store.AmbiguousApplied},
 	"ratelimit_valkey_ambiguous_replayed_releases_total": {store.AmbiguousReplayed},
 	"ratelimit_valkey_ambiguous_dropped_releases_total":  {store.AmbiguousDropped},
+	"ratelimit_valkey_canceled_releases_total":           {store.NotSent},
+	"ratelimit_valkey_applied_on_error_releases_total":   {store.AppliedOnError},
+}
+
+// TestEveryReleaseClassHasASeries: every class the store tallies for hold
+// releases but Applied has a series, as for hits and ledger increments
+// (canceled and applied on error were tallied and not exported).
+func TestEveryReleaseClassHasASeries(t *testing.T) {
+	covered := map[store.Class]bool{store.Applied: true}
+	for _, classes := range releaseSeries {
+		for _, c := range classes {
+			covered[c] = true
+		}
+	}
+	for _, c := range store.Classes() {
+		if !covered[c] {
+			t.Errorf("release class %s has no series", c)
+		}
+	}
 }
 
 // TestReleaseClassesExported: what became of a reserving budget's hold

@@ -267,6 +267,8 @@ type Stats struct {
 	ReleaseAmbiguousApplied  uint64
 	ReleaseAmbiguousReplayed uint64
 	ReleaseAmbiguousDropped  uint64
+	ReleaseCanceled          uint64 // handed back unsent with their hits (Canceled), then deferred with them
+	ReleaseAppliedOnError    uint64 // applied in calls that returned an error (AppliedOnError)
 }
 
 // Store is the Valkey store.Store. Safe for concurrent use.
@@ -495,6 +497,8 @@ func (s *Store) Stats() Stats {
 		ReleaseAmbiguousApplied:  t.Get(r, store.AmbiguousApplied),
 		ReleaseAmbiguousReplayed: t.Get(r, store.AmbiguousReplayed),
 		ReleaseAmbiguousDropped:  t.Get(r, store.AmbiguousDropped),
+		ReleaseCanceled:          t.Get(r, store.NotSent),
+		ReleaseAppliedOnError:    t.Get(r, store.AppliedOnError),
 	}
 	if s.buf != nil {
 		st.BufferKeys, st.BufferBytes, st.BufferMaxBytes = s.buf.size.Load(), s.buf.used.Load(), s.buf.maxBytes
