@@ -396,3 +396,47 @@ func TestForcePromoteBareFrontier(t *testing.T) {
 		})
 	}
 }
+
+// A spec kept with CRLF line endings (a Windows checkout without
+// core.autocrlf) keeps them: a replaced plain value keeps its line's "\r",
+// and inserted lines end like their neighbours. A file whose last line is
+// the budget's keeps its final newline.
+func TestPromoteKeepsLineEndings(t *testing.T) {
+	const lf = "spec:\n  budgets:\n    - name: per-run\n      tokensPerDay: 5000000\n      mode: shadow\n      shadowSince: 2026-10-16\n"
+	crlf := strings.ReplaceAll(lf, "\n", "\r\n")
+	for _, tc := range []struct {
+		name, src, wantPromoted, wantDemoted string
+	}{
+		{"lf", lf,
+			strings.Replace(lf, "mode: shadow\n", "mode: enforce\n      enforcedSince: 2026-10-24\n", 1),
+			strings.Replace(lf, "2026-10-16", "2026-10-25", 1)},
+		{"crlf", crlf,
+			strings.Replace(crlf, "mode: shadow\r\n", "mode: enforce\r\n      enforcedSince: 2026-10-24\r\n", 1),
+			strings.Replace(crlf, "2026-10-16", "2026-10-25", 1)},
+		{"last line lf", strings.Replace(lf, "      mode: shadow\n", "", 1),
+			strings.Replace(lf, "      mode: shadow\n", "", 1) + "      mode: enforce\n      enforcedSince: 2026-10-24\n",
+			strings.Replace(strings.Replace(lf, "2026-10-16", "2026-10-25", 1), "mode: shadow\n      shadowSince: 2026-10-25\n", "shadowSince: 2026-10-25\n      mode: shadow\n", 1)},
+		{"last line crlf", strings.Replace(crlf, "      mode: shadow\r\n", "", 1),
+			strings.Replace(crlf, "      mode: shadow\r\n", "", 1) + "      mode: enforce\r\n      enforcedSince: 2026-10-24\r\n",
+			strings.Replace(strings.Replace(crlf, "2026-10-16", "2026-10-25", 1), "mode: shadow\r\n      shadowSince: 2026-10-25\r\n", "shadowSince: 2026-10-25\r\n      mode: shadow\r\n", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := Promote([]byte(tc.src), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Force: true, Reason: "r"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := strings.Replace(tc.wantPromoted, "enforcedSince: 2026-10-24\n", "enforcedSince: 2026-10-24\n      promotionReason: \"r\"\n", 1)
+			want = strings.Replace(want, "enforcedSince: 2026-10-24\r\n", "enforcedSince: 2026-10-24\r\n      promotionReason: \"r\"\r\n", 1)
+			if string(out) != want {
+				t.Fatalf("promoted:\n%q\nwant:\n%q", out, want)
+			}
+			back, _, err := Demote(out, "per-run", Options{Now: day("2026-10-25T08:00:00Z")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(back) != tc.wantDemoted {
+				t.Fatalf("demoted:\n%q\nwant:\n%q", back, tc.wantDemoted)
+			}
+		})
+	}
+}
