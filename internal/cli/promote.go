@@ -50,7 +50,8 @@ func newPromoteCmd(e *env) *cobra.Command {
 It refuses unless the budget has been in shadow for 7 full UTC days: with
 shadowSince D, the days D+1..D+7 must be over, so promotion opens at D+8 00:00 UTC.
 It needs --evidence (the JSON of budgetgen report): the report must cover those
-days and show a share of principal-days over the cap under --max-limited-share.
+days, end at most 7 days before today, carry the spec's shadowSince, and show a
+share of principal-days over the cap under --max-limited-share.
 Without --evidence no measurements were looked at, and promote refuses unless
 --force is given. --force --reason "..." overrides every refusal and records
 the reason.`,

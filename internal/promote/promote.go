@@ -90,12 +90,20 @@ type Result struct {
 
 // RefusedError lists why a promotion was refused. Nothing was written.
 type RefusedError struct {
+	// File and Line place the budget in the spec: its mode field, or its
+	// first field when it has none.
+	File    string
+	Line    int
 	Budget  string
 	Reasons []string
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("promotion of %s refused: %s (use --force --reason \"...\" to override)", e.Budget, strings.Join(e.Reasons, "; "))
+	where := ""
+	if e.File != "" {
+		where = fmt.Sprintf("%s:%d: ", e.File, e.Line)
+	}
+	return fmt.Sprintf("%spromotion of %s refused: %s (use --force --reason \"...\" to override)", where, e.Budget, strings.Join(e.Reasons, "; "))
 }
 
 // ErrUnknownBudget is wrapped when the spec has no budget of that name.
@@ -153,7 +161,7 @@ func Promote(src []byte, budget string, o Options) ([]byte, Result, error) {
 	}
 	reasons := refusals(b, budget, o, &res)
 	if len(reasons) > 0 && !o.Force {
-		return nil, res, &RefusedError{Budget: budget, Reasons: reasons}
+		return nil, res, &RefusedError{File: o.File, Line: b.line(fieldMode), Budget: budget, Reasons: reasons}
 	}
 	res.Overridden = reasons
 	ops := []fieldOp{
@@ -273,7 +281,40 @@ func refusals(b *budgetNode, budget string, o Options, res *Result) []string {
 			since, full, RequiredFullDays, earliest.Format(time.RFC3339)))
 	}
 	if o.Evidence != nil {
+		reasons = append(reasons, evidenceScope(o.Evidence, budget, d, o.Now)...)
 		reasons = append(reasons, evidenceRefusals(o.Evidence, budget, d, o, res)...)
+	}
+	return reasons
+}
+
+// MaxEvidenceAgeDays is how many days before today the evidence's last day
+// may be: older evidence shows a shadow week, but not the traffic the cap
+// will meet once enforced.
+const MaxEvidenceAgeDays = RequiredFullDays
+
+// evidenceScope refuses evidence from another version of the spec (the
+// budget's shadowSince in the report differs from the spec's: it was demoted
+// since, or the report read another file) and stale evidence.
+func evidenceScope(ev *report.Report, budget string, shadowDay, now time.Time) []string {
+	var reasons []string
+	for i := range ev.Budgets {
+		eb := &ev.Budgets[i]
+		if eb.Name != budget || eb.ShadowSince == "" {
+			continue
+		}
+		if d, err := ParseDay(eb.ShadowSince); err != nil || !d.Equal(shadowDay) {
+			reasons = append(reasons, fmt.Sprintf("evidence was reported with shadowSince %s but the spec says %s: report again with the current spec",
+				eb.ShadowSince, shadowDay.Format(report.DateLayout)))
+		}
+	}
+	last, err := time.Parse(report.DateLayout, ev.To)
+	if err != nil {
+		return append(reasons, fmt.Sprintf("evidence's last day %q is not a date (YYYY-MM-DD): is it budgetgen report's JSON?", ev.To))
+	}
+	today := utcDay(now)
+	if age := int(today.Sub(last).Hours() / 24); age > MaxEvidenceAgeDays {
+		reasons = append(reasons, fmt.Sprintf("evidence is stale: its last day %s is %d days before today (%s); at most %d: report again",
+			ev.To, age, today.Format(report.DateLayout), MaxEvidenceAgeDays))
 	}
 	return reasons
 }

@@ -440,3 +440,50 @@ func TestPromoteKeepsLineEndings(t *testing.T) {
 		})
 	}
 }
+
+// Evidence is judged on the spec it was reported with and on recent days: a
+// report whose budget had another shadowSince (the budget was demoted since,
+// or the report read another version of the spec) is refused, and so is one
+// whose last day is more than MaxEvidenceAgeDays before today (the shadow
+// week it shows is not the traffic the cap meets now).
+func TestPromoteEvidenceScope(t *testing.T) {
+	src := fixture(t)
+	ok := func() *report.Report {
+		ev := evidence("2026-10-17", 7, 100, 0, 5000000)
+		ev.Budgets[0].ShadowSince = "2026-10-16"
+		return ev
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: ok()}); err != nil {
+		t.Fatalf("evidence of the current spec: %v", err)
+	}
+	other := ok()
+	other.Budgets[0].ShadowSince = "2026-10-10"
+	_, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: other, File: "b.yaml"})
+	var ref *RefusedError
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "evidence was reported with shadowSince 2026-10-10 but the spec says 2026-10-16") {
+		t.Fatalf("evidence of another shadowSince: %v", err)
+	}
+	// The report's last day, 2026-10-23, is 7 days before 2026-10-30:
+	// still accepted; a day later it is stale.
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-30T23:59:59Z"), Evidence: ok()}); err != nil {
+		t.Fatalf("evidence ending 7 days ago: %v", err)
+	}
+	_, _, err = Promote(src, "per-run", Options{Now: day("2026-10-31T00:00:00Z"), Evidence: ok()})
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "evidence is stale: its last day 2026-10-23 is 8 days before today (2026-10-31); at most 7") {
+		t.Fatalf("stale evidence: %v", err)
+	}
+	bad := ok()
+	bad.To = "soon"
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: bad}); !errors.As(err, &ref) || !strings.Contains(err.Error(), `evidence's last day "soon"`) {
+		t.Fatalf("evidence without a last day: %v", err)
+	}
+}
+
+// A refusal names the spec file and the budget's line, as every other
+// error of promote does.
+func TestPromoteRefusalNamesFileAndLine(t *testing.T) {
+	_, _, err := Promote(fixture(t), "per-api-key", Options{Now: day("2026-10-20T08:00:00Z"), File: "budgets.yaml"})
+	if err == nil || !strings.HasPrefix(err.Error(), "budgets.yaml:18: promotion of per-api-key refused: in shadow since 2026-10-16") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -32,6 +32,18 @@ func (b *budgetNode) field(key string) (k, v *yaml.Node) {
 	return nil, nil
 }
 
+// line returns the line of key in the budget, or of its first field when
+// key is absent.
+func (b *budgetNode) line(key string) int {
+	if k, _ := b.field(key); k != nil {
+		return k.Line
+	}
+	if len(b.mapping.Content) > 0 {
+		return b.mapping.Content[0].Line
+	}
+	return b.mapping.Line
+}
+
 // scalar returns the value of key when it is a scalar, "" otherwise.
 func (b *budgetNode) scalar(key string) (string, bool) {
 	_, v := b.field(key)
