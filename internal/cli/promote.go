@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -54,7 +55,7 @@ days, end at most 7 days before today, carry the spec's shadowSince, and show a
 share of principal-days over the cap under --max-limited-share.
 Without --evidence no measurements were looked at, and promote refuses unless
 --force is given. --force --reason "..." overrides every refusal and records
-the reason.`,
+the reason. A budget already in enforce is left as it is (exit 0).`,
 		Example: `  budgetgen report --valkey valkey:6379 --spec budgets.yaml --format json > week.json
   budgetgen promote per-run --spec budgets.yaml --evidence week.json
   budgetgen promote per-run --spec budgets.yaml --force --reason "incident 42: runaway agent"`,
@@ -104,6 +105,13 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	}
 	defer unlock()
 	res, err := editSpec(ctx, e, o, budget, up, now)
+	if errors.Is(err, promote.ErrNothingToDo) {
+		// Already in that mode (a retried job): done, the file untouched.
+		if _, werr := fmt.Fprintln(e.stdout, safetext.Inline(err.Error())); werr != nil {
+			return failure(werr)
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -183,3 +183,40 @@ func changedLines(a, b string) int {
 	}
 	return n
 }
+
+// Re-running a promotion that already landed (a retried CI job, a second
+// operator) is done, not refused: exit 0, the state on stdout, and the file
+// untouched byte for byte, also when the evidence would refuse it now. The
+// same holds for demote of a budget in shadow.
+func TestPromoteAgainIsIdempotent(t *testing.T) {
+	p := copyExample(t)
+	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r"); code != ExitOK {
+		t.Fatalf("promote: %d %s", code, stderr)
+	}
+	promoted, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	for _, args := range [][]string{
+		{"promote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z", "--evidence", "../../examples/report/report.json"},
+		{"promote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z", "--force", "--reason", "again"},
+	} {
+		code, stdout, stderr := runCLI(t, args...)
+		if code != ExitOK || !strings.Contains(stdout, "per-run is already in enforce (since 2026-10-24); nothing to do") {
+			t.Fatalf("%v: code %d stdout %q stderr %q", args, code, stdout, stderr)
+		}
+		if now, _ := os.ReadFile(p); !bytes.Equal(now, promoted) {
+			t.Fatalf("%v changed the file", args)
+		}
+	}
+	if st2, _ := os.Stat(p); !os.SameFile(st, st2) {
+		t.Error("the spec was rewritten (a new inode) although nothing changed")
+	}
+	before := copyExample(t)
+	src, _ := os.ReadFile(before)
+	code, stdout, stderr := runCLI(t, "demote", "per-run", "--spec", before, "--now", "2026-10-25T08:00:00Z")
+	if code != ExitOK || !strings.Contains(stdout, "per-run is already in shadow (since 2026-10-16); nothing to do") {
+		t.Fatalf("demote of a shadow budget: code %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if now, _ := os.ReadFile(before); !bytes.Equal(now, src) {
+		t.Fatal("demote of a shadow budget changed the file")
+	}
+}

@@ -109,6 +109,10 @@ func (e *RefusedError) Error() string {
 // ErrUnknownBudget is wrapped when the spec has no budget of that name.
 var ErrUnknownBudget = errors.New("unknown budget")
 
+// ErrNothingToDo is wrapped when the budget is already in the mode asked
+// for: the run is done, and the spec needs no change.
+var ErrNothingToDo = errors.New("nothing to do")
+
 // FullShadowDays returns the number of full UTC days completed since the
 // shadowing day (exclusive) at now, and the earliest time promotion is allowed.
 func FullShadowDays(shadowSince, now time.Time) (int, time.Time) {
@@ -154,7 +158,7 @@ func Promote(src []byte, budget string, o Options) ([]byte, Result, error) {
 	res := Result{Budget: budget, From: mode, To: ModeEnforce, Date: utcDay(o.Now).Format(report.DateLayout), Forced: o.Force}
 	if mode == ModeEnforce {
 		since, _ := b.scalar(fieldEnforcedSince)
-		return nil, res, fmt.Errorf("%s: budget %s is already in enforce (since %s); nothing to do", o.File, budget, orUnknown(since))
+		return nil, res, fmt.Errorf("%s: budget %s is already in enforce (since %s); %w", o.File, budget, orUnknown(since), ErrNothingToDo)
 	}
 	if mode != ModeShadow {
 		return nil, res, fmt.Errorf("%s: budget %s: unknown mode %q", o.File, budget, mode)
@@ -199,7 +203,7 @@ func Demote(src []byte, budget string, o Options) ([]byte, Result, error) {
 	res := Result{Budget: budget, From: mode, To: ModeShadow, Date: utcDay(o.Now).Format(report.DateLayout)}
 	if mode == ModeShadow {
 		since, _ := b.scalar(fieldShadowSince)
-		return nil, res, fmt.Errorf("%s: budget %s is already in shadow (since %s); nothing to do", o.File, budget, orUnknown(since))
+		return nil, res, fmt.Errorf("%s: budget %s is already in shadow (since %s); %w", o.File, budget, orUnknown(since), ErrNothingToDo)
 	}
 	ops := []fieldOp{
 		{key: fieldMode, value: ModeShadow},
