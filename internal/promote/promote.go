@@ -502,11 +502,15 @@ func sortedKeys(m map[string]uint64) []string {
 // WriteFileAtomic writes data to path through a temporary file in the same
 // directory and a rename (internal/atomicfile), keeping path's permissions and,
 // when path is a symbolic link, the link: a failure leaves the old file
-// untouched and never a partial one, and the directory is synced.
+// untouched and never a partial one, and the directory is synced. A file no
+// one may write (chmod a-w: frozen on purpose) is refused, not replaced.
 func WriteFileAtomic(path string, data []byte) error {
 	perm := atomicfile.DefaultPerm
 	if st, err := os.Stat(path); err == nil {
 		perm = st.Mode().Perm()
+		if perm&0o222 == 0 {
+			return fmt.Errorf("%s is read-only (mode %04o): not replaced; make it writable (chmod u+w) to edit it", path, perm)
+		}
 	}
 	return atomicfile.WriteFile(path, data, atomicfile.Options{Perm: perm})
 }

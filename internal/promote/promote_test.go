@@ -487,3 +487,21 @@ func TestPromoteRefusalNamesFileAndLine(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A read-only spec (chmod a-w: someone froze it) is not replaced by the
+// rename, which the directory's permissions alone would allow (and root
+// always): the write is refused, naming the file and its mode, and the file
+// stays as it was.
+func TestWriteFileAtomicRefusesReadOnly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(p, []byte("old"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFileAtomic(p, []byte("new"))
+	if err == nil || !strings.Contains(err.Error(), p+" is read-only (mode 0444)") {
+		t.Fatalf("got %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("read-only file replaced: %q", b)
+	}
+}
