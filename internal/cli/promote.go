@@ -104,7 +104,7 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	defer unlock()
-	res, err := editSpec(ctx, e, o, budget, up, now)
+	res, where, err := editSpec(ctx, e, o, budget, up, now)
 	if errors.Is(err, promote.ErrNothingToDo) {
 		// Already in that mode (a retried job): done, the file untouched.
 		if _, werr := fmt.Fprintln(e.stdout, safetext.Inline(err.Error())); werr != nil {
@@ -115,7 +115,7 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 	if err != nil {
 		return err
 	}
-	if err := printRollout(e, o.specFile, budget, up, res); err != nil {
+	if err := printRollout(e, o.specFile, budget, up, res, where); err != nil {
 		// The spec is written; only the message was lost.
 		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
 	}
@@ -138,16 +138,16 @@ func (o *promoteOptions) check() error {
 
 // editSpec reads the spec (the caller holds its lock), promotes or demotes
 // the budget and writes the file atomically; on any error nothing is written.
-func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, error) {
+func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, renderedIn, error) {
 	src, err := readSpecFile(ctx, o.specFile)
 	if err != nil {
-		return promote.Result{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec %s: %w", o.specFile, err)}
+		return promote.Result{}, renderedIn{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec %s: %w", o.specFile, err)}
 	}
 	// The spec must be valid before the edit too, loaded as render loads it
 	// (base policies included): a broken file is not ours to fix.
 	bs, err := loadSpecBytes(src, o.specFile)
 	if err != nil {
-		return promote.Result{}, specError(err)
+		return promote.Result{}, renderedIn{}, specError(err)
 	}
 	opts := promote.Options{
 		Now: now, File: o.specFile, Force: o.force, Reason: o.reason, MaxLimitedShare: o.maxLimitedShare,
@@ -156,7 +156,7 @@ func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up 
 	if up && o.evidence != "" {
 		ev, err := readEvidence(ctx, o.evidence)
 		if err != nil {
-			return promote.Result{}, &ExitError{Code: ExitUsage, Err: err}
+			return promote.Result{}, renderedIn{}, &ExitError{Code: ExitUsage, Err: err}
 		}
 		opts.Evidence = ev
 		// An unknown budget is Promote's error, with the known names.
@@ -171,20 +171,39 @@ func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up 
 	}
 	if err != nil {
 		// Refusals, unknown budgets and invalid edits alike: nothing was written.
-		return promote.Result{}, failure(err)
+		return promote.Result{}, renderedIn{}, failure(err)
 	}
 	// Checked after the shadow days, whose refusal says more.
 	if err := requireEvidence(e, o, budget, up); err != nil {
-		return promote.Result{}, err
+		return promote.Result{}, renderedIn{}, err
 	}
 	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
-		return promote.Result{}, failure(err)
+		return promote.Result{}, renderedIn{}, failure(err)
 	}
-	return res, nil
+	return res, budgetRenderedIn(bs, budget), nil
+}
+
+// renderedIn says where a budget's mode renders: Envoy Gateway rules carry
+// shadowMode; on agentgateway it is shadow_mode in the rate limit config of
+// its domain, written by render --ratelimit-config (docs/agentgateway.md).
+type renderedIn struct{ envoy, agentgateway bool }
+
+func budgetRenderedIn(bs *spec.BudgetSet, budget string) renderedIn {
+	var r renderedIn // the frontier cap: Envoy Gateway only
+	for i := range bs.Spec.Budgets {
+		if bs.Spec.Budgets[i].Name != budget {
+			continue
+		}
+		for _, g := range bs.BudgetGateways(&bs.Spec.Budgets[i]) {
+			r.agentgateway = r.agentgateway || g.IsAgentgateway()
+			r.envoy = r.envoy || !g.IsAgentgateway()
+		}
+	}
+	return r
 }
 
 // printRollout says what was written, any notes, and that a render applies it.
-func printRollout(e *env, specFile, budget string, up bool, res promote.Result) error {
+func printRollout(e *env, specFile, budget string, up bool, res promote.Result, where renderedIn) error {
 	var err error
 	switch {
 	case !up:
@@ -199,8 +218,15 @@ func printRollout(e *env, specFile, budget string, up bool, res promote.Result) 
 			_, err = fmt.Fprintf(e.stdout, "note: %s\n", safetext.Inline(n))
 		}
 	}
-	if err == nil {
+	if err == nil && (where.envoy || !where.agentgateway) {
 		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
+	}
+	if err == nil && where.agentgateway {
+		line := "render again with --ratelimit-config DIR and give the rate limit service its files to apply on agentgateway: the budget's descriptors now render without shadow_mode\n"
+		if !up {
+			line = "render again with --ratelimit-config DIR and give the rate limit service its files to apply on agentgateway: the budget's descriptors now render shadow_mode: true\n"
+		}
+		_, err = fmt.Fprint(e.stdout, line)
 	}
 	return err
 }

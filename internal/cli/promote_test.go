@@ -220,3 +220,25 @@ func TestPromoteAgainIsIdempotent(t *testing.T) {
 		t.Fatal("demote of a shadow budget changed the file")
 	}
 }
+
+// An agentgateway budget's shadow flag is not in a rendered policy but in
+// the rate limit config of its domain (render --ratelimit-config): the
+// "render again" line of promote and demote says so for such a budget, and
+// only the Envoy Gateway line for the others.
+func TestPromoteSaysWhereTheModeRenders(t *testing.T) {
+	p := copyExample(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+		not  string
+	}{
+		{[]string{"promote", "per-run", "--force", "--reason", "r"}, "--ratelimit-config", "shadowMode: false"},
+		{[]string{"demote", "per-run"}, "shadow_mode: true", "shadowMode: true"},
+		{[]string{"promote", "per-human", "--force", "--reason", "r"}, "shadowMode: false", "--ratelimit-config"},
+	} {
+		code, stdout, stderr := runCLI(t, append(tc.args, "--spec", p, "--now", "2026-10-24T08:00:00Z")...)
+		if code != ExitOK || !strings.Contains(stdout, tc.want) || strings.Contains(stdout, tc.not) {
+			t.Errorf("%v: code %d, want %q and not %q in stdout:\n%s%s", tc.args, code, tc.want, tc.not, stdout, stderr)
+		}
+	}
+}
