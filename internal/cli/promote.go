@@ -174,11 +174,15 @@ func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up 
 		return promote.Result{}, renderedIn{}, failure(err)
 	}
 	// Checked after the shadow days, whose refusal says more.
-	if err := requireEvidence(e, o, budget, up); err != nil {
+	if err := requireEvidence(o, budget, up); err != nil {
 		return promote.Result{}, renderedIn{}, err
 	}
 	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
 		return promote.Result{}, renderedIn{}, failure(err)
+	}
+	if up && o.evidence == "" {
+		// Forced (requireEvidence let it through): said once it is written.
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen promote: warning: no measurements were looked at (no --evidence): %s is promoted on --force alone\n", safetext.Inline(budget)) // a note; the promotion is done
 	}
 	return res, budgetRenderedIn(bs, budget), nil
 }
@@ -234,8 +238,8 @@ func printRollout(e *env, specFile, budget string, up bool, res promote.Result, 
 // requireEvidence refuses a promotion that looked at no measurements: without
 // --evidence nothing shows the budget's cap would have been right during its
 // shadow week, so only --force (with its recorded --reason) may enforce it,
-// and then the note says so.
-func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
+// and then a note says so once the spec is written.
+func requireEvidence(o *promoteOptions, budget string, up bool) error {
 	if !up || o.evidence != "" {
 		return nil
 	}
@@ -243,7 +247,6 @@ func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
 		return failure(fmt.Errorf("promote %s: refused: no measurements were looked at (no --evidence); give the shadow week's report (budgetgen report --spec %s --format json > week.json, then --evidence week.json), or promote without it with --force --reason \"...\"",
 			safetext.Inline(budget), safetext.Inline(o.specFile)))
 	}
-	_, _ = fmt.Fprintf(e.stderr, "budgetgen promote: warning: no measurements were looked at (no --evidence): %s is promoted on --force alone\n", safetext.Inline(budget)) // a note; the promotion goes on
 	return nil
 }
 

@@ -242,3 +242,24 @@ func TestPromoteSaysWhereTheModeRenders(t *testing.T) {
 		}
 	}
 }
+
+// A forced promotion without evidence warns that it promoted on --force
+// alone only once it has: a write that fails (a read-only spec) says why it
+// failed and no more.
+func TestForcedWarningOnlyAfterTheWrite(t *testing.T) {
+	p := copyExample(t)
+	if err := os.Chmod(p, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r")
+	if code != ExitFailure || !strings.Contains(stderr, "is read-only") || strings.Contains(stderr, "is promoted on --force alone") {
+		t.Fatalf("code %d stderr %s", code, stderr)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r")
+	if code != ExitOK || !strings.Contains(stderr, "per-run is promoted on --force alone") {
+		t.Fatalf("code %d stderr %s", code, stderr)
+	}
+}
