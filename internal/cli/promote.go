@@ -130,7 +130,8 @@ func (o *promoteOptions) check() error {
 	if o.reason != "" && !o.force {
 		return usageError("--reason goes with --force")
 	}
-	if o.maxLimitedShare <= 0 || o.maxLimitedShare > 1 {
+	// Written so NaN fails too: every comparison with it is false.
+	if !(o.maxLimitedShare > 0 && o.maxLimitedShare <= 1) {
 		return usageError("--max-limited-share must be in (0, 1], got %v", o.maxLimitedShare)
 	}
 	return nil

@@ -263,3 +263,16 @@ func TestForcedWarningOnlyAfterTheWrite(t *testing.T) {
 		t.Fatalf("code %d stderr %s", code, stderr)
 	}
 }
+
+// --max-limited-share NaN (strconv parses it) passed the range check, and
+// every share compared with it was "under": the evidence's over-cap gate
+// opened. It is a usage error now, like any share outside (0, 1].
+func TestMaxLimitedShareNaNIsRefused(t *testing.T) {
+	p := copyExample(t)
+	for _, v := range []string{"NaN", "nan", "-Inf", "+Inf", "0", "1.5"} {
+		code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--evidence", "../../examples/report/report.json", "--now", "2026-10-24T08:00:00Z", "--max-limited-share", v)
+		if code != ExitUsage || !strings.Contains(stderr, "--max-limited-share must be in (0, 1]") {
+			t.Errorf("--max-limited-share %s: code %d stderr %s", v, code, stderr)
+		}
+	}
+}

@@ -396,7 +396,8 @@ func capRefusals(ev *report.Report, c *report.Cap, shadowDay time.Time, o Option
 	if maxShare == 0 {
 		maxShare = DefaultMaxLimitedShare
 	}
-	if share := float64(over) / float64(windows); share >= maxShare {
+	// "Not under" rather than ">=": a NaN bound refuses instead of admitting.
+	if share := float64(over) / float64(windows); !(share < maxShare) {
 		reasons = append(reasons, fmt.Sprintf("%d of %d principal-%ss over the cap (%.2f%%), not under %.2f%%; suggested cap %d",
 			over, windows, c.Window, share*100, maxShare*100, c.SuggestedCap))
 	}

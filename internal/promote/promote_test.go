@@ -2,6 +2,7 @@ package promote
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -503,5 +504,15 @@ func TestWriteFileAtomicRefusesReadOnly(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(p); string(b) != "old" {
 		t.Fatalf("read-only file replaced: %q", b)
+	}
+}
+
+// A share bound that is not a number refuses rather than admits: the
+// comparison fails closed.
+func TestPromoteNaNShareFailsClosed(t *testing.T) {
+	_, _, err := Promote(fixture(t), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: evidence("2026-10-17", 7, 100, 1, 5000000), MaxLimitedShare: math.NaN()})
+	var ref *RefusedError
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "7 of 700 principal-days over the cap") {
+		t.Fatalf("got %v", err)
 	}
 }
