@@ -1,6 +1,7 @@
 package promote
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -359,6 +360,8 @@ func FuzzPromoteNeverCorrupts(f *testing.F) {
 	f.Add(b, "per-api-key")
 	f.Add([]byte("spec:\n  budgets:\n  - name: a\n    mode: 'shadow' # c\n    shadowSince: 2026-01-01\n"), "a")
 	f.Add([]byte("spec: {budgets: [{name: a, shadowSince: \"2026-01-01\"}]}"), "a")
+	f.Add([]byte("spec:\r\n  budgets:\r\n  - name: a\r\n    mode: shadow\r\n    shadowSince: 2026-01-01\r\n"), "a")
+	f.Add([]byte("spec:\r\n  budgets:\r\n  - name: a\r\n    shadowSince: 2026-01-01\r\n"), "a")
 	f.Fuzz(func(t *testing.T, src []byte, name string) {
 		out, _, err := Promote(src, name, Options{Now: day("2027-01-01T00:00:00Z"), Force: true, Reason: "fuzz"})
 		if err != nil {
@@ -371,6 +374,15 @@ func FuzzPromoteNeverCorrupts(f *testing.F) {
 		}
 		if m, _ := b.scalar(fieldMode); m != ModeEnforce {
 			t.Fatalf("mode %q after promote", m)
+		}
+		// Line endings stay: a CRLF file gets no bare LF, and a file
+		// ending in a newline keeps it.
+		bare := func(b []byte) int { return bytes.Count(b, []byte("\n")) - bytes.Count(b, []byte("\r\n")) }
+		if bytes.Contains(src, []byte("\r\n")) && bare(src) == 0 && bare(out) != 0 {
+			t.Fatalf("bare LF in a CRLF file:\n%q", out)
+		}
+		if bytes.HasSuffix(src, []byte("\n")) && !bytes.HasSuffix(out, []byte("\n")) {
+			t.Fatalf("final newline lost:\n%q", out)
 		}
 	})
 }
