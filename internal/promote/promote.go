@@ -348,10 +348,15 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, o O
 		key := c.Window + "/" + c.Measure
 		seen[key] = true
 		label := c.Measure + " per " + c.Window
+		if c.Cap == 0 {
+			// Nothing was counted over an unknown cap: its share says nothing.
+			reasons = append(reasons, label+": evidence was measured without the cap (cap unknown): report again with --spec")
+			continue
+		}
 		for _, r := range capRefusals(ev, c, shadowDay, o, res) {
 			reasons = append(reasons, label+": "+r)
 		}
-		if want, ok := o.SpecCaps[key]; ok && want != 0 && c.Cap != 0 && want != c.Cap {
+		if want, ok := o.SpecCaps[key]; ok && want != 0 && want != c.Cap {
 			reasons = append(reasons, fmt.Sprintf("%s: evidence was measured against a cap of %d but the spec now says %d; report again", label, c.Cap, want))
 		}
 	}

@@ -528,3 +528,16 @@ func TestPromoteNaNShareFailsClosed(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A report that did not know the cap (run without --spec: its verdict says
+// "cap unknown") counts no principal over it, so its share over the cap is
+// 0 whatever the traffic: such evidence is refused, not read as "never over".
+func TestPromoteEvidenceWithoutCapRefused(t *testing.T) {
+	for _, specCaps := range []map[string]uint64{{"day/tokens": 5000000}, nil} {
+		_, _, err := Promote(fixture(t), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: evidence("2026-10-17", 7, 100, 0, 0), SpecCaps: specCaps})
+		var ref *RefusedError
+		if !errors.As(err, &ref) || !strings.Contains(err.Error(), "tokens per day: evidence was measured without the cap (cap unknown): report again with --spec") {
+			t.Fatalf("spec caps %v: got %v", specCaps, err)
+		}
+	}
+}
