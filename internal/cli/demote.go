@@ -11,7 +11,8 @@ func newDemoteCmd(e *env) *cobra.Command {
 		Short: "Switch a budget back to shadow in the spec file, at once",
 		Long: `demote puts one budget back in mode: shadow with shadowSince today, with no
 checks: it is the way back when enforcement hurts. The 7-day shadow clock of a
-later promote starts again. The spec file is edited in place.`,
+later promote starts again. The spec file is edited in place. A budget already
+in shadow is left as it is (exit 0).`,
 		Example: `  budgetgen demote per-run --spec budgets.yaml`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

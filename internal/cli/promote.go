@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -50,10 +51,11 @@ func newPromoteCmd(e *env) *cobra.Command {
 It refuses unless the budget has been in shadow for 7 full UTC days: with
 shadowSince D, the days D+1..D+7 must be over, so promotion opens at D+8 00:00 UTC.
 It needs --evidence (the JSON of budgetgen report): the report must cover those
-days and show a share of principal-days over the cap under --max-limited-share.
+days, end at most 7 days before today, carry the spec's shadowSince, and show a
+share of principal-days over the cap under --max-limited-share.
 Without --evidence no measurements were looked at, and promote refuses unless
 --force is given. --force --reason "..." overrides every refusal and records
-the reason.`,
+the reason. A budget already in enforce is left as it is (exit 0).`,
 		Example: `  budgetgen report --valkey valkey:6379 --spec budgets.yaml --format json > week.json
   budgetgen promote per-run --spec budgets.yaml --evidence week.json
   budgetgen promote per-run --spec budgets.yaml --force --reason "incident 42: runaway agent"`,
@@ -102,11 +104,18 @@ func runRollout(ctx context.Context, e *env, o *promoteOptions, budget string, u
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	defer unlock()
-	res, err := editSpec(ctx, e, o, budget, up, now)
+	res, where, err := editSpec(ctx, e, o, budget, up, now)
+	if errors.Is(err, promote.ErrNothingToDo) {
+		// Already in that mode (a retried job): done, the file untouched.
+		if _, werr := fmt.Fprintln(e.stdout, safetext.Inline(err.Error())); werr != nil {
+			return failure(werr)
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if err := printRollout(e, o.specFile, budget, up, res); err != nil {
+	if err := printRollout(e, o.specFile, budget, up, res, where); err != nil {
 		// The spec is written; only the message was lost.
 		return failure(fmt.Errorf("promote: %s written, but: %w", safetext.Inline(o.specFile), err))
 	}
@@ -121,7 +130,8 @@ func (o *promoteOptions) check() error {
 	if o.reason != "" && !o.force {
 		return usageError("--reason goes with --force")
 	}
-	if o.maxLimitedShare <= 0 || o.maxLimitedShare > 1 {
+	// Written so NaN fails too: every comparison with it is false.
+	if !(o.maxLimitedShare > 0 && o.maxLimitedShare <= 1) {
 		return usageError("--max-limited-share must be in (0, 1], got %v", o.maxLimitedShare)
 	}
 	return nil
@@ -129,16 +139,16 @@ func (o *promoteOptions) check() error {
 
 // editSpec reads the spec (the caller holds its lock), promotes or demotes
 // the budget and writes the file atomically; on any error nothing is written.
-func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, error) {
+func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up bool, now time.Time) (promote.Result, renderedIn, error) {
 	src, err := readSpecFile(ctx, o.specFile)
 	if err != nil {
-		return promote.Result{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec %s: %w", o.specFile, err)}
+		return promote.Result{}, renderedIn{}, &ExitError{Code: ExitUsage, Err: fmt.Errorf("read spec %s: %w", o.specFile, err)}
 	}
 	// The spec must be valid before the edit too, loaded as render loads it
 	// (base policies included): a broken file is not ours to fix.
 	bs, err := loadSpecBytes(src, o.specFile)
 	if err != nil {
-		return promote.Result{}, specError(err)
+		return promote.Result{}, renderedIn{}, specError(err)
 	}
 	opts := promote.Options{
 		Now: now, File: o.specFile, Force: o.force, Reason: o.reason, MaxLimitedShare: o.maxLimitedShare,
@@ -147,7 +157,7 @@ func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up 
 	if up && o.evidence != "" {
 		ev, err := readEvidence(ctx, o.evidence)
 		if err != nil {
-			return promote.Result{}, &ExitError{Code: ExitUsage, Err: err}
+			return promote.Result{}, renderedIn{}, &ExitError{Code: ExitUsage, Err: err}
 		}
 		opts.Evidence = ev
 		// An unknown budget is Promote's error, with the known names.
@@ -162,20 +172,43 @@ func editSpec(ctx context.Context, e *env, o *promoteOptions, budget string, up 
 	}
 	if err != nil {
 		// Refusals, unknown budgets and invalid edits alike: nothing was written.
-		return promote.Result{}, failure(err)
+		return promote.Result{}, renderedIn{}, failure(err)
 	}
 	// Checked after the shadow days, whose refusal says more.
-	if err := requireEvidence(e, o, budget, up); err != nil {
-		return promote.Result{}, err
+	if err := requireEvidence(o, budget, up); err != nil {
+		return promote.Result{}, renderedIn{}, err
 	}
 	if err := promote.WriteFileAtomic(o.specFile, out); err != nil {
-		return promote.Result{}, failure(err)
+		return promote.Result{}, renderedIn{}, failure(err)
 	}
-	return res, nil
+	if up && o.evidence == "" {
+		// Forced (requireEvidence let it through): said once it is written.
+		_, _ = fmt.Fprintf(e.stderr, "budgetgen promote: warning: no measurements were looked at (no --evidence): %s is promoted on --force alone\n", safetext.Inline(budget)) // a note; the promotion is done
+	}
+	return res, budgetRenderedIn(bs, budget), nil
+}
+
+// renderedIn says where a budget's mode renders: Envoy Gateway rules carry
+// shadowMode; on agentgateway it is shadow_mode in the rate limit config of
+// its domain, written by render --ratelimit-config (docs/agentgateway.md).
+type renderedIn struct{ envoy, agentgateway bool }
+
+func budgetRenderedIn(bs *spec.BudgetSet, budget string) renderedIn {
+	var r renderedIn // the frontier cap: Envoy Gateway only
+	for i := range bs.Spec.Budgets {
+		if bs.Spec.Budgets[i].Name != budget {
+			continue
+		}
+		for _, g := range bs.BudgetGateways(&bs.Spec.Budgets[i]) {
+			r.agentgateway = r.agentgateway || g.IsAgentgateway()
+			r.envoy = r.envoy || !g.IsAgentgateway()
+		}
+	}
+	return r
 }
 
 // printRollout says what was written, any notes, and that a render applies it.
-func printRollout(e *env, specFile, budget string, up bool, res promote.Result) error {
+func printRollout(e *env, specFile, budget string, up bool, res promote.Result, where renderedIn) error {
 	var err error
 	switch {
 	case !up:
@@ -190,8 +223,15 @@ func printRollout(e *env, specFile, budget string, up bool, res promote.Result) 
 			_, err = fmt.Fprintf(e.stdout, "note: %s\n", safetext.Inline(n))
 		}
 	}
-	if err == nil {
+	if err == nil && (where.envoy || !where.agentgateway) {
 		_, err = fmt.Fprintf(e.stdout, "render again to apply: the budget's rules now render shadowMode: %v\n", !up)
+	}
+	if err == nil && where.agentgateway {
+		line := "render again with --ratelimit-config DIR and give the rate limit service its files to apply on agentgateway: the budget's descriptors now render without shadow_mode\n"
+		if !up {
+			line = "render again with --ratelimit-config DIR and give the rate limit service its files to apply on agentgateway: the budget's descriptors now render shadow_mode: true\n"
+		}
+		_, err = fmt.Fprint(e.stdout, line)
 	}
 	return err
 }
@@ -199,8 +239,8 @@ func printRollout(e *env, specFile, budget string, up bool, res promote.Result) 
 // requireEvidence refuses a promotion that looked at no measurements: without
 // --evidence nothing shows the budget's cap would have been right during its
 // shadow week, so only --force (with its recorded --reason) may enforce it,
-// and then the note says so.
-func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
+// and then a note says so once the spec is written.
+func requireEvidence(o *promoteOptions, budget string, up bool) error {
 	if !up || o.evidence != "" {
 		return nil
 	}
@@ -208,7 +248,6 @@ func requireEvidence(e *env, o *promoteOptions, budget string, up bool) error {
 		return failure(fmt.Errorf("promote %s: refused: no measurements were looked at (no --evidence); give the shadow week's report (budgetgen report --spec %s --format json > week.json, then --evidence week.json), or promote without it with --force --reason \"...\"",
 			safetext.Inline(budget), safetext.Inline(o.specFile)))
 	}
-	_, _ = fmt.Fprintf(e.stderr, "budgetgen promote: warning: no measurements were looked at (no --evidence): %s is promoted on --force alone\n", safetext.Inline(budget)) // a note; the promotion goes on
 	return nil
 }
 

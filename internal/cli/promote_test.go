@@ -183,3 +183,96 @@ func changedLines(a, b string) int {
 	}
 	return n
 }
+
+// Re-running a promotion that already landed (a retried CI job, a second
+// operator) is done, not refused: exit 0, the state on stdout, and the file
+// untouched byte for byte, also when the evidence would refuse it now. The
+// same holds for demote of a budget in shadow.
+func TestPromoteAgainIsIdempotent(t *testing.T) {
+	p := copyExample(t)
+	if code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r"); code != ExitOK {
+		t.Fatalf("promote: %d %s", code, stderr)
+	}
+	promoted, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	for _, args := range [][]string{
+		{"promote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z", "--evidence", "../../examples/report/report.json"},
+		{"promote", "per-run", "--spec", p, "--now", "2026-10-25T08:00:00Z", "--force", "--reason", "again"},
+	} {
+		code, stdout, stderr := runCLI(t, args...)
+		if code != ExitOK || !strings.Contains(stdout, "per-run is already in enforce (since 2026-10-24); nothing to do") {
+			t.Fatalf("%v: code %d stdout %q stderr %q", args, code, stdout, stderr)
+		}
+		if now, _ := os.ReadFile(p); !bytes.Equal(now, promoted) {
+			t.Fatalf("%v changed the file", args)
+		}
+	}
+	if st2, _ := os.Stat(p); !os.SameFile(st, st2) {
+		t.Error("the spec was rewritten (a new inode) although nothing changed")
+	}
+	before := copyExample(t)
+	src, _ := os.ReadFile(before)
+	code, stdout, stderr := runCLI(t, "demote", "per-run", "--spec", before, "--now", "2026-10-25T08:00:00Z")
+	if code != ExitOK || !strings.Contains(stdout, "per-run is already in shadow (since 2026-10-16); nothing to do") {
+		t.Fatalf("demote of a shadow budget: code %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if now, _ := os.ReadFile(before); !bytes.Equal(now, src) {
+		t.Fatal("demote of a shadow budget changed the file")
+	}
+}
+
+// An agentgateway budget's shadow flag is not in a rendered policy but in
+// the rate limit config of its domain (render --ratelimit-config): the
+// "render again" line of promote and demote says so for such a budget, and
+// only the Envoy Gateway line for the others.
+func TestPromoteSaysWhereTheModeRenders(t *testing.T) {
+	p := copyExample(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+		not  string
+	}{
+		{[]string{"promote", "per-run", "--force", "--reason", "r"}, "--ratelimit-config", "shadowMode: false"},
+		{[]string{"demote", "per-run"}, "shadow_mode: true", "shadowMode: true"},
+		{[]string{"promote", "per-human", "--force", "--reason", "r"}, "shadowMode: false", "--ratelimit-config"},
+	} {
+		code, stdout, stderr := runCLI(t, append(tc.args, "--spec", p, "--now", "2026-10-24T08:00:00Z")...)
+		if code != ExitOK || !strings.Contains(stdout, tc.want) || strings.Contains(stdout, tc.not) {
+			t.Errorf("%v: code %d, want %q and not %q in stdout:\n%s%s", tc.args, code, tc.want, tc.not, stdout, stderr)
+		}
+	}
+}
+
+// A forced promotion without evidence warns that it promoted on --force
+// alone only once it has: a write that fails (a read-only spec) says why it
+// failed and no more.
+func TestForcedWarningOnlyAfterTheWrite(t *testing.T) {
+	p := copyExample(t)
+	if err := os.Chmod(p, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r")
+	if code != ExitFailure || !strings.Contains(stderr, "is read-only") || strings.Contains(stderr, "is promoted on --force alone") {
+		t.Fatalf("code %d stderr %s", code, stderr)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, "promote", "per-run", "--spec", p, "--now", "2026-10-24T08:00:00Z", "--force", "--reason", "r")
+	if code != ExitOK || !strings.Contains(stderr, "per-run is promoted on --force alone") {
+		t.Fatalf("code %d stderr %s", code, stderr)
+	}
+}
+
+// --max-limited-share NaN (strconv parses it) passed the range check, and
+// every share compared with it was "under": the evidence's over-cap gate
+// opened. It is a usage error now, like any share outside (0, 1].
+func TestMaxLimitedShareNaNIsRefused(t *testing.T) {
+	p := copyExample(t)
+	for _, v := range []string{"NaN", "nan", "-Inf", "+Inf", "0", "1.5"} {
+		code, _, stderr := runCLI(t, "promote", "per-run", "--spec", p, "--evidence", "../../examples/report/report.json", "--now", "2026-10-24T08:00:00Z", "--max-limited-share", v)
+		if code != ExitUsage || !strings.Contains(stderr, "--max-limited-share must be in (0, 1]") {
+			t.Errorf("--max-limited-share %s: code %d stderr %s", v, code, stderr)
+		}
+	}
+}

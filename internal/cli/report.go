@@ -107,10 +107,11 @@ func (o *reportOptions) validate() error {
 	if o.days < 1 || o.days > report.MaxDays {
 		return usageError("--days %d: must be within [1, %d]", o.days, report.MaxDays)
 	}
-	if o.targetShare <= 0 || o.targetShare >= 1 {
+	// Written so NaN fails too: every comparison with it is false.
+	if !(o.targetShare > 0 && o.targetShare < 1) {
 		return usageError("--target-share %v: must be within (0, 1)", o.targetShare)
 	}
-	if o.maxShare <= 0 || o.maxShare >= 1 {
+	if !(o.maxShare > 0 && o.maxShare < 1) {
 		return usageError("--max-limited-share %v: must be within (0, 1)", o.maxShare)
 	}
 	if _, err := loadZone(o.timeZone); err != nil {

@@ -269,3 +269,14 @@ func TestReportCLIFromService(t *testing.T) {
 		t.Fatalf("no ledger: %d %s", code, stderr)
 	}
 }
+
+// report's share flags reject NaN at the command line (exit 2, before any
+// store is dialled), as promote's does, instead of after connecting.
+func TestReportShareFlagsRejectNaN(t *testing.T) {
+	for _, f := range []string{"--max-limited-share", "--target-share"} {
+		code, _, stderr := runCLI(t, "report", "--valkey", "127.0.0.1:1", f, "NaN")
+		if code != ExitUsage || !strings.Contains(stderr, f+" NaN: must be within (0, 1)") {
+			t.Errorf("%s NaN: code %d stderr %s", f, code, stderr)
+		}
+	}
+}

@@ -90,16 +90,28 @@ type Result struct {
 
 // RefusedError lists why a promotion was refused. Nothing was written.
 type RefusedError struct {
+	// File and Line place the budget in the spec: its mode field, or its
+	// first field when it has none.
+	File    string
+	Line    int
 	Budget  string
 	Reasons []string
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("promotion of %s refused: %s (use --force --reason \"...\" to override)", e.Budget, strings.Join(e.Reasons, "; "))
+	where := ""
+	if e.File != "" {
+		where = fmt.Sprintf("%s:%d: ", e.File, e.Line)
+	}
+	return fmt.Sprintf("%spromotion of %s refused: %s (use --force --reason \"...\" to override)", where, e.Budget, strings.Join(e.Reasons, "; "))
 }
 
 // ErrUnknownBudget is wrapped when the spec has no budget of that name.
 var ErrUnknownBudget = errors.New("unknown budget")
+
+// ErrNothingToDo is wrapped when the budget is already in the mode asked
+// for: the run is done, and the spec needs no change.
+var ErrNothingToDo = errors.New("nothing to do")
 
 // FullShadowDays returns the number of full UTC days completed since the
 // shadowing day (exclusive) at now, and the earliest time promotion is allowed.
@@ -146,14 +158,14 @@ func Promote(src []byte, budget string, o Options) ([]byte, Result, error) {
 	res := Result{Budget: budget, From: mode, To: ModeEnforce, Date: utcDay(o.Now).Format(report.DateLayout), Forced: o.Force}
 	if mode == ModeEnforce {
 		since, _ := b.scalar(fieldEnforcedSince)
-		return nil, res, fmt.Errorf("%s: budget %s is already in enforce (since %s); nothing to do", o.File, budget, orUnknown(since))
+		return nil, res, fmt.Errorf("%s: budget %s is already in enforce (since %s); %w", o.File, budget, orUnknown(since), ErrNothingToDo)
 	}
 	if mode != ModeShadow {
 		return nil, res, fmt.Errorf("%s: budget %s: unknown mode %q", o.File, budget, mode)
 	}
 	reasons := refusals(b, budget, o, &res)
 	if len(reasons) > 0 && !o.Force {
-		return nil, res, &RefusedError{Budget: budget, Reasons: reasons}
+		return nil, res, &RefusedError{File: o.File, Line: b.line(fieldMode), Budget: budget, Reasons: reasons}
 	}
 	res.Overridden = reasons
 	ops := []fieldOp{
@@ -191,7 +203,7 @@ func Demote(src []byte, budget string, o Options) ([]byte, Result, error) {
 	res := Result{Budget: budget, From: mode, To: ModeShadow, Date: utcDay(o.Now).Format(report.DateLayout)}
 	if mode == ModeShadow {
 		since, _ := b.scalar(fieldShadowSince)
-		return nil, res, fmt.Errorf("%s: budget %s is already in shadow (since %s); nothing to do", o.File, budget, orUnknown(since))
+		return nil, res, fmt.Errorf("%s: budget %s is already in shadow (since %s); %w", o.File, budget, orUnknown(since), ErrNothingToDo)
 	}
 	ops := []fieldOp{
 		{key: fieldMode, value: ModeShadow},
@@ -273,7 +285,40 @@ func refusals(b *budgetNode, budget string, o Options, res *Result) []string {
 			since, full, RequiredFullDays, earliest.Format(time.RFC3339)))
 	}
 	if o.Evidence != nil {
+		reasons = append(reasons, evidenceScope(o.Evidence, budget, d, o.Now)...)
 		reasons = append(reasons, evidenceRefusals(o.Evidence, budget, d, o, res)...)
+	}
+	return reasons
+}
+
+// MaxEvidenceAgeDays is how many days before today the evidence's last day
+// may be: older evidence shows a shadow week, but not the traffic the cap
+// will meet once enforced.
+const MaxEvidenceAgeDays = RequiredFullDays
+
+// evidenceScope refuses evidence from another version of the spec (the
+// budget's shadowSince in the report differs from the spec's: it was demoted
+// since, or the report read another file) and stale evidence.
+func evidenceScope(ev *report.Report, budget string, shadowDay, now time.Time) []string {
+	var reasons []string
+	for i := range ev.Budgets {
+		eb := &ev.Budgets[i]
+		if eb.Name != budget || eb.ShadowSince == "" {
+			continue
+		}
+		if d, err := ParseDay(eb.ShadowSince); err != nil || !d.Equal(shadowDay) {
+			reasons = append(reasons, fmt.Sprintf("evidence was reported with shadowSince %s but the spec says %s: report again with the current spec",
+				eb.ShadowSince, shadowDay.Format(report.DateLayout)))
+		}
+	}
+	last, err := time.Parse(report.DateLayout, ev.To)
+	if err != nil {
+		return append(reasons, fmt.Sprintf("evidence's last day %q is not a date (YYYY-MM-DD): is it budgetgen report's JSON?", ev.To))
+	}
+	today := utcDay(now)
+	if age := int(today.Sub(last).Hours() / 24); age > MaxEvidenceAgeDays {
+		reasons = append(reasons, fmt.Sprintf("evidence is stale: its last day %s is %d days before today (%s); at most %d: report again",
+			ev.To, age, today.Format(report.DateLayout), MaxEvidenceAgeDays))
 	}
 	return reasons
 }
@@ -303,10 +348,15 @@ func evidenceRefusals(ev *report.Report, budget string, shadowDay time.Time, o O
 		key := c.Window + "/" + c.Measure
 		seen[key] = true
 		label := c.Measure + " per " + c.Window
+		if c.Cap == 0 {
+			// Nothing was counted over an unknown cap: its share says nothing.
+			reasons = append(reasons, label+": evidence was measured without the cap (cap unknown): report again with --spec")
+			continue
+		}
 		for _, r := range capRefusals(ev, c, shadowDay, o, res) {
 			reasons = append(reasons, label+": "+r)
 		}
-		if want, ok := o.SpecCaps[key]; ok && want != 0 && c.Cap != 0 && want != c.Cap {
+		if want, ok := o.SpecCaps[key]; ok && want != 0 && want != c.Cap {
 			reasons = append(reasons, fmt.Sprintf("%s: evidence was measured against a cap of %d but the spec now says %d; report again", label, c.Cap, want))
 		}
 	}
@@ -351,7 +401,8 @@ func capRefusals(ev *report.Report, c *report.Cap, shadowDay time.Time, o Option
 	if maxShare == 0 {
 		maxShare = DefaultMaxLimitedShare
 	}
-	if share := float64(over) / float64(windows); share >= maxShare {
+	// "Not under" rather than ">=": a NaN bound refuses instead of admitting.
+	if share := float64(over) / float64(windows); !(share < maxShare) {
 		reasons = append(reasons, fmt.Sprintf("%d of %d principal-%ss over the cap (%.2f%%), not under %.2f%%; suggested cap %d",
 			over, windows, c.Window, share*100, maxShare*100, c.SuggestedCap))
 	}
@@ -457,11 +508,15 @@ func sortedKeys(m map[string]uint64) []string {
 // WriteFileAtomic writes data to path through a temporary file in the same
 // directory and a rename (internal/atomicfile), keeping path's permissions and,
 // when path is a symbolic link, the link: a failure leaves the old file
-// untouched and never a partial one, and the directory is synced.
+// untouched and never a partial one, and the directory is synced. A file no
+// one may write (chmod a-w: frozen on purpose) is refused, not replaced.
 func WriteFileAtomic(path string, data []byte) error {
 	perm := atomicfile.DefaultPerm
 	if st, err := os.Stat(path); err == nil {
 		perm = st.Mode().Perm()
+		if perm&0o222 == 0 {
+			return fmt.Errorf("%s is read-only (mode %04o): not replaced; make it writable (chmod u+w) to edit it", path, perm)
+		}
 	}
 	return atomicfile.WriteFile(path, data, atomicfile.Options{Perm: perm})
 }

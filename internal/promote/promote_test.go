@@ -1,7 +1,9 @@
 package promote
 
 import (
+	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -358,6 +360,8 @@ func FuzzPromoteNeverCorrupts(f *testing.F) {
 	f.Add(b, "per-api-key")
 	f.Add([]byte("spec:\n  budgets:\n  - name: a\n    mode: 'shadow' # c\n    shadowSince: 2026-01-01\n"), "a")
 	f.Add([]byte("spec: {budgets: [{name: a, shadowSince: \"2026-01-01\"}]}"), "a")
+	f.Add([]byte("spec:\r\n  budgets:\r\n  - name: a\r\n    mode: shadow\r\n    shadowSince: 2026-01-01\r\n"), "a")
+	f.Add([]byte("spec:\r\n  budgets:\r\n  - name: a\r\n    shadowSince: 2026-01-01\r\n"), "a")
 	f.Fuzz(func(t *testing.T, src []byte, name string) {
 		out, _, err := Promote(src, name, Options{Now: day("2027-01-01T00:00:00Z"), Force: true, Reason: "fuzz"})
 		if err != nil {
@@ -370,6 +374,15 @@ func FuzzPromoteNeverCorrupts(f *testing.F) {
 		}
 		if m, _ := b.scalar(fieldMode); m != ModeEnforce {
 			t.Fatalf("mode %q after promote", m)
+		}
+		// Line endings stay: a CRLF file gets no bare LF, and a file
+		// ending in a newline keeps it.
+		bare := func(b []byte) int { return bytes.Count(b, []byte("\n")) - bytes.Count(b, []byte("\r\n")) }
+		if bytes.Contains(src, []byte("\r\n")) && bare(src) == 0 && bare(out) != 0 {
+			t.Fatalf("bare LF in a CRLF file:\n%q", out)
+		}
+		if bytes.HasSuffix(src, []byte("\n")) && !bytes.HasSuffix(out, []byte("\n")) {
+			t.Fatalf("final newline lost:\n%q", out)
 		}
 	})
 }
@@ -394,5 +407,137 @@ func TestForcePromoteBareFrontier(t *testing.T) {
 				t.Fatalf("got\n%s\nwant\n%s", out, tc.want)
 			}
 		})
+	}
+}
+
+// A spec kept with CRLF line endings (a Windows checkout without
+// core.autocrlf) keeps them: a replaced plain value keeps its line's "\r",
+// and inserted lines end like their neighbours. A file whose last line is
+// the budget's keeps its final newline.
+func TestPromoteKeepsLineEndings(t *testing.T) {
+	const lf = "spec:\n  budgets:\n    - name: per-run\n      tokensPerDay: 5000000\n      mode: shadow\n      shadowSince: 2026-10-16\n"
+	crlf := strings.ReplaceAll(lf, "\n", "\r\n")
+	for _, tc := range []struct {
+		name, src, wantPromoted, wantDemoted string
+	}{
+		{"lf", lf,
+			strings.Replace(lf, "mode: shadow\n", "mode: enforce\n      enforcedSince: 2026-10-24\n", 1),
+			strings.Replace(lf, "2026-10-16", "2026-10-25", 1)},
+		{"crlf", crlf,
+			strings.Replace(crlf, "mode: shadow\r\n", "mode: enforce\r\n      enforcedSince: 2026-10-24\r\n", 1),
+			strings.Replace(crlf, "2026-10-16", "2026-10-25", 1)},
+		{"last line lf", strings.Replace(lf, "      mode: shadow\n", "", 1),
+			strings.Replace(lf, "      mode: shadow\n", "", 1) + "      mode: enforce\n      enforcedSince: 2026-10-24\n",
+			strings.Replace(strings.Replace(lf, "2026-10-16", "2026-10-25", 1), "mode: shadow\n      shadowSince: 2026-10-25\n", "shadowSince: 2026-10-25\n      mode: shadow\n", 1)},
+		{"last line crlf", strings.Replace(crlf, "      mode: shadow\r\n", "", 1),
+			strings.Replace(crlf, "      mode: shadow\r\n", "", 1) + "      mode: enforce\r\n      enforcedSince: 2026-10-24\r\n",
+			strings.Replace(strings.Replace(crlf, "2026-10-16", "2026-10-25", 1), "mode: shadow\r\n      shadowSince: 2026-10-25\r\n", "shadowSince: 2026-10-25\r\n      mode: shadow\r\n", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := Promote([]byte(tc.src), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Force: true, Reason: "r"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := strings.Replace(tc.wantPromoted, "enforcedSince: 2026-10-24\n", "enforcedSince: 2026-10-24\n      promotionReason: \"r\"\n", 1)
+			want = strings.Replace(want, "enforcedSince: 2026-10-24\r\n", "enforcedSince: 2026-10-24\r\n      promotionReason: \"r\"\r\n", 1)
+			if string(out) != want {
+				t.Fatalf("promoted:\n%q\nwant:\n%q", out, want)
+			}
+			back, _, err := Demote(out, "per-run", Options{Now: day("2026-10-25T08:00:00Z")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(back) != tc.wantDemoted {
+				t.Fatalf("demoted:\n%q\nwant:\n%q", back, tc.wantDemoted)
+			}
+		})
+	}
+}
+
+// Evidence is judged on the spec it was reported with and on recent days: a
+// report whose budget had another shadowSince (the budget was demoted since,
+// or the report read another version of the spec) is refused, and so is one
+// whose last day is more than MaxEvidenceAgeDays before today (the shadow
+// week it shows is not the traffic the cap meets now).
+func TestPromoteEvidenceScope(t *testing.T) {
+	src := fixture(t)
+	ok := func() *report.Report {
+		ev := evidence("2026-10-17", 7, 100, 0, 5000000)
+		ev.Budgets[0].ShadowSince = "2026-10-16"
+		return ev
+	}
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: ok()}); err != nil {
+		t.Fatalf("evidence of the current spec: %v", err)
+	}
+	other := ok()
+	other.Budgets[0].ShadowSince = "2026-10-10"
+	_, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: other, File: "b.yaml"})
+	var ref *RefusedError
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "evidence was reported with shadowSince 2026-10-10 but the spec says 2026-10-16") {
+		t.Fatalf("evidence of another shadowSince: %v", err)
+	}
+	// The report's last day, 2026-10-23, is 7 days before 2026-10-30:
+	// still accepted; a day later it is stale.
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-30T23:59:59Z"), Evidence: ok()}); err != nil {
+		t.Fatalf("evidence ending 7 days ago: %v", err)
+	}
+	_, _, err = Promote(src, "per-run", Options{Now: day("2026-10-31T00:00:00Z"), Evidence: ok()})
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "evidence is stale: its last day 2026-10-23 is 8 days before today (2026-10-31); at most 7") {
+		t.Fatalf("stale evidence: %v", err)
+	}
+	bad := ok()
+	bad.To = "soon"
+	if _, _, err := Promote(src, "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: bad}); !errors.As(err, &ref) || !strings.Contains(err.Error(), `evidence's last day "soon"`) {
+		t.Fatalf("evidence without a last day: %v", err)
+	}
+}
+
+// A refusal names the spec file and the budget's line, as every other
+// error of promote does.
+func TestPromoteRefusalNamesFileAndLine(t *testing.T) {
+	_, _, err := Promote(fixture(t), "per-api-key", Options{Now: day("2026-10-20T08:00:00Z"), File: "budgets.yaml"})
+	if err == nil || !strings.HasPrefix(err.Error(), "budgets.yaml:18: promotion of per-api-key refused: in shadow since 2026-10-16") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// A read-only spec (chmod a-w: someone froze it) is not replaced by the
+// rename, which the directory's permissions alone would allow (and root
+// always): the write is refused, naming the file and its mode, and the file
+// stays as it was.
+func TestWriteFileAtomicRefusesReadOnly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(p, []byte("old"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFileAtomic(p, []byte("new"))
+	if err == nil || !strings.Contains(err.Error(), p+" is read-only (mode 0444)") {
+		t.Fatalf("got %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("read-only file replaced: %q", b)
+	}
+}
+
+// A share bound that is not a number refuses rather than admits: the
+// comparison fails closed.
+func TestPromoteNaNShareFailsClosed(t *testing.T) {
+	_, _, err := Promote(fixture(t), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: evidence("2026-10-17", 7, 100, 1, 5000000), MaxLimitedShare: math.NaN()})
+	var ref *RefusedError
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "7 of 700 principal-days over the cap") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// A report that did not know the cap (run without --spec: its verdict says
+// "cap unknown") counts no principal over it, so its share over the cap is
+// 0 whatever the traffic: such evidence is refused, not read as "never over".
+func TestPromoteEvidenceWithoutCapRefused(t *testing.T) {
+	for _, specCaps := range []map[string]uint64{{"day/tokens": 5000000}, nil} {
+		_, _, err := Promote(fixture(t), "per-run", Options{Now: day("2026-10-24T08:00:00Z"), Evidence: evidence("2026-10-17", 7, 100, 0, 0), SpecCaps: specCaps})
+		var ref *RefusedError
+		if !errors.As(err, &ref) || !strings.Contains(err.Error(), "tokens per day: evidence was measured without the cap (cap unknown): report again with --spec") {
+			t.Fatalf("spec caps %v: got %v", specCaps, err)
+		}
 	}
 }

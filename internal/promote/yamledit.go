@@ -32,6 +32,18 @@ func (b *budgetNode) field(key string) (k, v *yaml.Node) {
 	return nil, nil
 }
 
+// line returns the line of key in the budget, or of its first field when
+// key is absent.
+func (b *budgetNode) line(key string) int {
+	if k, _ := b.field(key); k != nil {
+		return k.Line
+	}
+	if len(b.mapping.Content) > 0 {
+		return b.mapping.Content[0].Line
+	}
+	return b.mapping.Line
+}
+
 // scalar returns the value of key when it is a scalar, "" otherwise.
 func (b *budgetNode) scalar(key string) (string, bool) {
 	_, v := b.field(key)
@@ -146,6 +158,24 @@ func (s *source) lineEnd(off int) int {
 	return len(s.src)
 }
 
+// newline returns the line break of the line holding off ("\r\n" in a file
+// kept with CRLF endings, else "\n"); the last line, without one, follows the
+// line before it. Inserted lines use it, so a CRLF file stays CRLF.
+func (s *source) newline(off int) string {
+	end := s.lineEnd(off)
+	if end == len(s.src) {
+		start := bytes.LastIndexByte(s.src[:min(off, len(s.src))], '\n')
+		if start < 0 {
+			return "\n"
+		}
+		end = start
+	}
+	if end > 0 && s.src[end-1] == '\r' {
+		return "\r\n"
+	}
+	return "\n"
+}
+
 // scalarSpan returns the byte range of a single-line scalar's source token.
 func (s *source) scalarSpan(n *yaml.Node, flow bool) (int, int, error) {
 	if n.Kind != yaml.ScalarNode {
@@ -194,7 +224,8 @@ func (s *source) scalarSpan(n *yaml.Node, flow bool) (int, int, error) {
 			}
 			i++
 		}
-		for i > start && (s.src[i-1] == ' ' || s.src[i-1] == '\t') {
+		// A CRLF line's "\r" is its line break, not the value's.
+		for i > start && (s.src[i-1] == ' ' || s.src[i-1] == '\t' || s.src[i-1] == '\r') {
 			i--
 		}
 		return start, i, nil
@@ -282,17 +313,22 @@ func insertAfter(s *source, b *budgetNode, ak, av *yaml.Node, inserts []fieldOp)
 	}
 	// Keys of a block mapping share the column of its first key.
 	indent := strings.Repeat(" ", b.mapping.Content[0].Column-1)
+	nl := s.newline(vend)
 	at := s.lineEnd(vend)
-	if at == len(s.src) {
-		text.WriteString("\n")
-	} else {
+	lastUnterminated := at == len(s.src)
+	if !lastUnterminated {
 		at++ // after the newline
 	}
 	for i, op := range inserts {
-		fmt.Fprintf(&text, "%s%s: %s", indent, op.key, op.value)
-		if i < len(inserts)-1 || at < len(s.src) {
-			text.WriteString("\n")
+		if lastUnterminated || i > 0 {
+			text.WriteString(nl)
 		}
+		fmt.Fprintf(&text, "%s%s: %s", indent, op.key, op.value)
+	}
+	if !lastUnterminated {
+		// The anchor line ended with a line break, so does the last new line
+		// (also at the end of the file: its final newline stays).
+		text.WriteString(nl)
 	}
 	return edit{at, at, text.String()}, nil
 }
@@ -322,8 +358,9 @@ func insertFirst(s *source, b *budgetNode, inserts []fieldOp) (edit, error) {
 	if strings.Trim(indent, " ") != "" {
 		return edit{}, fmt.Errorf("line %d: budget %s's first field shares its line with a list marker; add %s by hand", first.Line, b.name, inserts[0].key)
 	}
+	nl := s.newline(at)
 	for _, op := range inserts {
-		fmt.Fprintf(&text, "%s%s: %s\n", indent, op.key, op.value)
+		fmt.Fprintf(&text, "%s%s: %s%s", indent, op.key, op.value, nl)
 	}
 	return edit{lstart, lstart, text.String()}, nil
 }
