@@ -169,6 +169,7 @@ func validateAll(t *testing.T, where string, docs [][]byte) map[string]int {
 func TestChartLint(t *testing.T) {
 	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", baseValues)
 	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", exampleValues)
+	runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", embeddedValues)
 }
 
 // helmRefuses runs helm template with args and wants it to fail saying want.

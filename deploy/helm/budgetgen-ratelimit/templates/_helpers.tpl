@@ -49,8 +49,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}
-{{- if not .Values.valkey.secretName -}}
+{{- if and (not .Values.embedded.enabled) (not .Values.valkey.secretName) -}}
 {{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
+{{- end -}}
+{{- /* The embedded store counts in each pod's memory: every replica would grant
+a principal the whole budget. */ -}}
+{{- if and .Values.embedded.enabled (gt (int .Values.replicas) 1) -}}
+{{- fail (printf "embedded.enabled counts in each replica's memory: with replicas %v a principal gets %v times its budget; set replicas=1 (and podDisruptionBudget.enabled=false), or use Valkey" .Values.replicas .Values.replicas) -}}
 {{- end -}}
 {{- /* A PodDisruptionBudget that allows no eviction blocks every node drain
 (cluster upgrades included) until someone deletes it. */ -}}
@@ -87,4 +92,15 @@ HTTPS
 {{- else -}}
 HTTP
 {{- end -}}
+{{- end -}}
+
+
+{{- /* The embedded store's snapshot, on the volume "state" (_pod.tpl). */ -}}
+{{- define "rls.snapshotPath" -}}
+/var/lib/budgetgen/ratelimit-memory.snapshot
+{{- end -}}
+
+{{- /* The claim of the embedded store's snapshot volume. */ -}}
+{{- define "rls.stateClaim" -}}
+{{- .Values.embedded.persistence.existingClaim | default (printf "%s-state" (include "rls.fullname" .)) -}}
 {{- end -}}

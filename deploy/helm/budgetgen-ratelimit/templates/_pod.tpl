@@ -7,6 +7,9 @@ starts the service with exactly these settings and files.
 - /etc/budgetgen/tls         tls.crt, tls.key, ca.crt of the server Secret
 - /etc/budgetgen/valkey      the Valkey password file, when valkey.authKey is set
 - /etc/budgetgen/valkey-ca   ca.crt, the CA of Valkey's certificate, when valkey.caCert names one
+- /var/lib/budgetgen         the embedded store's snapshot (MEMORY_SNAPSHOT_PATH), with
+                             embedded.enabled: the one writable volume (the image's
+                             XDG_STATE_HOME=/var/lib, on the read-only root filesystem otherwise)
 */}}
 {{- define "rls.env" -}}
 - name: CONFIG_TYPE
@@ -17,6 +20,10 @@ starts the service with exactly these settings and files.
   value: "true"
 - name: BUDGET_MAP_PATH
   value: /etc/budgetgen/budget-map/budget-map.yaml
+{{- if .Values.embedded.enabled }}
+- name: MEMORY_SNAPSHOT_PATH
+  value: {{ include "rls.snapshotPath" . }}
+{{- else }}
 - name: REDIS_URL
   valueFrom:
     secretKeyRef:
@@ -35,6 +42,7 @@ starts the service with exactly these settings and files.
 {{- if include "rls.valkeyCA" . }}
 - name: REDIS_TLS_CACERT
   value: /etc/budgetgen/valkey-ca/ca.crt
+{{- end }}
 {{- end }}
 - name: GRPC_PORT
   value: {{ .Values.ports.grpc | quote }}
@@ -86,6 +94,10 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
   mountPath: /etc/budgetgen/tls
   readOnly: true
 {{- end }}
+{{- if .Values.embedded.enabled }}
+- name: state
+  mountPath: {{ dir (include "rls.snapshotPath" .) }}
+{{- else }}
 {{- if .Values.valkey.authKey }}
 - name: valkey
   mountPath: /etc/budgetgen/valkey
@@ -95,6 +107,7 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
 - name: valkey-ca
   mountPath: /etc/budgetgen/valkey-ca
   readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -110,6 +123,15 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
   secret:
     secretName: {{ include "rls.serverSecret" . }}
 {{- end }}
+{{- if .Values.embedded.enabled }}
+- name: state
+  {{- if .Values.embedded.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "rls.stateClaim" . }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+{{- else }}
 {{- if .Values.valkey.authKey }}
 - name: valkey
   secret:
@@ -133,6 +155,7 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
     items:
       - key: {{ .key | default "ca.crt" }}
         path: ca.crt
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}
