@@ -76,9 +76,16 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
 - name: HTTP_JSON
   value: "false"
 {{- end }}
+{{- /* Helm reads a values file's numbers as float64, which quote prints as
+1.34217728e+08 from eight digits on: the service refuses that for an integer
+setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}}
 {{- range $k, $v := .Values.env }}
 - name: {{ $k }}
+  {{- if and (kindIs "float64" $v) (eq (floor $v) $v) }}
+  value: {{ $v | int64 | quote }}
+  {{- else }}
   value: {{ $v | quote }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
