@@ -1,9 +1,12 @@
 package deploy
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -55,4 +58,61 @@ func TestChartEnvKeepsNumbersWhole(t *testing.T) {
 	if s.ValkeyBufferMaxBytes != 134217728 || s.XDSClientMaxMsgSize != 33554432 {
 		t.Errorf("parsed %d, %d", s.ValkeyBufferMaxBytes, s.XDSClientMaxMsgSize)
 	}
+}
+
+// goRuntimeEnv are the Go runtime's variables a platform team sets on the
+// container (GOMAXPROCS to the CPU limit, GOMEMLIMIT): not settings of the
+// table, read by the runtime itself.
+var goRuntimeEnv = []string{"GODEBUG", "GOGC", "GOMAXPROCS", "GOMEMLIMIT"}
+
+// TestChartEnvNamesAreSettings: values.schema.json accepts in env exactly
+// the service's settings (settings.Docs, and the reference's settings it
+// accepts apart from the table) and the Go runtime's variables, less those
+// the chart sets itself, so a misspelt name (LOG_LEVL) fails helm install
+// instead of being ignored by the service; and every name it refuses as set
+// by the chart is a setting.
+func TestChartEnvNamesAreSettings(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Env struct {
+				PropertyNames struct {
+					Enum []string `json:"enum"`
+					Not  struct {
+						Enum []string `json:"enum"`
+					} `json:"not"`
+				} `json:"propertyNames"`
+			} `json:"env"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, d := range settings.Docs() {
+		for _, e := range d.Env {
+			names[e] = true
+		}
+	}
+	for _, a := range settings.Accepted() {
+		names[a[0]] = true
+	}
+	pn := schema.Properties.Env.PropertyNames
+	for _, n := range pn.Not.Enum {
+		if !names[n] {
+			t.Errorf("env refuses %s, which is no setting", n)
+		}
+		delete(names, n)
+	}
+	for _, n := range goRuntimeEnv {
+		names[n] = true
+	}
+	want := slices.Sorted(maps.Keys(names))
+	if got := slices.Sorted(slices.Values(pn.Enum)); !slices.Equal(got, want) {
+		t.Errorf("env's propertyNames.enum in values.schema.json: want exactly (sorted)\n%q\ngot\n%q", want, got)
+	}
+	helmRefuses(t, "invalid propertyName 'LOG_LEVL'", "--values", exampleValues, "--set", "env.LOG_LEVL=debug")
 }
