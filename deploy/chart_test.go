@@ -208,7 +208,7 @@ func TestChartTemplateValidates(t *testing.T) {
 	docs := splitDocs(t, helmTemplate(t, exampleValues))
 	kinds := validateAll(t, "helm template (example values)", docs)
 	want := map[string]int{"Deployment": 1, "Service": 1, "ConfigMap": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 1,
-		"Certificate": 3, "Issuer": 2, "ServiceMonitor": 1}
+		"Certificate": 3, "Issuer": 2, "ServiceMonitor": 1, "PrometheusRule": 1}
 	for k, n := range want {
 		if kinds[k] != n {
 			t.Errorf("rendered %d %s, want %d (all: %v)", kinds[k], k, n, kinds)
