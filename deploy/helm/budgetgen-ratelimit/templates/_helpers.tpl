@@ -46,6 +46,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (include "rls.valkeyCA" .) (not .Values.valkey.tls) -}}
 {{- fail "valkey.caCert is set but valkey.tls is false: the CA verifies Valkey's certificate over TLS only; set valkey.tls=true" -}}
 {{- end -}}
+{{- if and .Values.valkey.sentinelAuthKey (ne .Values.valkey.type "sentinel") -}}
+{{- fail (printf "valkey.sentinelAuthKey is set but valkey.type is %s: it is the sentinels' password (REDIS_SENTINEL_AUTH_FILE); set valkey.type=sentinel or leave it empty" .Values.valkey.type) -}}
+{{- end -}}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}

@@ -5,7 +5,8 @@ starts the service with exactly these settings and files.
                              symlinks into ..data, which RUNTIME_IGNOREDOTFILES skips)
 - /etc/budgetgen/budget-map  the budget map (BUDGET_MAP_PATH)
 - /etc/budgetgen/tls         tls.crt, tls.key, ca.crt of the server Secret
-- /etc/budgetgen/valkey      the Valkey password file, when valkey.authKey is set
+- /etc/budgetgen/valkey      the Valkey password file (auth), when valkey.authKey is set, and
+                             the sentinels' (sentinel-auth), when valkey.sentinelAuthKey is
 - /etc/budgetgen/valkey-ca   ca.crt, the CA of Valkey's certificate, when valkey.caCert names one
 - /var/lib/budgetgen         the embedded store's snapshot (MEMORY_SNAPSHOT_PATH), with
                              embedded.enabled: the one writable volume (the image's
@@ -34,6 +35,10 @@ starts the service with exactly these settings and files.
 {{- if .Values.valkey.authKey }}
 - name: REDIS_AUTH_FILE
   value: /etc/budgetgen/valkey/auth
+{{- end }}
+{{- if .Values.valkey.sentinelAuthKey }}
+- name: REDIS_SENTINEL_AUTH_FILE
+  value: /etc/budgetgen/valkey/sentinel-auth
 {{- end }}
 {{- if .Values.valkey.tls }}
 - name: REDIS_TLS
@@ -105,7 +110,7 @@ setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}
 - name: state
   mountPath: {{ dir (include "rls.snapshotPath" .) }}
 {{- else }}
-{{- if .Values.valkey.authKey }}
+{{- if or .Values.valkey.authKey .Values.valkey.sentinelAuthKey }}
 - name: valkey
   mountPath: /etc/budgetgen/valkey
   readOnly: true
@@ -139,13 +144,19 @@ setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}
   emptyDir: {}
   {{- end }}
 {{- else }}
-{{- if .Values.valkey.authKey }}
+{{- if or .Values.valkey.authKey .Values.valkey.sentinelAuthKey }}
 - name: valkey
   secret:
     secretName: {{ .Values.valkey.secretName }}
     items:
-      - key: {{ .Values.valkey.authKey }}
+      {{- with .Values.valkey.authKey }}
+      - key: {{ . }}
         path: auth
+      {{- end }}
+      {{- with .Values.valkey.sentinelAuthKey }}
+      - key: {{ . }}
+        path: sentinel-auth
+      {{- end }}
 {{- end }}
 {{- with .Values.valkey.caCert }}
 {{- if .secretName }}
