@@ -49,6 +49,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .Values.valkey.sentinelAuthKey (ne .Values.valkey.type "sentinel") -}}
 {{- fail (printf "valkey.sentinelAuthKey is set but valkey.type is %s: it is the sentinels' password (REDIS_SENTINEL_AUTH_FILE); set valkey.type=sentinel or leave it empty" .Values.valkey.type) -}}
 {{- end -}}
+{{- if and .Values.valkey.clientCert.secretName (not .Values.valkey.tls) -}}
+{{- fail "valkey.clientCert is set but valkey.tls is false: a client certificate is presented over TLS only; set valkey.tls=true" -}}
+{{- end -}}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}

@@ -8,6 +8,8 @@ starts the service with exactly these settings and files.
 - /etc/budgetgen/valkey      the Valkey password file (auth), when valkey.authKey is set, and
                              the sentinels' (sentinel-auth), when valkey.sentinelAuthKey is
 - /etc/budgetgen/valkey-ca   ca.crt, the CA of Valkey's certificate, when valkey.caCert names one
+- /etc/budgetgen/valkey-client  tls.crt, tls.key, the client certificate Valkey may require,
+                             when valkey.clientCert names its Secret
 - /var/lib/budgetgen         the embedded store's snapshot (MEMORY_SNAPSHOT_PATH), with
                              embedded.enabled: the one writable volume (the image's
                              XDG_STATE_HOME=/var/lib, on the read-only root filesystem otherwise)
@@ -47,6 +49,12 @@ starts the service with exactly these settings and files.
 {{- if include "rls.valkeyCA" . }}
 - name: REDIS_TLS_CACERT
   value: /etc/budgetgen/valkey-ca/ca.crt
+{{- end }}
+{{- if .Values.valkey.clientCert.secretName }}
+- name: REDIS_TLS_CLIENT_CERT
+  value: /etc/budgetgen/valkey-client/tls.crt
+- name: REDIS_TLS_CLIENT_KEY
+  value: /etc/budgetgen/valkey-client/tls.key
 {{- end }}
 {{- end }}
 - name: GRPC_PORT
@@ -120,6 +128,11 @@ setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}
   mountPath: /etc/budgetgen/valkey-ca
   readOnly: true
 {{- end }}
+{{- if .Values.valkey.clientCert.secretName }}
+- name: valkey-client
+  mountPath: /etc/budgetgen/valkey-client
+  readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -174,6 +187,16 @@ setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}
       - key: {{ .key | default "ca.crt" }}
         path: ca.crt
 {{- end }}
+{{- end }}
+{{- with .Values.valkey.clientCert.secretName }}
+- name: valkey-client
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end }}
 {{- end -}}
