@@ -208,10 +208,27 @@ func TestChartTemplateValidates(t *testing.T) {
 	docs := splitDocs(t, helmTemplate(t, exampleValues))
 	kinds := validateAll(t, "helm template (example values)", docs)
 	want := map[string]int{"Deployment": 1, "Service": 1, "ConfigMap": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 1,
-		"Certificate": 3, "Issuer": 2, "ServiceMonitor": 1}
+		"Certificate": 3, "Issuer": 2, "ServiceMonitor": 1, "PrometheusRule": 1}
 	for k, n := range want {
 		if kinds[k] != n {
 			t.Errorf("rendered %d %s, want %d (all: %v)", kinds[k], k, n, kinds)
+		}
+	}
+}
+
+// TestChartValuesFilesValidate: helm lint --strict and helm template with
+// every values file of the chart's ci directory (the example, the embedded
+// store, TLS without cert-manager) and the kustomize base's defaults render
+// objects that validate strictly against the Kubernetes schemas.
+func TestChartValuesFilesValidate(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*.yaml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("values files %v: %v", files, err)
+	}
+	for _, f := range append(files, baseValues) {
+		runHelm(t, "lint", "--strict", chartDir, "--namespace", namespace, "--values", f)
+		if kinds := validateAll(t, "helm template --values "+f, splitDocs(t, helmTemplate(t, f))); kinds["Deployment"] != 1 {
+			t.Errorf("%s: rendered %v", f, kinds)
 		}
 	}
 }

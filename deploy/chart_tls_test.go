@@ -143,7 +143,7 @@ func (c *cluster) mount(t *testing.T, secret, path string) {
 }
 
 // podEnv is the container's environment as the chart sets it, with every
-// path under /etc/budgetgen moved below root and values from Secrets left
+// path under a volume mount moved below root and values from Secrets left
 // out (REDIS_URL: the test runs on the embedded store). Ports and hosts are
 // loopback and free; SHUTDOWN_DELAY is 0s (TestChartGracePeriodCoversTheStop
 // checks the chart's).
@@ -154,8 +154,11 @@ func podEnv(dep *appsv1.Deployment, root string) map[string]string {
 			continue
 		}
 		v := e.Value
-		if strings.HasPrefix(v, "/etc/budgetgen/") {
-			v = filepath.Join(root, v)
+		for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if v == m.MountPath || strings.HasPrefix(v, m.MountPath+"/") {
+				v = filepath.Join(root, v)
+				break
+			}
 		}
 		env[e.Name] = v
 	}

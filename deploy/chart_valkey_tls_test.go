@@ -114,3 +114,39 @@ func TestChartValkeyTLSWithPrivateCA(t *testing.T) {
 		t.Errorf("without Valkey's CA: Run = %v, want a start-up error saying the certificate's authority is unknown", err)
 	}
 }
+
+// TestChartValkeyClientCertificate: valkey.clientCert mounts a TLS
+// Secret's tls.crt and tls.key as the files REDIS_TLS_CLIENT_CERT and
+// REDIS_TLS_CLIENT_KEY name, and a pod so configured is served by a real
+// Valkey that requires client certificates (tls-auth-clients yes). The
+// client pair is refused without valkey.tls, and in env.
+func TestChartValkeyClientCertificate(t *testing.T) {
+	helmRefuses(t, "valkey.clientCert is set but valkey.tls is false", "--values", exampleValues, "--set", "valkey.clientCert.secretName=valkey-client")
+	helmRefuses(t, "invalid propertyName 'REDIS_TLS_CLIENT_KEY'", "--values", exampleValues, "--set", "env.REDIS_TLS_CLIENT_KEY=/tmp/key.pem")
+
+	ca := tlstest.NewCA(t, t.TempDir(), "valkey-private-ca")
+	pair, client := ca.Server("valkey"), ca.Client("budgetgen-ratelimit")
+	tlsPort := valkeytest.FreePort(t)
+	valkeytest.Start(t, valkeytest.Options{Args: []string{"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", pair.CertFile, "--tls-key-file", pair.KeyFile, "--tls-ca-cert-file", ca.CertFile, "--tls-auth-clients", "yes"}})
+	read := func(f string) []byte {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	secrets := map[string]map[string][]byte{"valkey-ca": {"ca.crt": read(ca.CertFile)},
+		"valkey-client": {"tls.crt": read(client.CertFile), "tls.key": read(client.KeyFile)}}
+	p := startChartPod(t, map[string]string{"REDIS_URL": "127.0.0.1:" + strconv.Itoa(tlsPort)}, secrets,
+		"valkey.tls=true", "valkey.caCert.secretName=valkey-ca", "valkey.clientCert.secretName=valkey-client")
+	readiness := p.dep.Spec.Template.Spec.Containers[0].ReadinessProbe
+	err := probe(readiness, p.ports)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // the first connection is made in the background
+		err = probe(readiness, p.ports)
+	}
+	if err != nil {
+		t.Fatalf("not ready with the client certificate mounted from the Secret: %v\n%s", err, p.logs)
+	}
+}

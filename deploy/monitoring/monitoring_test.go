@@ -307,3 +307,31 @@ func queriedMetrics(t *testing.T) map[string]bool {
 	}
 	return names
 }
+
+// TestLedgerSyncStaleAlertWatchesTheCronJob: an alert watches the last
+// success of the ledger sync CronJob deploy/ledger-sync ships, by its name,
+// through kube-state-metrics (the sync exports no metrics of its own: it is a
+// Job that exits), and one also covers a CronJob that never succeeded, which
+// kube-state-metrics reports no last success time for.
+func TestLedgerSyncStaleAlertWatchesTheCronJob(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "ledger-sync", "cronjob.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cj struct {
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+	}
+	if err := yaml.Unmarshal(b, &cj); err != nil || cj.Metadata.Name == "" {
+		t.Fatalf("deploy/ledger-sync/cronjob.yaml: name %q, %v", cj.Metadata.Name, err)
+	}
+	sel := `{cronjob="` + cj.Metadata.Name + `"}`
+	for _, r := range readRules(t) {
+		if strings.Contains(r.Expr, "kube_cronjob_status_last_successful_time"+sel) &&
+			strings.Contains(r.Expr, "kube_cronjob_created"+sel) {
+			return
+		}
+	}
+	t.Fatalf("no alert reads kube_cronjob_status_last_successful_time%s and kube_cronjob_created%s", sel, sel)
+}

@@ -46,11 +46,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (include "rls.valkeyCA" .) (not .Values.valkey.tls) -}}
 {{- fail "valkey.caCert is set but valkey.tls is false: the CA verifies Valkey's certificate over TLS only; set valkey.tls=true" -}}
 {{- end -}}
+{{- if and .Values.valkey.sentinelAuthKey (ne .Values.valkey.type "sentinel") -}}
+{{- fail (printf "valkey.sentinelAuthKey is set but valkey.type is %s: it is the sentinels' password (REDIS_SENTINEL_AUTH_FILE); set valkey.type=sentinel or leave it empty" .Values.valkey.type) -}}
+{{- end -}}
+{{- if and .Values.valkey.clientCert.secretName (not .Values.valkey.tls) -}}
+{{- fail "valkey.clientCert is set but valkey.tls is false: a client certificate is presented over TLS only; set valkey.tls=true" -}}
+{{- end -}}
 {{- if not (has .Values.tls.mode (list "mutual" "server" "disabled")) -}}
 {{- fail (printf "tls.mode must be mutual, server or disabled, got %q" .Values.tls.mode) -}}
 {{- end -}}
-{{- if not .Values.valkey.secretName -}}
+{{- if and (not .Values.embedded.enabled) (not .Values.valkey.secretName) -}}
 {{- fail "valkey.secretName is required: the Secret holding Valkey's address (key valkey.urlKey)" -}}
+{{- end -}}
+{{- /* The embedded store counts in each pod's memory: every replica would grant
+a principal the whole budget. */ -}}
+{{- if and .Values.embedded.enabled (gt (int .Values.replicas) 1) -}}
+{{- fail (printf "embedded.enabled counts in each replica's memory: with replicas %v a principal gets %v times its budget; set replicas=1 (and podDisruptionBudget.enabled=false), or use Valkey" .Values.replicas .Values.replicas) -}}
 {{- end -}}
 {{- /* A PodDisruptionBudget that allows no eviction blocks every node drain
 (cluster upgrades included) until someone deletes it. */ -}}
@@ -87,4 +98,15 @@ HTTPS
 {{- else -}}
 HTTP
 {{- end -}}
+{{- end -}}
+
+
+{{- /* The embedded store's snapshot, on the volume "state" (_pod.tpl). */ -}}
+{{- define "rls.snapshotPath" -}}
+/var/lib/budgetgen/ratelimit-memory.snapshot
+{{- end -}}
+
+{{- /* The claim of the embedded store's snapshot volume. */ -}}
+{{- define "rls.stateClaim" -}}
+{{- .Values.embedded.persistence.existingClaim | default (printf "%s-state" (include "rls.fullname" .)) -}}
 {{- end -}}

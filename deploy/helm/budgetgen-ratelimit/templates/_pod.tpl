@@ -5,8 +5,14 @@ starts the service with exactly these settings and files.
                              symlinks into ..data, which RUNTIME_IGNOREDOTFILES skips)
 - /etc/budgetgen/budget-map  the budget map (BUDGET_MAP_PATH)
 - /etc/budgetgen/tls         tls.crt, tls.key, ca.crt of the server Secret
-- /etc/budgetgen/valkey      the Valkey password file, when valkey.authKey is set
+- /etc/budgetgen/valkey      the Valkey password file (auth), when valkey.authKey is set, and
+                             the sentinels' (sentinel-auth), when valkey.sentinelAuthKey is
 - /etc/budgetgen/valkey-ca   ca.crt, the CA of Valkey's certificate, when valkey.caCert names one
+- /etc/budgetgen/valkey-client  tls.crt, tls.key, the client certificate Valkey may require,
+                             when valkey.clientCert names its Secret
+- /var/lib/budgetgen         the embedded store's snapshot (MEMORY_SNAPSHOT_PATH), with
+                             embedded.enabled: the one writable volume (the image's
+                             XDG_STATE_HOME=/var/lib, on the read-only root filesystem otherwise)
 */}}
 {{- define "rls.env" -}}
 - name: CONFIG_TYPE
@@ -17,6 +23,10 @@ starts the service with exactly these settings and files.
   value: "true"
 - name: BUDGET_MAP_PATH
   value: /etc/budgetgen/budget-map/budget-map.yaml
+{{- if .Values.embedded.enabled }}
+- name: MEMORY_SNAPSHOT_PATH
+  value: {{ include "rls.snapshotPath" . }}
+{{- else }}
 - name: REDIS_URL
   valueFrom:
     secretKeyRef:
@@ -28,6 +38,10 @@ starts the service with exactly these settings and files.
 - name: REDIS_AUTH_FILE
   value: /etc/budgetgen/valkey/auth
 {{- end }}
+{{- if .Values.valkey.sentinelAuthKey }}
+- name: REDIS_SENTINEL_AUTH_FILE
+  value: /etc/budgetgen/valkey/sentinel-auth
+{{- end }}
 {{- if .Values.valkey.tls }}
 - name: REDIS_TLS
   value: "true"
@@ -35,6 +49,13 @@ starts the service with exactly these settings and files.
 {{- if include "rls.valkeyCA" . }}
 - name: REDIS_TLS_CACERT
   value: /etc/budgetgen/valkey-ca/ca.crt
+{{- end }}
+{{- if .Values.valkey.clientCert.secretName }}
+- name: REDIS_TLS_CLIENT_CERT
+  value: /etc/budgetgen/valkey-client/tls.crt
+- name: REDIS_TLS_CLIENT_KEY
+  value: /etc/budgetgen/valkey-client/tls.key
+{{- end }}
 {{- end }}
 - name: GRPC_PORT
   value: {{ .Values.ports.grpc | quote }}
@@ -68,9 +89,16 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
 - name: HTTP_JSON
   value: "false"
 {{- end }}
+{{- /* Helm reads a values file's numbers as float64, which quote prints as
+1.34217728e+08 from eight digits on: the service refuses that for an integer
+setting (VALKEY_BUFFER_MAX_BYTES), so whole numbers are printed as integers. */}}
 {{- range $k, $v := .Values.env }}
 - name: {{ $k }}
+  {{- if and (kindIs "float64" $v) (eq (floor $v) $v) }}
+  value: {{ $v | int64 | quote }}
+  {{- else }}
   value: {{ $v | quote }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -86,7 +114,11 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
   mountPath: /etc/budgetgen/tls
   readOnly: true
 {{- end }}
-{{- if .Values.valkey.authKey }}
+{{- if .Values.embedded.enabled }}
+- name: state
+  mountPath: {{ dir (include "rls.snapshotPath" .) }}
+{{- else }}
+{{- if or .Values.valkey.authKey .Values.valkey.sentinelAuthKey }}
 - name: valkey
   mountPath: /etc/budgetgen/valkey
   readOnly: true
@@ -95,6 +127,12 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
 - name: valkey-ca
   mountPath: /etc/budgetgen/valkey-ca
   readOnly: true
+{{- end }}
+{{- if .Values.valkey.clientCert.secretName }}
+- name: valkey-client
+  mountPath: /etc/budgetgen/valkey-client
+  readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -110,13 +148,28 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
   secret:
     secretName: {{ include "rls.serverSecret" . }}
 {{- end }}
-{{- if .Values.valkey.authKey }}
+{{- if .Values.embedded.enabled }}
+- name: state
+  {{- if .Values.embedded.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "rls.stateClaim" . }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+{{- else }}
+{{- if or .Values.valkey.authKey .Values.valkey.sentinelAuthKey }}
 - name: valkey
   secret:
     secretName: {{ .Values.valkey.secretName }}
     items:
-      - key: {{ .Values.valkey.authKey }}
+      {{- with .Values.valkey.authKey }}
+      - key: {{ . }}
         path: auth
+      {{- end }}
+      {{- with .Values.valkey.sentinelAuthKey }}
+      - key: {{ . }}
+        path: sentinel-auth
+      {{- end }}
 {{- end }}
 {{- with .Values.valkey.caCert }}
 {{- if .secretName }}
@@ -133,6 +186,17 @@ disabled it would be on (docs/security.md, "The HTTP port is no way around mTLS"
     items:
       - key: {{ .key | default "ca.crt" }}
         path: ca.crt
+{{- end }}
+{{- end }}
+{{- with .Values.valkey.clientCert.secretName }}
+- name: valkey-client
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end }}
 {{- end -}}
