@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+
+	"github.com/budgetgen/budgetgen/internal/ratelimit/settings"
 )
 
 // applyMemoryLimit sets the Go runtime's soft memory limit to ratio x the
@@ -40,4 +42,17 @@ func applyMemoryLimit(ratio float32, getenv func(string) string, provider memlim
 	}
 	debug.SetMemoryLimit(int64(soft))
 	return int64(soft), true, nil
+}
+
+// embeddedByteBound is the embedded store's byte bound when MEMORY_MAX_BYTES
+// is unset: settings.DefaultMemoryMaxBytes, or half the Go soft memory limit
+// when that is lower. A 256 MiB pod would otherwise be OOM-killed before its
+// store reached the default bound (and an OOM kill loses the snapshot
+// interval's charges); half leaves the collector room for the heap's growth
+// between collections, the snapshot's writes and the requests in flight.
+func embeddedByteBound(softLimit int64) int {
+	if softLimit > 0 && softLimit/2 < settings.DefaultMemoryMaxBytes {
+		return int(softLimit / 2)
+	}
+	return settings.DefaultMemoryMaxBytes
 }

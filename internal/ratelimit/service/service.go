@@ -107,6 +107,9 @@ type runner struct {
 	stop    shutdown
 	// skipDelay, when closed, ends SHUTDOWN_DELAY early (Options.SkipDelay).
 	skipDelay <-chan struct{}
+	// softLimit is the Go soft memory limit tuneRuntime set from the
+	// container's limit; 0 when it set none.
+	softLimit int64
 }
 
 // shutdown is the stop steps of what started, run in the reverse order.
@@ -172,6 +175,7 @@ func (r *runner) tuneRuntime(getenv func(string) string) {
 	if limit, set, err := applyMemoryLimit(r.s.MemoryLimitRatio, getenv, memlimit.FromCgroup); err != nil {
 		r.startup.Warn("memory limit: cgroup not readable, Go soft memory limit left as it was", "err", err)
 	} else if set {
+		r.softLimit = limit
 		r.startup.Info("memory limit", "go_soft_limit_bytes", limit, "ratio", r.s.MemoryLimitRatio)
 	}
 }
@@ -210,6 +214,10 @@ type openedStore struct {
 // the embedded store, restores and keeps its snapshot.
 func (r *runner) startStore() (*openedStore, error) {
 	s := r.s
+	if s.UseMemoryStore() && s.MemoryMaxBytes == 0 {
+		s.MemoryMaxBytes = embeddedByteBound(r.softLimit)
+		r.startup.Info("embedded store byte bound", "memory_max_bytes", s.MemoryMaxBytes, "go_soft_limit_bytes", r.softLimit)
+	}
 	st, lm, desc, err := openStore(s, r.log)
 	if err != nil {
 		return nil, err

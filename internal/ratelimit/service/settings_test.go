@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/charge"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
@@ -126,6 +128,41 @@ func TestMemoryMaxBytesReachesTheStore(t *testing.T) {
 		_ = st.Close()
 		if got != tc.want {
 			t.Errorf("MEMORY_MAX_BYTES=%q: the store's bound is %d, want %d", tc.set, got, tc.want)
+		}
+	}
+}
+
+// TestEmbeddedByteBoundFollowsTheMemoryLimit: with MEMORY_MAX_BYTES unset,
+// the embedded store's byte bound is half the Go soft memory limit set from
+// the container's (a 256 MiB pod must refuse new counters before it is
+// OOM-killed), the default where that is larger or unknown, and an explicit
+// MEMORY_MAX_BYTES always.
+func TestEmbeddedByteBoundFollowsTheMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		set       string
+		softLimit int64
+		want      int64
+	}{
+		{"", 0, memory.DefaultMaxBytes},
+		{"", 230 << 20, 115 << 20},
+		{"", 4 << 30, memory.DefaultMaxBytes},
+		{"2097152", 230 << 20, 2 << 20},
+	} {
+		env := map[string]string{"MEMORY_MAX_BYTES": tc.set, "MEMORY_SNAPSHOT_PATH": "off"}
+		s, err := settings.Load(nil, func(k string) string { return env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quiet := slog.New(slog.DiscardHandler)
+		r := &runner{s: s, log: quiet, startup: quiet, reg: prometheus.NewRegistry(), softLimit: tc.softLimit}
+		st, err := r.startStore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.st.(*memory.Store).Stats().MaxBytes
+		r.stop.run()
+		if got != tc.want {
+			t.Errorf("MEMORY_MAX_BYTES=%q, soft limit %d: the store's bound is %d, want %d", tc.set, tc.softLimit, got, tc.want)
 		}
 	}
 }

@@ -209,8 +209,9 @@ type Settings struct {
 	// default of 1,000,000) bounds the embedded store's live counters; at
 	// the bound a call needing a new counter gets the failure policy.
 	MemoryMaxCounters int
-	// MemoryMaxBytes (MEMORY_MAX_BYTES, ours; 0 = the memory store's default
-	// of 256 MiB, DefaultMemoryMaxBytes) bounds the bytes of the embedded
+	// MemoryMaxBytes (MEMORY_MAX_BYTES, ours; 0 = DefaultMemoryMaxBytes, 256
+	// MiB, or half the Go soft memory limit the service sets from the
+	// container's when that is lower) bounds the bytes of the embedded
 	// store's live counters: their keys (a descriptor value is up to 8 KiB)
 	// plus memory.CounterOverhead each; at the bound, as at
 	// MEMORY_MAX_COUNTERS.
