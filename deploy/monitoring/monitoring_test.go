@@ -314,7 +314,20 @@ func queriedMetrics(t *testing.T) map[string]bool {
 // Job that exits), and one also covers a CronJob that never succeeded, which
 // kube-state-metrics reports no last success time for.
 func TestLedgerSyncStaleAlertWatchesTheCronJob(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "ledger-sync", "cronjob.yaml"))
+	assertCronJobWatched(t, filepath.Join("..", "ledger-sync", "cronjob.yaml"))
+}
+
+// TestReportStaleAlertWatchesTheCronJob: likewise for the weekly report
+// CronJob deploy/report ships, whose Jobs exit too.
+func TestReportStaleAlertWatchesTheCronJob(t *testing.T) {
+	assertCronJobWatched(t, filepath.Join("..", "report", "cronjob.yaml"))
+}
+
+// assertCronJobWatched fails unless one alert reads both the last success
+// time and the creation time of the CronJob in file, selected by its name.
+func assertCronJobWatched(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +337,7 @@ func TestLedgerSyncStaleAlertWatchesTheCronJob(t *testing.T) {
 		} `yaml:"metadata"`
 	}
 	if err := yaml.Unmarshal(b, &cj); err != nil || cj.Metadata.Name == "" {
-		t.Fatalf("deploy/ledger-sync/cronjob.yaml: name %q, %v", cj.Metadata.Name, err)
+		t.Fatalf("%s: name %q, %v", file, cj.Metadata.Name, err)
 	}
 	sel := `{cronjob="` + cj.Metadata.Name + `"}`
 	for _, r := range readRules(t) {
