@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -115,4 +117,37 @@ func TestChartEnvNamesAreSettings(t *testing.T) {
 		t.Errorf("env's propertyNames.enum in values.schema.json: want exactly (sorted)\n%q\ngot\n%q", want, got)
 	}
 	helmRefuses(t, "invalid propertyName 'LOG_LEVL'", "--values", exampleValues, "--set", "env.LOG_LEVL=debug")
+}
+
+// TestChartRefusesLoopbackListenHosts: env.HOST or env.GRPC_HOST on a
+// loopback address (127.0.0.0/8, ::1, localhost) is out of reach: the
+// kubelet's probes dial the HTTP port on the pod's address (the pod would never
+// be ready), and Envoy the gRPC port through the Service. The chart refuses them at
+// install, naming the setting; other hosts are rendered as given. DEBUG_HOST
+// is left alone: no probe uses it and the service's own default is loopback.
+func TestChartRefusesLoopbackListenHosts(t *testing.T) {
+	dir := t.TempDir()
+	values := func(k, v string) string { // one file, rewritten per case
+		f := filepath.Join(dir, "values.yaml")
+		b, err := sigsyaml.Marshal(map[string]any{"env": map[string]string{k: v}})
+		if err == nil {
+			err = os.WriteFile(f, b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, k := range []string{"HOST", "GRPC_HOST"} {
+		for _, v := range []string{"127.0.0.1", "127.3.2.1", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "localhost", "LocalHost"} {
+			helmRefuses(t, "env."+k+" is "+v+", a loopback address", "--values", exampleValues, "--values", values(k, v))
+		}
+		for _, v := range []string{"0.0.0.0", "::", "10.1.2.3", "128.0.0.1", "10::1", "localhost.example.com"} {
+			docs := helmTemplate(t, exampleValues, values(k, v))
+			if !strings.Contains(string(docs), "- name: "+k+"\n") || !strings.Contains(string(docs), strconv.Quote(v)) {
+				t.Errorf("env.%s=%s: not rendered", k, v)
+			}
+		}
+	}
+	helmTemplate(t, exampleValues, values("DEBUG_HOST", "127.0.0.1"))
 }

@@ -77,6 +77,19 @@ mid-stop and loses what it had buffered. */ -}}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.shutdownDelaySeconds) 20) -}}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least shutdownDelaySeconds (%v) + 20: the stop after the delay (drain, ledger flush, Valkey's last replay) takes up to about 20 s" .Values.terminationGracePeriodSeconds .Values.shutdownDelaySeconds) -}}
 {{- end -}}
+{{- /* A listen host on loopback (127.0.0.0/8, ::1, localhost) is reached from
+inside the pod only: the kubelet's probes dial the HTTP port (HOST) on the
+pod's address, so the pod would never be ready, and Envoy dials the gRPC port
+(GRPC_HOST) through the Service, so every check would fail. DEBUG_HOST is not
+checked: no probe uses it, and the service's own default is loopback on
+purpose. */ -}}
+{{- range $k, $why := dict "HOST" "the kubelet's probes dial the HTTP port on the pod's address, so the pod would never be ready" "GRPC_HOST" "Envoy dials the gRPC port through the Service, on the pod's address, so every rate limit check would fail" -}}
+{{- $v := get $.Values.env $k | toString -}}
+{{- $h := $v | lower | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (eq $h "localhost") (regexMatch "^(::ffff:)?127\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $h) (regexMatch "^[0:]*:[0:]*1$" $h) -}}
+{{- fail (printf "env.%s is %s, a loopback address: %s; leave env.%s unset (0.0.0.0, every address)" $k $v $why $k) -}}
+{{- end -}}
+{{- end -}}
 {{- /* The service refuses to start without a valid budget map at BUDGET_MAP_PATH
 (internal/ratelimit/service/budgets.go startBudgetMap), and Envoy Gateway's own
 rate limit Deployment mounts the same ConfigMap: an empty one would stop both. */ -}}
