@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetgen/budgetgen/internal/store"
@@ -15,10 +16,13 @@ import (
 // and send it as one store.Charge. Under load a store call carries the
 // counters of many requests (one DoMulti, one goroutine and one wake-up in
 // the Valkey client instead of one per request); at low load every request is
-// its own batch. Each request keeps its own deadline: it stops waiting at
-// its deadline whatever its batch does, and a batch's deadline is that of
-// its earliest request. Counters of one request stay together and in order,
-// so a store call still holds all descriptors of each request it carries.
+// its own batch. Nobody waits: the flusher that gets a batch's totals
+// completes each of its requests (the engine answers it from there), so a
+// request costs no goroutine wake-up of its own. Each request keeps its own
+// deadline: it is answered at its deadline whatever its batch does, and a
+// batch's deadline is that of its earliest request. Counters of one request
+// stay together and in order, so a store call still holds all descriptors
+// of each request it carries.
 type batcher struct {
 	c         *Charger
 	deadlines *deadlines
@@ -31,14 +35,38 @@ type batcher struct {
 	workers sync.WaitGroup
 }
 
+// pending is one queued call, owned by the batcher: its own copy of the
+// call's counters, and the call's Scratch (results and completion), which
+// whoever answers the call first (its batch, or its deadline) owns.
 type pending struct {
+	c        *Charger
 	counters []store.Counter
-	results  []store.Result
+	results  []store.Result // sendEach's, when a batch is split
 	deadline time.Time
-	done     chan error
+	s        *Scratch
+	// state is the call's generation times two, plus one once it is
+	// answered: exactly one of the batch and the deadline answers it, and a
+	// deadline that fires after the pending is reused finds a newer
+	// generation and does nothing.
+	state atomic.Uint64
 }
 
-var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
+var pendingPool = sync.Pool{New: func() any { return new(pending) }}
+
+// claim reports whether the caller is the one to answer p's current call.
+func (p *pending) claim() bool {
+	s := p.state.Load()
+	return s&1 == 0 && p.state.CompareAndSwap(s, s|1)
+}
+
+// expire answers generation gen of p with the failure policy's error if
+// nothing answered it yet (its deadline passed). p is then never reused:
+// its batch may still read it.
+func (p *pending) expire(gen uint64) {
+	if p.state.CompareAndSwap(gen<<1, gen<<1|1) {
+		p.c.complete(p.s, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
+	}
+}
 
 func newBatcher(c *Charger, workers int) *batcher {
 	b := &batcher{c: c, deadlines: &c.deadlines, timeout: c.o.StoreTimeout}
@@ -50,44 +78,51 @@ func newBatcher(c *Charger, workers int) *batcher {
 	return b
 }
 
-// charge queues one request's counters and waits for its totals or its
-// deadline. The returned error wraps store.ErrUnavailable on timeout.
-func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, results []store.Result) error {
-	// p owns copies: a request that gives up at its deadline returns while
-	// a flusher may still read p, and the caller reuses its buffers.
+// enqueue queues one call's counters (s.counters) without waiting: the call
+// is completed (Charger.complete) by its batch, with its totals in
+// s.results, or at its deadline, whichever comes first.
+func (b *batcher) enqueue(s *Scratch) {
+	// p owns copies: a call answered at its deadline gives s back to its
+	// caller while a flusher may still read p.
 	p := pendingPool.Get().(*pending)
-	p.counters = append(p.counters[:0], counters...)
-	if cap(p.results) < len(results) {
-		p.results = make([]store.Result, len(results))
-	}
-	p.results = p.results[:len(results)]
-	p.deadline = now.Add(b.timeout)
+	p.c, p.s = b.c, s
+	p.counters = append(p.counters[:0], s.counters...)
+	p.deadline = s.start.Add(b.timeout)
+	gen := p.state.Load()>>1 + 1
+	p.state.Store(gen << 1)
+	b.deadlines.ms(s.start, b.timeout).watch(p, gen)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		// A request still running at shutdown: nothing will send its
 		// hits, so they go to the store's Deferrer (counted) like any
 		// other certainly-unsent hits.
-		b.c.unsent(counters)
-		return fmt.Errorf("%w: charger closed", store.ErrUnavailable)
+		b.c.unsent(p.counters)
+		if p.claim() {
+			b.c.complete(s, fmt.Errorf("%w: charger closed", store.ErrUnavailable))
+		}
+		return
 	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 	b.cond.Signal()
-	wait := b.deadlines.after(now, b.timeout)
-	select {
-	case err := <-p.done:
-		copy(results, p.results)
-		clear(p.counters)
-		pendingPool.Put(p)
-		return err
-	case <-wait.Done():
-		// A flusher may still own p and will send on its buffered channel;
-		// p is left to the garbage collector, never reused.
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+}
+
+// answer completes p's call with the batch's outcome (its totals in
+// results when err is nil), unless its deadline answered it first, and
+// recycles p when it did.
+func (b *batcher) answer(p *pending, results []store.Result, err error) {
+	if !p.claim() {
+		return // answered at its deadline: p is left to the garbage collector
 	}
+	s := p.s
+	if err == nil {
+		copy(s.results, results)
+	}
+	clear(p.counters)
+	p.s, p.c = nil, nil
+	pendingPool.Put(p)
+	b.c.complete(s, err)
 }
 
 // flushBuf is one flusher's buffers, reused batch after batch.
@@ -152,7 +187,7 @@ func (b *batcher) triage(f *flushBuf, now time.Time) (live []*pending, earliest 
 					f.orphans = append(f.orphans, c)
 				}
 			}
-			p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+			b.answer(p, nil, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
 			continue
 		}
 		if earliest.IsZero() || p.deadline.Before(earliest) {
@@ -187,11 +222,8 @@ func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
 	off := 0
 	for _, p := range live {
 		n := len(p.counters)
-		if err == nil {
-			copy(p.results, results[off:off+n])
-		}
+		b.answer(p, results[off:off+n], err)
 		off += n
-		p.done <- err
 	}
 }
 
@@ -202,9 +234,13 @@ func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
 // open).
 func (b *batcher) sendEach(ctx context.Context, live []*pending, orphans []store.Counter, results []store.Result) {
 	for _, p := range live {
-		err := b.c.send(ctx, p.counters, p.results)
-		b.c.refused(p.counters, err, true) // before done: p is the caller's again after it
-		p.done <- err
+		if cap(p.results) < len(p.counters) {
+			p.results = make([]store.Result, len(p.counters))
+		}
+		res := p.results[:len(p.counters)]
+		err := b.c.send(ctx, p.counters, res)
+		b.c.refused(p.counters, err, true) // before answer: p may be reused after it
+		b.answer(p, res, err)
 	}
 	for i := range orphans {
 		// Answered by the failure policy long ago: a refusal is
