@@ -8,8 +8,10 @@
 // the service's CPU per decision. This package keeps what a unary call needs
 // and nothing else: x/net's HTTP/2 framer and HPACK decoder read the frames,
 // a call's request message is handed to its method's Handler on a reusable
-// worker goroutine, and the answer goes out as pre-encoded HEADERS, one DATA
-// frame and the trailers, coalesced with other answers into one write.
+// worker goroutine (or, for an AsyncHandler, started on the read loop and
+// answered by whichever goroutine has the answer), and the answer goes out
+// as pre-encoded HEADERS, one DATA frame and the trailers, coalesced with
+// other answers into one write.
 //
 // What it implements: the HTTP/2 connection preface and SETTINGS exchange,
 // flow control in both directions (large static receive windows, the peer's
