@@ -16,10 +16,13 @@ import (
 // and send it as one store.Charge. Under load a store call carries the
 // counters of many requests (one DoMulti, one goroutine and one wake-up in
 // the Valkey client instead of one per request); at low load every request is
-// its own batch. Each request keeps its own deadline: it stops waiting at
-// its deadline whatever its batch does, and a batch's deadline is that of
-// its earliest request. Counters of one request stay together and in order,
-// so a store call still holds all descriptors of each request it carries.
+// its own batch. Nobody waits: the flusher that gets a batch's totals
+// completes each of its requests (the engine answers it from there), so a
+// request costs no goroutine wake-up of its own. Each request keeps its own
+// deadline: it is answered at its deadline whatever its batch does, and a
+// batch's deadline is that of its earliest request. Counters of one request
+// stay together and in order, so a store call still holds all descriptors
+// of each request it carries.
 type batcher struct {
 	c         *Charger
 	deadlines *deadlines
@@ -32,27 +35,38 @@ type batcher struct {
 	workers sync.WaitGroup
 }
 
+// pending is one queued call, owned by the batcher: its own copy of the
+// call's counters, and the call's Scratch (results and completion), which
+// whoever answers the call first (its batch, or its deadline) owns.
 type pending struct {
+	c        *Charger
 	counters []store.Counter
-	results  []store.Result
+	results  []store.Result // sendEach's, when a batch is split
 	deadline time.Time
-	done     chan error
-	// state says who reads the results of p's store call: its caller
-	// (pendingAnswered) or, once its caller stopped waiting
-	// (pendingAbandoned), nobody, so the flusher reports the tokens of
-	// holds they found expired itself. Whichever of the two changes it
-	// from pendingWaiting first decides.
-	state atomic.Int32
+	s        *Scratch
+	// state is the call's generation times two, plus one once it is
+	// answered: exactly one of the batch and the deadline answers it, and a
+	// deadline that fires after the pending is reused finds a newer
+	// generation and does nothing.
+	state atomic.Uint64
 }
 
-// States of a pending request.
-const (
-	pendingWaiting int32 = iota
-	pendingAnswered
-	pendingAbandoned
-)
+var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
-var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
+// claim reports whether the caller is the one to answer p's current call.
+func (p *pending) claim() bool {
+	s := p.state.Load()
+	return s&1 == 0 && p.state.CompareAndSwap(s, s|1)
+}
+
+// expire answers generation gen of p with the failure policy's error if
+// nothing answered it yet (its deadline passed). p is then never reused:
+// its batch may still read it.
+func (p *pending) expire(gen uint64) {
+	if p.state.CompareAndSwap(gen<<1, gen<<1|1) {
+		p.c.complete(p.s, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
+	}
+}
 
 func newBatcher(c *Charger, workers int) *batcher {
 	b := &batcher{c: c, deadlines: &c.deadlines, timeout: c.o.StoreTimeout}
@@ -64,78 +78,57 @@ func newBatcher(c *Charger, workers int) *batcher {
 	return b
 }
 
-// charge queues one request's counters and waits for its totals or its
-// deadline. The returned error wraps store.ErrUnavailable on timeout.
-func (b *batcher) charge(ctx context.Context, now time.Time, counters []store.Counter, results []store.Result) error {
-	// p owns copies: a request that gives up at its deadline returns while
-	// a flusher may still read p, and the caller reuses its buffers.
+// enqueue queues one call's counters (s.counters) without waiting: the call
+// is completed (Charger.complete) by its batch, with its totals in
+// s.results, or at its deadline, whichever comes first.
+func (b *batcher) enqueue(s *Scratch) {
+	// p owns copies: a call answered at its deadline gives s back to its
+	// caller while a flusher may still read p.
 	p := pendingPool.Get().(*pending)
-	p.counters = append(p.counters[:0], counters...)
-	if cap(p.results) < len(results) {
-		p.results = make([]store.Result, len(results))
-	}
-	p.results = p.results[:len(results)]
-	p.deadline = now.Add(b.timeout)
-	p.state.Store(pendingWaiting)
+	p.c, p.s = b.c, s
+	p.counters = append(p.counters[:0], s.counters...)
+	p.deadline = s.start.Add(b.timeout)
+	gen := p.state.Load()>>1 + 1
+	p.state.Store(gen << 1)
+	b.deadlines.ms(s.start, b.timeout).watch(p, gen)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		// A request still running at shutdown: nothing will send its
 		// hits, so they go to the store's Deferrer (counted) like any
 		// other certainly-unsent hits.
-		b.c.unsent(counters)
-		return fmt.Errorf("%w: charger closed", store.ErrUnavailable)
+		b.c.unsent(p.counters)
+		if p.claim() {
+			b.c.complete(s, fmt.Errorf("%w: charger closed", store.ErrUnavailable))
+		}
+		return
 	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 	b.cond.Signal()
-	wait := b.deadlines.after(now, b.timeout)
-	select {
-	case err := <-p.done:
-		copy(results, p.results)
-		clear(p.counters)
-		pendingPool.Put(p)
-		return err
-	case <-wait.Done():
-		return b.abandon(p, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
-	case <-ctx.Done():
-		return b.abandon(p, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err()))
-	}
 }
 
-// abandon is a caller's giving up on p, answered by the failure policy
-// (err): its items read no result. If no flusher has answered p yet, the
-// one that sends it reports its expired holds (answer), and p is left to
-// the garbage collector, never reused (a flusher may still own it). If one
-// has, its answer is on its way: it is read here, and its expired holds
-// reported, as no item will count them.
-func (b *batcher) abandon(p *pending, err error) error {
-	if p.state.CompareAndSwap(pendingWaiting, pendingAbandoned) {
-		return err
-	}
-	if callErr := <-p.done; callErr == nil {
-		b.c.reportExpired(p.counters, p.results)
-	}
-	clear(p.counters)
-	pendingPool.Put(p)
-	return err
-}
-
-// answer hands a live request the outcome of its store call (results, its
-// part of the batch's; err). A request whose caller stopped waiting
-// (abandon) reads nothing: the tokens of holds its call found expired are
-// reported here instead.
+// answer completes p's call with the batch's outcome (its totals in
+// results when err is nil), unless its deadline answered it first, and
+// recycles p when it did.
 func (b *batcher) answer(p *pending, results []store.Result, err error) {
-	if !p.state.CompareAndSwap(pendingWaiting, pendingAnswered) {
+	if !p.claim() {
+		// Answered at its deadline: no item reads these results, so the
+		// tokens of holds the call found expired are reported here. p is
+		// left to the garbage collector.
 		if err == nil {
 			b.c.reportExpired(p.counters, results)
 		}
 		return
 	}
+	s := p.s
 	if err == nil {
-		copy(p.results, results)
+		copy(s.results, results)
 	}
-	p.done <- err
+	clear(p.counters)
+	p.s, p.c = nil, nil
+	pendingPool.Put(p)
+	b.c.complete(s, err)
 }
 
 // flushBuf is one flusher's buffers, reused batch after batch.
@@ -200,7 +193,7 @@ func (b *batcher) triage(f *flushBuf, now time.Time) (live []*pending, earliest 
 					f.orphans = append(f.orphans, c)
 				}
 			}
-			p.done <- fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+			b.answer(p, nil, fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded))
 			continue
 		}
 		if earliest.IsZero() || p.deadline.Before(earliest) {
@@ -251,11 +244,12 @@ func (b *batcher) sendBatch(ctx context.Context, f *flushBuf, live []*pending) {
 // open).
 func (b *batcher) sendEach(ctx context.Context, live []*pending, orphans []store.Counter, results []store.Result) {
 	for _, p := range live {
-		// answer copies the results to p.results only if its caller
-		// still waits for them.
-		res := results[:len(p.counters)]
+		if cap(p.results) < len(p.counters) {
+			p.results = make([]store.Result, len(p.counters))
+		}
+		res := p.results[:len(p.counters)]
 		err := b.c.send(ctx, p.counters, res)
-		b.c.refused(p.counters, err, true) // before answer: p is the caller's again after it
+		b.c.refused(p.counters, err, true) // before answer: p may be reused after it
 		b.answer(p, res, err)
 	}
 	for i := range orphans {

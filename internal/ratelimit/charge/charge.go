@@ -222,10 +222,23 @@ func (c *Charger) reportExpired(counters []store.Counter, results []store.Result
 }
 
 // Scratch holds a request's counters and results between calls (one per
-// goroutine, reused).
+// request in flight, reused), and the call in flight.
 type Scratch struct {
 	counters []store.Counter
 	results  []store.Result
+
+	// The call in flight (ChargeAsync until its completion).
+	items []decide.Item
+	now   time.Time
+	start time.Time
+	done  Completer
+}
+
+// Completer receives the outcome of ChargeAsync, exactly once, from
+// whichever goroutine ends the call: the caller's (nothing to send), a batch
+// flusher's, or the deadline timer's. It must not block.
+type Completer interface {
+	ChargeDone(err error)
 }
 
 // Annotator is told about each limited item as it is charged (the ledger's
@@ -238,20 +251,34 @@ type Annotator interface {
 	Cached(i int, it *decide.Item)
 }
 
-// Charge charges a planned request: items the over-limit cache knows are
-// marked Cached (their hits charged later), the others get a Slot and are
-// sent in one store call, whose outcome it writes into the items (Total,
-// Reserved, Held, Expired). It returns the store's error, if any (wrapping
-// store.ErrUnavailable on a deadline); the items' outcomes are then
-// meaningless and decide.Answer applies the failure policy. ann may be nil.
+// Charge charges a planned request and waits for its outcome:
+// ChargeAsync's, returned (tests and callers without a completion).
 func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time, s *Scratch, ann Annotator) error {
+	w := make(waitDone, 1)
+	c.ChargeAsync(ctx, items, now, s, ann, w)
+	return <-w
+}
+
+// waitDone is a Completer for a caller that waits.
+type waitDone chan error
+
+func (w waitDone) ChargeDone(err error) { w <- err }
+
+// ChargeAsync charges a planned request without waiting: items the
+// over-limit cache knows are marked Cached (their hits charged later), the
+// others get a Slot and are sent in one store call (batched with other
+// requests'), whose outcome it writes into the items (Total, Reserved,
+// Held, Expired) before it calls done.ChargeDone with the store's error, if
+// any (wrapping store.ErrUnavailable on a deadline); the items' outcomes are
+// then meaningless and decide.Answer applies the failure policy. items and
+// s belong to the charger until done is called, which can happen before
+// ChargeAsync returns. ann may be nil.
+func (c *Charger) ChargeAsync(ctx context.Context, items []decide.Item, now time.Time, s *Scratch, ann Annotator, done Completer) {
 	counters, denied := c.counters(items, now, s.counters[:0], ann)
-	defer func() {
-		clear(counters) // drop key strings so the pool does not pin them
-		s.counters = counters[:0]
-	}()
+	s.counters = counters
 	if len(counters) == 0 {
-		return nil
+		done.ChargeDone(nil)
+		return
 	}
 	if denied {
 		// An enforcing item is over (the cache knew): the request is
@@ -263,27 +290,71 @@ func (c *Charger) Charge(ctx context.Context, items []decide.Item, now time.Time
 	if cap(s.results) < len(counters) {
 		s.results = make([]store.Result, 0, 2*len(counters))
 	}
-	results := s.results[:len(counters)]
-	s.results = results
-	err := c.call(ctx, counters, results)
-	if err != nil {
-		return err
+	s.results = s.results[:len(counters)]
+	s.items, s.now, s.done = items, now, done
+	c.start(ctx, s)
+}
+
+// start sends s.counters (batched, or on their own) and completes s when
+// they return or their deadline passes.
+func (c *Charger) start(ctx context.Context, s *Scratch) {
+	s.start = time.Now()
+	if cerr := ctx.Err(); cerr != nil && !callerGone(s.counters) {
+		c.end(s, fmt.Errorf("%w: %w", store.ErrUnavailable, cerr)) // nothing to charge
+		return
 	}
-	unix := now.Unix()
-	for i := range items {
-		it := &items[i]
-		if it.Limit == nil || it.Cached {
-			continue
-		}
-		r := &results[it.Slot]
-		it.Total, it.Reserved, it.Held, it.Expired = r.Total, r.Reserved, r.Held, r.Expired
-		if c.cache != nil && r.Total > uint64(it.Limit.RequestsPerUnit) {
-			if !c.cache.put(it.Key, r.Total, unix, it.WindowEnd, counters[it.Slot].ExpireAt) {
-				c.ev.CacheFull()
+	if c.batch != nil {
+		c.batch.enqueue(s)
+		return
+	}
+	// One store call per request: on its own goroutine, so that the
+	// caller (a connection's read loop) never waits for the store.
+	go func() {
+		err := c.send(c.deadlines.after(s.start, c.o.StoreTimeout), s.counters, s.results)
+		c.refused(s.counters, err, true)
+		c.complete(s, err)
+	}()
+}
+
+// complete ends a call whose store call returned (or whose deadline
+// passed): it maps the store's refusals, writes the totals into the items
+// and remembers the counters over their limit.
+func (c *Charger) complete(s *Scratch, err error) {
+	counters, results := s.counters, s.results
+	if err != nil && errors.Is(err, store.ErrOverflow) {
+		err = c.saturate(counters, results, err)
+	}
+	if err != nil && errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable) {
+		// A bounded store refused a new counter and asks to enforce: deny,
+		// whatever the failure policy.
+		err = fmt.Errorf("%w: %w", decide.ErrDenied, err)
+	}
+	c.ev.Charged(time.Since(s.start), err)
+	if err == nil {
+		unix := s.now.Unix()
+		for i := range s.items {
+			it := &s.items[i]
+			if it.Limit == nil || it.Cached {
+				continue
+			}
+			r := &results[it.Slot]
+			it.Total, it.Reserved, it.Held, it.Expired = r.Total, r.Reserved, r.Held, r.Expired
+			if c.cache != nil && r.Total > uint64(it.Limit.RequestsPerUnit) {
+				if !c.cache.put(it.Key, r.Total, unix, it.WindowEnd, counters[it.Slot].ExpireAt) {
+					c.ev.CacheFull()
+				}
 			}
 		}
 	}
-	return nil
+	c.end(s, err)
+}
+
+// end gives s back to its caller and tells it err.
+func (c *Charger) end(s *Scratch, err error) {
+	done := s.done
+	clear(s.counters) // drop key strings so the pool does not pin them
+	s.counters, s.items, s.done = s.counters[:0], nil, nil
+	done.ChargeDone(err)
 }
 
 // counters builds a request's store counters from its items; denied tells
@@ -329,32 +400,6 @@ func (c *Charger) counters(items []decide.Item, now time.Time, counters []store.
 		}
 	}
 	return counters, denied
-}
-
-// call sends a request's counters (batched, or on its own) and maps the
-// store's refusals.
-func (c *Charger) call(ctx context.Context, counters []store.Counter, results []store.Result) error {
-	start := time.Now()
-	var err error
-	if cerr := ctx.Err(); cerr != nil && !callerGone(counters) {
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, cerr) // nothing to charge
-	}
-	if c.batch != nil {
-		err = c.batch.charge(ctx, start, counters, results)
-	} else {
-		err = c.send(c.deadlines.after(start, c.o.StoreTimeout), counters, results)
-		c.refused(counters, err, true)
-	}
-	if err != nil && errors.Is(err, store.ErrOverflow) {
-		err = c.saturate(counters, results, err)
-	}
-	if err != nil && errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrUnavailable) {
-		// A bounded store refused a new counter and asks to enforce: deny,
-		// whatever the failure policy.
-		err = fmt.Errorf("%w: %w", decide.ErrDenied, err)
-	}
-	c.ev.Charged(time.Since(start), err)
-	return err
 }
 
 // saturate answers a call that failed because a counter is at the store's

@@ -191,3 +191,35 @@ func TestOrphansReportExpiredHolds(t *testing.T) {
 		t.Fatalf("HoldsExpired for a check = %d, want 0", got)
 	}
 }
+
+// TestDeadlineAnsweredCallReportsExpiredHolds: a call answered at its
+// deadline while its batch is in the store reads none of that batch's
+// results; when the batch returns, tokens of holds its release found
+// expired reach HoldsExpired instead, once.
+func TestDeadlineAnsweredCallReportsExpiredHolds(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	defer mem.Close()
+	ev := &expiredEvents{}
+	st := &expiringStore{Store: mem, expired: 7, gate: make(chan struct{}), entered: make(chan struct{})}
+	c, err := New(Options{Store: st, StoreTimeout: 20 * time.Millisecond, BatchWorkers: 1, OverLimitCacheSize: -1, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := reservingLimit()
+	now := time.Now()
+	items := chargeItem(l, "k", 3, now)
+	var s Scratch
+	done := make(chan error, 1)
+	go func() { done <- c.Charge(context.Background(), items, now, &s, nil) }()
+	<-st.entered // its batch is in the store
+	if err := <-done; err == nil {
+		t.Fatal("the call was not answered at its deadline")
+	}
+	close(st.gate)
+	if err := c.Close(); err != nil { // waits for the batch's completion
+		t.Fatal(err)
+	}
+	if items[0].Expired != 0 || ev.of(l) != 7 {
+		t.Fatalf("expired tokens counted: item %d, events %d; want 0 and 7", items[0].Expired, ev.of(l))
+	}
+}

@@ -103,6 +103,14 @@ type smallResponse struct {
 
 const smallN = 4
 
+// Replier receives one request's decision (an asynchronous engine's
+// answer), exactly once: the response, or the error ShouldRateLimit would
+// return. It must not block: it runs on the goroutine that ended the
+// request's store call.
+type Replier interface {
+	Reply(resp *rlpb.RateLimitResponse, err error)
+}
+
 // Answer builds the response from the charged items (their Total, and for a
 // reserving budget Reserved and Held, set by the charger), storeErr the
 // store call's error (nil if it succeeded or no call was needed), now the

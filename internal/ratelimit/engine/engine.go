@@ -170,7 +170,8 @@ func (e *Engine) Limits() decide.Limits { return e.limits.WithDefaults() }
 // Validate checks a request's shape (decide.Validate with the engine's bounds).
 func (e *Engine) Validate(req *rlpb.RateLimitRequest) error { return decide.Validate(req, e.limits) }
 
-// scratch is one request's reusable state.
+// scratch is one request's reusable state, and the request in flight
+// between Decide and its answer.
 type scratch struct {
 	plan   decide.Scratch
 	charge charge.Scratch
@@ -178,6 +179,12 @@ type scratch struct {
 	desc   observe.Descriptor
 	req    observe.Request
 	ann    annotator
+
+	ctx   context.Context
+	in    *rlpb.RateLimitRequest
+	items []decide.Item
+	now   time.Time
+	reply decide.Replier
 }
 
 // annotator tells the observers that annotate (observe.Annotator) about
@@ -235,22 +242,45 @@ func (e *Engine) sizeHolds(items []decide.Item) {
 	}
 }
 
-// ShouldRateLimit decides one request: validate -> plan -> charge -> answer
-// -> observe. Errors are *decide.InvalidError for a malformed request,
+// ShouldRateLimit decides one request and waits for its answer: Decide's.
+// Errors are *decide.InvalidError for a malformed request,
 // decide.ErrNoConfig when no config is loaded, *decide.StoreError when the
 // store failed under FailError.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error) {
+	w := make(waitReply, 1)
+	e.Decide(ctx, req, w)
+	r := <-w
+	return r.resp, r.err
+}
+
+// waitReply is a decide.Replier for a caller that waits.
+type waitReply chan replied
+
+type replied struct {
+	resp *rlpb.RateLimitResponse
+	err  error
+}
+
+func (w waitReply) Reply(resp *rlpb.RateLimitResponse, err error) { w <- replied{resp, err} }
+
+// Decide decides one request without waiting for its store call: validate
+// -> plan -> charge, then, when the charge ends (on the goroutine that
+// ended it: a batch flusher, the deadline's timer, or this one), answer ->
+// observe -> r.Reply. Errors are ShouldRateLimit's. req must not change
+// until r is called; r may be called before Decide returns.
+func (e *Engine) Decide(ctx context.Context, req *rlpb.RateLimitRequest, r decide.Replier) {
 	if err := decide.Validate(req, e.limits); err != nil {
 		e.request(ctx, &observe.Request{Class: observe.RequestInvalid})
-		return nil, err
+		r.Reply(nil, err)
+		return
 	}
 	cfg := e.cfg.Load()
 	if cfg == nil {
 		e.request(ctx, &observe.Request{Class: observe.RequestUnavailable})
-		return nil, decide.ErrNoConfig
+		r.Reply(nil, decide.ErrNoConfig)
+		return
 	}
 	sc := e.pool.Get().(*scratch)
-	defer e.pool.Put(sc)
 	now := e.o.Now()
 	items := e.planner.Plan(cfg, req, now, &sc.plan)
 	e.sizeHolds(items)
@@ -267,43 +297,60 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest
 		sc.ann.req, sc.ann.now = req, now
 		ann = &sc.ann
 	}
-	defer func() { sc.ann.req = nil; sc.desc = observe.Descriptor{} }() // pin no request
-	storeErr := e.charger.Charge(ctx, items, now, &sc.charge, ann)
+	sc.ctx, sc.in, sc.items, sc.now, sc.reply = ctx, req, items, now, r
+	e.charger.ChargeAsync(ctx, items, now, &sc.charge, ann, sc)
+}
+
+// ChargeDone answers the request in flight on sc (charge.Completer).
+func (sc *scratch) ChargeDone(storeErr error) { sc.ann.e.answer(sc, storeErr) }
+
+// answer ends a request whose charge ended: the answer under the failure
+// policy, the observers, then the reply; sc goes back to the pool first.
+func (e *Engine) answer(sc *scratch, storeErr error) {
+	ctx, req, items, now, r := sc.ctx, sc.in, sc.items, sc.now, sc.reply
 	if storeErr != nil {
 		e.o.Logger.Debug("store charge failed", "domain", req.Domain, "policy", e.o.FailurePolicy.String(), "err", storeErr)
 	}
 	resp, verdict, err := decide.Answer(items, storeErr, now.Unix(), e.policy)
 	if err != nil {
 		e.request(ctx, &observe.Request{Class: observe.RequestUnavailable, FailurePolicy: decide.FailError.String()})
-		return nil, err
+	} else if len(e.observers) > 0 {
+		e.observe(ctx, sc, storeErr, verdict)
 	}
-	if len(e.observers) > 0 {
-		d := &sc.desc
-		*d = observe.Descriptor{Domain: req.Domain, StoreFailed: storeErr != nil, GlobalShadow: e.o.ShadowMode, Now: now}
-		for i := range items {
-			if items[i].Limit == nil {
-				continue
-			}
-			d.Entries, d.Item = req.Descriptors[i].Entries, &items[i]
-			if e.annotators != nil {
-				d.Names = &sc.names[i]
-			}
-			e.observers.Descriptor(ctx, d)
+	// Pin no request.
+	sc.ann.req, sc.desc = nil, observe.Descriptor{}
+	sc.ctx, sc.in, sc.items, sc.reply = nil, nil, nil, nil
+	e.pool.Put(sc)
+	r.Reply(resp, err)
+}
+
+// observe tells the observers a request's outcome.
+func (e *Engine) observe(ctx context.Context, sc *scratch, storeErr error, verdict decide.Verdict) {
+	req, items := sc.in, sc.items
+	d := &sc.desc
+	*d = observe.Descriptor{Domain: req.Domain, StoreFailed: storeErr != nil, GlobalShadow: e.o.ShadowMode, Now: sc.now}
+	for i := range items {
+		if items[i].Limit == nil {
+			continue
 		}
-		r := &sc.req // pooled: an interface call would move a local to the heap
-		*r = observe.Request{Class: observe.RequestOK, GlobalShadowed: verdict.GlobalShadowed}
-		if verdict.Over {
-			r.Class = observe.RequestOverLimit
+		d.Entries, d.Item = req.Descriptors[i].Entries, &items[i]
+		if e.annotators != nil {
+			d.Names = &sc.names[i]
 		}
-		switch {
-		case storeErr != nil && errors.Is(storeErr, decide.ErrDenied):
-			r.FailurePolicy = "store_full_deny" // denied at the store's bound, not by the policy
-		case storeErr != nil:
-			r.FailurePolicy = e.o.FailurePolicy.String()
-		}
-		e.observers.Request(ctx, r)
+		e.observers.Descriptor(ctx, d)
 	}
-	return resp, nil
+	r := &sc.req // pooled: an interface call would move a local to the heap
+	*r = observe.Request{Class: observe.RequestOK, GlobalShadowed: verdict.GlobalShadowed}
+	if verdict.Over {
+		r.Class = observe.RequestOverLimit
+	}
+	switch {
+	case storeErr != nil && errors.Is(storeErr, decide.ErrDenied):
+		r.FailurePolicy = "store_full_deny" // denied at the store's bound, not by the policy
+	case storeErr != nil:
+		r.FailurePolicy = e.o.FailurePolicy.String()
+	}
+	e.observers.Request(ctx, r)
 }
 
 // flatten appends obs to out with every observe.Multi taken apart, so each

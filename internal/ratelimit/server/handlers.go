@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/decide"
+	"github.com/budgetgen/budgetgen/internal/ratelimit/unarygrpc"
 )
 
 // Full gRPC method names served on the gRPC port.
@@ -24,6 +26,20 @@ const (
 // (a malformed request, for example invalid UTF-8, which proto3 rejects, is
 // answered with InvalidArgument) and our encoder (no reflection).
 func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]byte, error) {
+	r, err := s.decodeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.d.ShouldRateLimit(ctx, r)
+	if err != nil {
+		return nil, Status(err)
+	}
+	return marshalResponse(dst, resp)
+}
+
+// decodeRequest decodes a ShouldRateLimit request; its error is the call's
+// status.
+func (s *Server) decodeRequest(req []byte) (*rlpb.RateLimitRequest, error) {
 	r, err := newBoundedRequest(req, s.shape)
 	if err != nil {
 		var ie *decide.InvalidError
@@ -32,11 +48,47 @@ func (s *Server) serveShouldRateLimit(ctx context.Context, req, dst []byte) ([]b
 		}
 		return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", err)
 	}
-	resp, err := s.d.ShouldRateLimit(ctx, r)
-	if err != nil {
-		return nil, Status(err)
+	return r, nil
+}
+
+// asyncDecider is a Decider that answers without a waiting goroutine
+// (engine.Engine): the lean transport starts its calls on the connection's
+// read loop and answers them from the goroutine that ends their store call.
+type asyncDecider interface {
+	Decide(ctx context.Context, req *rlpb.RateLimitRequest, r decide.Replier)
+}
+
+// startShouldRateLimit is serveShouldRateLimit for the lean transport with
+// an asyncDecider: it decodes the request and starts its decision, whose
+// reply encodes and writes the answer.
+func (s *Server) startShouldRateLimit(a asyncDecider) unarygrpc.AsyncHandler {
+	return func(ctx context.Context, req []byte, reply unarygrpc.Reply) {
+		r, err := s.decodeRequest(req)
+		if err != nil {
+			reply.Respond(nil, err)
+			return
+		}
+		lr := leanReplies.Get().(*leanReply)
+		lr.r = reply
+		a.Decide(ctx, r, lr)
 	}
-	return marshalResponse(dst, resp)
+}
+
+// leanReply is a decision's decide.Replier on the lean transport.
+type leanReply struct{ r unarygrpc.Reply }
+
+var leanReplies = sync.Pool{New: func() any { return new(leanReply) }}
+
+func (l *leanReply) Reply(resp *rlpb.RateLimitResponse, err error) {
+	r := l.r
+	l.r = nil
+	leanReplies.Put(l)
+	if err != nil {
+		r.Respond(nil, Status(err))
+		return
+	}
+	out, err := marshalResponse(r.Buffer(), resp)
+	r.Respond(out, err)
 }
 
 // marshalResponse appends r's wire form to dst: appendResponse for the

@@ -88,7 +88,9 @@ type Options struct {
 	// GRPC_MAX_CONNECTION_AGE(_GRACE); defaults 24h and 1h.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// StreamWorkers > 0 serves calls on that many reusable goroutines; 0
-	// starts one goroutine per call.
+	// starts one goroutine per call. On the lean transport an uncompressed
+	// ShouldRateLimit call with an asyncDecider starts on its connection's
+	// read loop instead.
 	StreamWorkers int
 	// Transport is the gRPC server: TransportLean (default) or
 	// TransportGRPCGo.

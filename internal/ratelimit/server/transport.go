@@ -56,7 +56,11 @@ func (s *Server) newLean(o Options) grpcTransport {
 		Workers:               o.StreamWorkers,
 		Logger:                o.Logger,
 	})
-	g.Handle(methodShouldRateLimit, s.serveShouldRateLimit)
+	if a, ok := s.d.(asyncDecider); ok {
+		g.HandleAsync(methodShouldRateLimit, s.startShouldRateLimit(a))
+	} else {
+		g.Handle(methodShouldRateLimit, s.serveShouldRateLimit)
+	}
 	g.Handle(methodHealthCheck, s.health.serveHealthCheck)
 	g.HandleServerStream(methodHealthWatch, s.health.serveHealthWatch)
 	return leanTransport{g}

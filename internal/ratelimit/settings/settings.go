@@ -146,6 +146,8 @@ type Settings struct {
 
 	// GRPCStreamWorkers (GRPC_STREAM_WORKERS, ours; 128) reuse goroutines
 	// across calls instead of one new goroutine (and stack growth) per call.
+	// The lean transport starts an uncompressed ShouldRateLimit call on its
+	// connection's read loop instead (nothing there waits for the store).
 	GRPCStreamWorkers int
 	// GRPCServerImpl (GRPC_SERVER_IMPL, ours; lean) picks the gRPC server:
 	// lean (unarygrpc) or grpc-go (the reference's), switchable without a

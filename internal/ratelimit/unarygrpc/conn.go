@@ -100,6 +100,7 @@ type stream struct {
 	c   *conn
 	id  uint32
 	h   Handler
+	ah  AsyncHandler
 	sh  ServerStreamHandler
 	enc string // grpc-encoding
 	// contentLength is the request's content-length, -1 when absent.
@@ -113,6 +114,8 @@ type stream struct {
 	recvWin       int64   // read side only
 	done          chan struct{}
 	once          sync.Once
+	holder        *[]byte // the answer's buffer, from run to Respond
+	plain         *[]byte // the decompressed request, from run to Respond
 
 	// Under c.wmu.
 	reset       bool
@@ -863,8 +866,8 @@ func (c *conn) admit(st *stream, f *requestHeaders) bool {
 		}
 	}
 	path := f.PseudoValue("path")
-	st.h, st.sh = c.s.methods[path], c.s.streams[path]
-	if st.h == nil && st.sh == nil {
+	st.h, st.ah, st.sh = c.s.methods[path], c.s.async[path], c.s.streams[path]
+	if st.h == nil && st.ah == nil && st.sh == nil {
 		c.answerEarly(st, f.StreamEnded(), 200, codes.Unimplemented, c.s.unknown(path))
 		return false
 	}
@@ -941,6 +944,11 @@ func (s *Server) unknown(path string) string {
 		return "malformed method name: " + quote(path)
 	}
 	for p := range s.methods {
+		if strings.HasPrefix(p, "/"+svc+"/") {
+			return fmt.Sprintf("unknown method %s for service %s", method, svc)
+		}
+	}
+	for p := range s.async {
 		if strings.HasPrefix(p, "/"+svc+"/") {
 			return fmt.Sprintf("unknown method %s for service %s", method, svc)
 		}
@@ -1066,22 +1074,29 @@ func (c *conn) endRequest(st *stream) {
 		return
 	}
 	st.req = st.msg[5:]
+	if st.ah != nil && st.msg[0]&1 == 0 {
+		// An asynchronous handler only starts the call: run it here, with
+		// no hand-off to a worker (a compressed request is inflated on a
+		// worker first).
+		c.run(st)
+		return
+	}
 	c.s.dispatch(st)
 }
 
-// run calls the handler and writes its answer.
+// run calls the handler, which answers through Respond (an asynchronous
+// handler's when it is ready).
 func (c *conn) run(st *stream) {
 	if st.sh != nil {
 		c.runStream(st)
 		return
 	}
-	holder := getBuf()
-	var plain *[]byte // the decompressed request
+	st.holder = getBuf()
 	req, err := st.req, error(nil)
 	if st.msg[0]&1 == 1 {
-		plain = getBuf()
-		req, err = gunzipHeld((*plain)[:0], st.req, c.s.o.MaxRecvMsgSize, st.hold)
-		*plain = req
+		st.plain = getBuf()
+		req, err = gunzipHeld((*st.plain)[:0], st.req, c.s.o.MaxRecvMsgSize, st.hold)
+		*st.plain = req
 		switch {
 		case errors.Is(err, errHoldRefused):
 			err = statusError{codes.ResourceExhausted, fmt.Sprintf("the connection's requests in progress exceed %d bytes", c.s.o.MaxHeldBytes)}
@@ -1091,12 +1106,26 @@ func (c *conn) run(st *stream) {
 			err = statusError{codes.Internal, "grpc: failed to decompress the received message: " + err.Error()}
 		}
 	}
-	var out []byte
-	if err == nil {
-		out, err = st.h(st, req, append((*holder)[:0], 0, 0, 0, 0, 0))
-		if err == nil && len(out) < 5 {
-			err = errors.New("unarygrpc: handler did not append to dst")
-		}
+	switch {
+	case err != nil:
+		st.Respond(nil, err)
+	case st.ah != nil:
+		st.ah(st, req, st)
+	default:
+		out, err := st.h(st, req, st.Buffer())
+		st.Respond(out, err)
+	}
+}
+
+// Buffer is the answer's buffer, its gRPC message prefix reserved (Reply).
+func (st *stream) Buffer() []byte { return append((*st.holder)[:0], 0, 0, 0, 0, 0) }
+
+// Respond writes the call's answer (Reply): headers, out's message and the
+// trailers, or err's trailers; then it frees what the call held.
+func (st *stream) Respond(out []byte, err error) {
+	c, holder := st.c, st.holder
+	if err == nil && len(out) < 5 {
+		err = errors.New("unarygrpc: handler did not append to dst")
 	}
 	if err == nil && st.enc == gzipEncoding {
 		// As grpc-go: a client that sent grpc-encoding gzip gets its
@@ -1121,9 +1150,10 @@ func (c *conn) run(st *stream) {
 	}
 	st.releaseMsg()
 	putBuf(holder)
-	if plain != nil {
-		putBuf(plain)
+	if st.plain != nil {
+		putBuf(st.plain)
 	}
+	st.holder, st.plain = nil, nil
 }
 
 // hold counts n more bytes of the stream's request (its decompression,

@@ -8,8 +8,10 @@
 // the service's CPU per decision. This package keeps what a unary call needs
 // and nothing else: x/net's HTTP/2 framer and HPACK decoder read the frames,
 // a call's request message is handed to its method's Handler on a reusable
-// worker goroutine, and the answer goes out as pre-encoded HEADERS, one DATA
-// frame and the trailers, coalesced with other answers into one write.
+// worker goroutine (or, for an AsyncHandler, started on the read loop and
+// answered by whichever goroutine has the answer), and the answer goes out
+// as pre-encoded HEADERS, one DATA frame and the trailers, coalesced with
+// other answers into one write.
 //
 // What it implements: the HTTP/2 connection preface and SETTINGS exchange,
 // flow control in both directions (large static receive windows, the peer's
@@ -53,6 +55,24 @@ import (
 // ctx is canceled when the client resets the stream or the connection
 // closes. req is only valid until Handler returns.
 type Handler func(ctx context.Context, req []byte, dst []byte) ([]byte, error)
+
+// AsyncHandler starts one call and returns without waiting for its answer:
+// the call is answered by reply.Respond, exactly once, from any goroutine,
+// possibly before AsyncHandler returns. It runs on the connection's read
+// loop (no goroutine hand-off per call), so it must not block. ctx is as
+// for Handler; req is only valid until AsyncHandler returns or reply is
+// called, whichever comes first.
+type AsyncHandler func(ctx context.Context, req []byte, reply Reply)
+
+// Reply answers an asynchronous call (HandleAsync).
+type Reply interface {
+	// Buffer returns the buffer to append the response message to, for
+	// Respond; call it once.
+	Buffer() []byte
+	// Respond answers the call: out is Buffer() with the response message
+	// appended, or err is the call's error (as a Handler's).
+	Respond(out []byte, err error)
+}
 
 // Defaults for Options.
 const (
@@ -157,6 +177,7 @@ type Server struct {
 	o       Options
 	log     *slog.Logger
 	methods map[string]Handler
+	async   map[string]AsyncHandler
 	streams map[string]ServerStreamHandler
 	work    chan *stream
 
@@ -210,6 +231,7 @@ func New(o Options) *Server {
 		o:       o,
 		log:     o.Logger,
 		methods: map[string]Handler{},
+		async:   map[string]AsyncHandler{},
 		streams: map[string]ServerStreamHandler{},
 		lis:     map[net.Listener]struct{}{},
 		conns:   map[*conn]struct{}{},
@@ -247,6 +269,12 @@ func contains(l []string, s string) bool {
 // Call it before Serve.
 func (s *Server) Handle(fullMethod string, h Handler) {
 	s.methods[fullMethod] = h
+}
+
+// HandleAsync registers h for the full method name "/package.Service/Method".
+// Call it before Serve.
+func (s *Server) HandleAsync(fullMethod string, h AsyncHandler) {
+	s.async[fullMethod] = h
 }
 
 func (s *Server) worker() {
