@@ -103,41 +103,16 @@ func TestValkeyBufferMaxBytesReachesTheStore(t *testing.T) {
 	}
 }
 
-// TestMemoryMaxBytesReachesTheStore: MEMORY_MAX_BYTES is the embedded
-// store's MaxBytes (read back through its Stats, which
-// ratelimit_memory_max_bytes exports); unset, the store keeps its default,
-// the one the settings document.
-func TestMemoryMaxBytesReachesTheStore(t *testing.T) {
+// TestEmbeddedByteBoundFollowsTheMemoryLimit: MEMORY_MAX_BYTES is the
+// embedded store's MaxBytes (read back through its Stats, which
+// ratelimit_memory_max_bytes exports); unset, the bound is half the Go soft
+// memory limit set from the container's (a 256 MiB pod must refuse new
+// counters before it is OOM-killed), or the documented default where that
+// is larger or unknown.
+func TestEmbeddedByteBoundFollowsTheMemoryLimit(t *testing.T) {
 	if settings.DefaultMemoryMaxBytes != memory.DefaultMaxBytes {
 		t.Errorf("MEMORY_MAX_BYTES's documented default %d, the store's %d", settings.DefaultMemoryMaxBytes, memory.DefaultMaxBytes)
 	}
-	for _, tc := range []struct {
-		set  string
-		want int64
-	}{{"", memory.DefaultMaxBytes}, {"2097152", 2 << 20}} {
-		env := map[string]string{"MEMORY_MAX_BYTES": tc.set, "MEMORY_SNAPSHOT_PATH": "off"}
-		s, err := settings.Load(nil, func(k string) string { return env[k] }, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _, _, err := openStore(s, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := st.(*memory.Store).Stats().MaxBytes
-		_ = st.Close()
-		if got != tc.want {
-			t.Errorf("MEMORY_MAX_BYTES=%q: the store's bound is %d, want %d", tc.set, got, tc.want)
-		}
-	}
-}
-
-// TestEmbeddedByteBoundFollowsTheMemoryLimit: with MEMORY_MAX_BYTES unset,
-// the embedded store's byte bound is half the Go soft memory limit set from
-// the container's (a 256 MiB pod must refuse new counters before it is
-// OOM-killed), the default where that is larger or unknown, and an explicit
-// MEMORY_MAX_BYTES always.
-func TestEmbeddedByteBoundFollowsTheMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
 		set       string
 		softLimit int64
@@ -146,6 +121,7 @@ func TestEmbeddedByteBoundFollowsTheMemoryLimit(t *testing.T) {
 		{"", 0, memory.DefaultMaxBytes},
 		{"", 230 << 20, 115 << 20},
 		{"", 4 << 30, memory.DefaultMaxBytes},
+		{"2097152", 0, 2 << 20},
 		{"2097152", 230 << 20, 2 << 20},
 	} {
 		env := map[string]string{"MEMORY_MAX_BYTES": tc.set, "MEMORY_SNAPSHOT_PATH": "off"}
