@@ -1,7 +1,6 @@
 package monitoring_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,29 +27,17 @@ import (
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/service"
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 	"github.com/budgetgen/budgetgen/pkg/budgetmap"
 )
-
-// logBuffer collects the service's logs for failure messages.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // running is a service started in-process with the example's rate limit
 // configs and budget map (examples/).
 type running struct {
 	debug  string // host:port serving /metrics
 	client rlpb.RateLimitServiceClient
-	logs   *logBuffer
+	logs   *syncbuf.Buffer
 }
 
 func startService(t *testing.T, env map[string]string) *running {
@@ -66,7 +52,7 @@ func startService(t *testing.T, env map[string]string) *running {
 	for k, v := range env {
 		base[k] = v
 	}
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	ready := make(chan *server.Server, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -242,7 +228,7 @@ func checkExampleBudgets(t *testing.T, mfs map[string]*dto.MetricFamily) {
 // prometheus is a real Prometheus server started by the test.
 type prometheus struct {
 	url string
-	out *logBuffer
+	out *syncbuf.Buffer
 }
 
 func startPrometheus(t *testing.T, target string) *prometheus {
@@ -261,7 +247,7 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
-	p := &prometheus{url: "http://" + addr, out: &logBuffer{}}
+	p := &prometheus{url: "http://" + addr, out: &syncbuf.Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		cancel()

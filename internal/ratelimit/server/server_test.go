@@ -33,6 +33,7 @@ import (
 	"github.com/budgetgen/budgetgen/internal/ratelimit/observe"
 	"github.com/budgetgen/budgetgen/internal/schedtest"
 	"github.com/budgetgen/budgetgen/internal/store/memory"
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 )
 
 const cfgYAML = `domain: d
@@ -411,7 +412,7 @@ func TestTransportLimitsAndGzip(t *testing.T) { forEachTransport(t, testTranspor
 
 func testTransportLimitsAndGzip(t *testing.T, transport string) {
 	reg := prometheus.NewRegistry()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	r := start(t, Options{Transport: transport, MaxConnections: 2, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -457,20 +458,6 @@ func testTransportLimitsAndGzip(t *testing.T, transport string) {
 		t.Errorf("%d refusal log lines, want 1:\n%s", n, logs)
 	}
 }
-
-// lockedBuffer is a log destination safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
 
 // worstLag stops p and returns the worst scheduling lag it saw.
 func worstLag(p *schedtest.Probe) time.Duration {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 )
 
 const (
@@ -97,7 +99,7 @@ func TestRunRejectsBadBudgetMap(t *testing.T) {
 	state := t.TempDir() // the embedded store's snapshot, not the machine's shared default
 	err := Run(t.Context(), []string{"--config-dir", dir, "--budget-map", bad}, func(k string) string {
 		return map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": state}[k]
-	}, &syncBuffer{}, nil)
+	}, &syncbuf.Buffer{}, nil)
 	if err == nil {
 		t.Fatal("service started with an invalid budget map")
 	}

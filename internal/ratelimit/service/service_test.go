@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -24,26 +23,14 @@ import (
 	"github.com/budgetgen/budgetgen/internal/eventsink"
 	"github.com/budgetgen/budgetgen/internal/ledger"
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 	"github.com/budgetgen/budgetgen/internal/valkeytest"
 )
-
-// syncBuffer collects logs from the service goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 type svc struct {
 	client rlpb.RateLimitServiceClient
 	srv    *server.Server
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	debug  string
 	// stop cancels Run and returns its error (once; the cleanup calls it too).
 	stop func() error
@@ -51,7 +38,7 @@ type svc struct {
 
 func startService(t *testing.T, dir string, env map[string]string, args ...string) *svc {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	base := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "CONFIG_POLL_INTERVAL": "20ms",
 		"XDG_STATE_HOME": t.TempDir()} // the embedded store's default snapshot, this test's own
 	if suiteTransport != "" {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 )
 
 // stoppable is a service run whose stop the test drives: cancel begins it
@@ -30,7 +31,7 @@ type stoppable struct {
 	cancel              context.CancelFunc
 	skip                chan struct{}
 	done                chan error
-	logs                *syncBuffer
+	logs                *syncbuf.Buffer
 	// stopped: the test has received from done.
 	stopped bool
 }
@@ -56,7 +57,7 @@ func startStoppable(t *testing.T, delay string) *stoppable {
 	env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1",
 		"MEMORY_SNAPSHOT_PATH": "off", "SHUTDOWN_DELAY": delay}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stoppable{cancel: cancel, skip: make(chan struct{}), done: make(chan error, 1), logs: &syncBuffer{}}
+	st := &stoppable{cancel: cancel, skip: make(chan struct{}), done: make(chan error, 1), logs: &syncbuf.Buffer{}}
 	ready := make(chan *server.Server, 1)
 	go func() {
 		st.done <- RunWith(ctx, Options{Args: []string{"--config-dir", dir}, Getenv: func(k string) string { return env[k] }, Log: st.logs,

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/budgetgen/budgetgen/internal/ratelimit/server"
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 )
 
 const snapConfig = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000000}\n"
@@ -47,7 +48,7 @@ func runInProcess(t *testing.T, dir string, env map[string]string) (rlpb.RateLim
 	for k, v := range env {
 		base[k] = v
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ready := make(chan *server.Server, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -117,7 +118,7 @@ func TestSnapshotCorruptStops(t *testing.T) {
 	if err := os.WriteFile(path, []byte("BGMEMSNAP\x01garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "MEMORY_SNAPSHOT_PATH": path}
 	err := Run(context.Background(), []string{"--config-dir", dir}, func(k string) string { return env[k] }, logs, nil)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "corrupt") {
@@ -287,7 +288,7 @@ func TestSnapshotOtherPortWarns(t *testing.T) {
 	state := t.TempDir()
 	start := func() string {
 		t.Helper()
-		logs := &syncBuffer{}
+		logs := &syncbuf.Buffer{}
 		env := map[string]string{"PORT": "0", "GRPC_PORT": "0", "DEBUG_PORT": "0", "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1", "XDG_STATE_HOME": state}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -362,7 +363,7 @@ func TestSnapshotVolumeFullStillStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs, addr := &syncBuffer{}, make(chan string, 1)
+	logs, addr := &syncbuf.Buffer{}, make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {

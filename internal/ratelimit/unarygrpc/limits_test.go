@@ -8,12 +8,13 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/budgetgen/budgetgen/internal/syncbuf"
 )
 
 // flakyListener fails Accept with err the first n times.
@@ -143,26 +144,12 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
-// syncWriter is a log destination safe for the server's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
-
 // TestRefusalsLoggedOncePerInterval: connections refused at MaxConnections
 // are counted each, and logged once per RefusalLogInterval, not once per
 // connection (a client fleet over the cap would flood the log); the line
 // names the cap. Stats reports the cap.
 func TestRefusalsLoggedOncePerInterval(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	ts := serve(t, Options{MaxConnections: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))}, map[string]Handler{"/t.S/Echo": echo})
 	r := dialRaw(t, ts.addr)
 	r.until("SETTINGS", func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok })
